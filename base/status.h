@@ -1,0 +1,74 @@
+// Status: the outcome of an operation, with the gRPC canonical codes.
+//
+// Errors on the hot path travel as values, never as exceptions. An OK status
+// carries no message and costs no allocation.
+#ifndef RDMARPC_BASE_STATUS_H_
+#define RDMARPC_BASE_STATUS_H_
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace rdmarpc {
+
+// Numerically identical to grpc::StatusCode, so codes mean the same on the wire.
+enum class StatusCode : int32_t {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+  kDataLoss = 15,
+  kUnauthenticated = 16,
+};
+
+// "OK", "CANCELLED", ... as gRPC spells them.
+std::string_view StatusCodeName(StatusCode code);
+
+// The code for a number received from a peer; nullopt for an unknown number.
+std::optional<StatusCode> StatusCodeFromInt(int64_t value);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK.
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // "DEADLINE_EXCEEDED: call timed out after 10 ms", or "OK".
+  std::string ToString() const;
+
+  // Marks a status as deliberately ignored.
+  void IgnoreError() const {}
+
+  friend bool operator==(const Status& a, const Status& b) {
+    return a.code_ == b.code_ && a.message_ == b.message_;
+  }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Status& status);
+
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_BASE_STATUS_H_

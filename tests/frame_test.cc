@@ -1,0 +1,101 @@
+#include "transport/frame.h"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "base/buffer.h"
+
+namespace rdmarpc::transport {
+namespace {
+
+constexpr uint64_t kMax = 1 << 20;
+
+TEST_CASE("Frame prefix: round-trips type and lengths") {
+  const FramePrefix in{FrameType::kRpc, 1234, 567890};
+  const EncodedPrefix bytes = EncodeFramePrefix(in);
+  const DecodedPrefix out = DecodeFramePrefix(bytes, kMax);
+  REQUIRE(out.verdict == PrefixVerdict::kAccept);
+  CHECK(out.prefix.type == FrameType::kRpc);
+  CHECK(out.prefix.header_size == 1234);
+  CHECK(out.prefix.payload_size == 567890);
+}
+
+TEST_CASE("Frame prefix: layout is little-endian with the RRPC magic") {
+  const EncodedPrefix bytes =
+      EncodeFramePrefix({FrameType::kControl, 0x01020304, 0x0a0b0c0d});
+  CHECK(bytes[0] == std::byte{'R'});
+  CHECK(bytes[3] == std::byte{'C'});
+  CHECK(bytes[4] == std::byte{1});
+  CHECK(bytes[5] == std::byte{1});
+  CHECK(bytes[8] == std::byte{0x04});
+  CHECK(bytes[11] == std::byte{0x01});
+  CHECK(bytes[12] == std::byte{0x0d});
+}
+
+TEST_CASE("Frame prefix: malformed prefixes are rejected with a reason") {
+  EncodedPrefix bytes = EncodeFramePrefix({FrameType::kRpc, 10, 10});
+
+  SECTION("bad magic") {
+    bytes[0] = std::byte{'X'};
+    const auto out = DecodeFramePrefix(bytes, kMax);
+    CHECK(out.verdict == PrefixVerdict::kMalformed);
+    CHECK(out.error.message().find("magic") != std::string::npos);
+  }
+  SECTION("bad version") {
+    bytes[4] = std::byte{2};
+    CHECK(DecodeFramePrefix(bytes, kMax).verdict == PrefixVerdict::kMalformed);
+  }
+  SECTION("unknown type") {
+    bytes[5] = std::byte{9};
+    CHECK(DecodeFramePrefix(bytes, kMax).verdict == PrefixVerdict::kMalformed);
+  }
+  SECTION("reserved not zero") {
+    bytes[7] = std::byte{1};
+    CHECK(DecodeFramePrefix(bytes, kMax).verdict == PrefixVerdict::kMalformed);
+  }
+  SECTION("header too large") {
+    bytes = EncodeFramePrefix(
+        {FrameType::kRpc, tunables::kMaxCallHeaderSize + 1, 0});
+    CHECK(DecodeFramePrefix(bytes, kMax).verdict == PrefixVerdict::kMalformed);
+  }
+  SECTION("too short") {
+    const auto out = DecodeFramePrefix(std::span(bytes).first(15), kMax);
+    CHECK(out.verdict == PrefixVerdict::kMalformed);
+  }
+}
+
+TEST_CASE("Frame prefix: an oversized payload is recoverable, not malformed") {
+  const auto bytes = EncodeFramePrefix({FrameType::kRpc, 8, kMax + 1});
+  const auto out = DecodeFramePrefix(bytes, kMax);
+  CHECK(out.verdict == PrefixVerdict::kPayloadTooLarge);
+  CHECK(out.error.code() == StatusCode::kResourceExhausted);
+  CHECK(out.prefix.payload_size == kMax + 1);
+  CHECK(DecodeFramePrefix(EncodeFramePrefix({FrameType::kRpc, 8, kMax}), kMax)
+            .verdict == PrefixVerdict::kAccept);
+}
+
+TEST_CASE("Buffer: release hook runs once, windows do not change it") {
+  int released = 0;
+  std::byte storage[8] = {};
+  {
+    Buffer buffer(
+        storage, sizeof(storage),
+        [](void* counter, std::byte*) noexcept { ++*static_cast<int*>(counter); },
+        &released);
+    buffer.RemovePrefix(2);
+    buffer.Truncate(3);
+    CHECK(buffer.size() == 3);
+    CHECK(buffer.data() == storage + 2);
+    Buffer moved = std::move(buffer);
+    CHECK(buffer.empty());
+    CHECK(released == 0);
+  }
+  CHECK(released == 1);
+}
+
+TEST_CASE("Buffer: CopyOf copies") {
+  Buffer buffer = Buffer::CopyOf(std::string_view("hello"));
+  CHECK(buffer.view() == "hello");
+}
+
+}  // namespace
+}  // namespace rdmarpc::transport

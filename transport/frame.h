@@ -1,0 +1,69 @@
+// The fixed 16-byte prefix in front of every frame, and its codec.
+//
+//   offset  size  field
+//        0     4  magic       "RRPC" (bytes 0x52 0x52 0x50 0x43)
+//        4     1  version     1
+//        5     1  type        FrameType
+//        6     2  reserved    zero
+//        8     4  header_size little-endian; at most kMaxCallHeaderSize
+//       12     4  payload_size little-endian; at most the receiver's maximum
+//
+// The header that follows is a serialized rdmarpc.wire.CallHeader (see
+// proto/wire.proto); the payload follows the header. Lengths are validated
+// before anything is allocated for them.
+#ifndef RDMARPC_TRANSPORT_FRAME_H_
+#define RDMARPC_TRANSPORT_FRAME_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "base/status.h"
+#include "base/tunables.h"
+
+namespace rdmarpc::transport {
+
+inline constexpr std::array<std::byte, 4> kFrameMagic = {
+    std::byte{'R'}, std::byte{'R'}, std::byte{'P'}, std::byte{'C'}};
+inline constexpr uint8_t kFrameVersion = 1;
+
+enum class FrameType : uint8_t {
+  // Carries an RPC: header is a CallHeader. The only type the RPC layer sees.
+  kRpc = 0,
+  // Transport control (credits, grants); consumed inside the transport.
+  kControl = 1,
+};
+
+struct FramePrefix {
+  FrameType type = FrameType::kRpc;
+  uint32_t header_size = 0;
+  uint32_t payload_size = 0;
+};
+
+using EncodedPrefix = std::array<std::byte, tunables::kFramePrefixSize>;
+
+EncodedPrefix EncodeFramePrefix(const FramePrefix& prefix);
+
+// What a receiver does with a prefix.
+enum class PrefixVerdict {
+  kAccept,
+  // Well formed, but the payload exceeds the receiver's maximum: read the
+  // header, discard the payload, and answer RESOURCE_EXHAUSTED.
+  kPayloadTooLarge,
+  // Not a frame this version understands: close the connection.
+  kMalformed,
+};
+
+struct DecodedPrefix {
+  PrefixVerdict verdict = PrefixVerdict::kMalformed;
+  FramePrefix prefix;
+  Status error;  // Why, unless kAccept.
+};
+
+DecodedPrefix DecodeFramePrefix(std::span<const std::byte> bytes,
+                                uint64_t max_payload_size);
+
+}  // namespace rdmarpc::transport
+
+#endif  // RDMARPC_TRANSPORT_FRAME_H_
