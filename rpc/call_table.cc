@@ -1,0 +1,128 @@
+#include "rpc/call_table.h"
+
+namespace rdmarpc::rpc {
+
+uint64_t CallTable::Add(ResponseCallback done,
+                        std::optional<Clock::time_point> deadline) {
+  uint32_t index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+  } else {
+    index = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot& slot = slots_[index];
+  slot.done = std::move(done);
+  slot.in_use = true;
+  // Generation 0 is never used, so no id is 0.
+  if (++slot.generation == 0) slot.generation = 1;
+  ++live_;
+  if (deadline) {
+    slot.deadline = *deadline;
+    HeapPush(index);
+  }
+  return MakeId(index, slot.generation);
+}
+
+CallTable::Slot* CallTable::Find(uint64_t id) {
+  const auto index = static_cast<uint32_t>(id);
+  if (index >= slots_.size()) return nullptr;
+  Slot& slot = slots_[index];
+  if (!slot.in_use || slot.generation != static_cast<uint32_t>(id >> 32)) {
+    return nullptr;
+  }
+  return &slot;
+}
+
+bool CallTable::Contains(uint64_t id) const {
+  return const_cast<CallTable*>(this)->Find(id) != nullptr;
+}
+
+ResponseCallback CallTable::Release(uint32_t index) {
+  Slot& slot = slots_[index];
+  if (slot.heap_pos != kNotInHeap) HeapRemove(slot.heap_pos);
+  slot.in_use = false;
+  --live_;
+  free_.push_back(index);
+  return std::move(slot.done);
+}
+
+std::optional<ResponseCallback> CallTable::Take(uint64_t id) {
+  if (Find(id) == nullptr) return std::nullopt;
+  return Release(static_cast<uint32_t>(id));
+}
+
+void CallTable::TakeExpired(Clock::time_point now, std::vector<Entry>* out) {
+  while (!heap_.empty() && slots_[heap_[0]].deadline <= now) {
+    const uint32_t index = heap_[0];
+    const uint64_t id = MakeId(index, slots_[index].generation);
+    out->emplace_back(id, Release(index));
+  }
+}
+
+void CallTable::TakeAll(std::vector<Entry>* out) {
+  for (uint32_t index = 0; index < slots_.size(); ++index) {
+    if (slots_[index].in_use) {
+      const uint64_t id = MakeId(index, slots_[index].generation);
+      out->emplace_back(id, Release(index));
+    }
+  }
+}
+
+std::optional<Clock::time_point> CallTable::NextDeadline() const {
+  if (heap_.empty()) return std::nullopt;
+  return slots_[heap_[0]].deadline;
+}
+
+void CallTable::HeapPush(uint32_t index) {
+  const auto pos = static_cast<uint32_t>(heap_.size());
+  heap_.push_back(index);
+  slots_[index].heap_pos = pos;
+  SiftUp(pos);
+}
+
+void CallTable::HeapRemove(uint32_t pos) {
+  const uint32_t last = static_cast<uint32_t>(heap_.size()) - 1;
+  slots_[heap_[pos]].heap_pos = kNotInHeap;
+  if (pos != last) {
+    heap_[pos] = heap_[last];
+    slots_[heap_[pos]].heap_pos = pos;
+  }
+  heap_.pop_back();
+  if (pos < heap_.size()) {
+    SiftUp(pos);
+    SiftDown(pos);
+  }
+}
+
+void CallTable::HeapSwap(uint32_t a, uint32_t b) {
+  std::swap(heap_[a], heap_[b]);
+  slots_[heap_[a]].heap_pos = a;
+  slots_[heap_[b]].heap_pos = b;
+}
+
+void CallTable::SiftUp(uint32_t pos) {
+  while (pos > 0) {
+    const uint32_t parent = (pos - 1) / 2;
+    if (!Earlier(pos, parent)) break;
+    HeapSwap(pos, parent);
+    pos = parent;
+  }
+}
+
+void CallTable::SiftDown(uint32_t pos) {
+  const auto size = static_cast<uint32_t>(heap_.size());
+  for (;;) {
+    const uint32_t left = 2 * pos + 1;
+    const uint32_t right = left + 1;
+    uint32_t best = pos;
+    if (left < size && Earlier(left, best)) best = left;
+    if (right < size && Earlier(right, best)) best = right;
+    if (best == pos) return;
+    HeapSwap(pos, best);
+    pos = best;
+  }
+}
+
+}  // namespace rdmarpc::rpc

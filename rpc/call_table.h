@@ -1,0 +1,78 @@
+// CallTable: a client's outstanding calls and their deadlines.
+//
+// Slots are reused, so a steady stream of calls allocates nothing. A call id
+// is the slot index plus a generation that changes on every reuse: a late
+// reply to a finished call never matches the call now in its slot. Deadlines
+// sit in an indexed min-heap so a completed call leaves it at once.
+//
+// Not thread-safe: the owner serialises access.
+#ifndef RDMARPC_RPC_CALL_TABLE_H_
+#define RDMARPC_RPC_CALL_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "base/buffer.h"
+#include "base/status.h"
+#include "rpc/call_options.h"
+
+namespace rdmarpc::rpc {
+
+using ResponseCallback = std::function<void(const Status&, Buffer response)>;
+
+class CallTable {
+ public:
+  using Entry = std::pair<uint64_t, ResponseCallback>;
+
+  // Returns the new call's id (never 0).
+  uint64_t Add(ResponseCallback done, std::optional<Clock::time_point> deadline);
+
+  bool Contains(uint64_t id) const;
+  // Removes the call and returns its callback; nullopt if `id` is not
+  // outstanding (already completed: a late or duplicate reply).
+  std::optional<ResponseCallback> Take(uint64_t id);
+  // Removes every call whose deadline is at or before `now`.
+  void TakeExpired(Clock::time_point now, std::vector<Entry>* out);
+  // Removes every call.
+  void TakeAll(std::vector<Entry>* out);
+
+  std::optional<Clock::time_point> NextDeadline() const;
+  size_t size() const { return live_; }
+
+ private:
+  static constexpr uint32_t kNotInHeap = UINT32_MAX;
+  struct Slot {
+    ResponseCallback done;
+    Clock::time_point deadline;
+    uint32_t generation = 0;
+    uint32_t heap_pos = kNotInHeap;
+    bool in_use = false;
+  };
+
+  static uint64_t MakeId(uint32_t index, uint32_t generation) {
+    return (uint64_t{generation} << 32) | index;
+  }
+  Slot* Find(uint64_t id);
+  ResponseCallback Release(uint32_t index);
+
+  void HeapPush(uint32_t index);
+  void HeapRemove(uint32_t pos);
+  void HeapSwap(uint32_t a, uint32_t b);
+  void SiftUp(uint32_t pos);
+  void SiftDown(uint32_t pos);
+  bool Earlier(uint32_t a, uint32_t b) const {
+    return slots_[heap_[a]].deadline < slots_[heap_[b]].deadline;
+  }
+
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  std::vector<uint32_t> heap_;  // Slot indices, earliest deadline first.
+  size_t live_ = 0;
+};
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_CALL_TABLE_H_

@@ -1,0 +1,357 @@
+#include "rpc/channel.h"
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <mutex>
+#include <vector>
+
+#include "base/log.h"
+#include "rpc/event_loop.h"
+#include "rpc/wire_codec.h"
+#include "transport/factory/factory.h"
+
+namespace rdmarpc::rpc {
+
+namespace asio = boost::asio;
+using transport::Connection;
+using transport::OutgoingFrame;
+using transport::ReceivedFrame;
+
+class Channel::Impl final : public transport::ConnectionObserver,
+                            public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(std::string target, ChannelOptions options, asio::io_context& context)
+      : target_(std::move(target)),
+        options_(std::move(options)),
+        context_(context),
+        timer_(context),
+        backoff_(options_.initial_backoff) {}
+
+  CallId StartCall(std::string_view service, std::string_view method,
+                   Buffer request, const CallOptions& call_options,
+                   ResponseCallback done);
+  void Cancel(CallId id);
+  // Fails every call with `why` and drops the connection.
+  void Shutdown(std::vector<CallTable::Entry>* orphans);
+
+  void OnFrame(ReceivedFrame frame) override;
+  void OnClose(const Status& reason) override;
+
+  ChannelState state() const {
+    std::lock_guard lock(mu_);
+    return state_;
+  }
+  ChannelStats stats() const {
+    std::lock_guard lock(mu_);
+    ChannelStats out = stats_;
+    out.outstanding_calls = calls_.size();
+    return out;
+  }
+  const std::string& target() const { return target_; }
+
+ private:
+  void Complete(ResponseCallback done, const Status& status, Buffer response) {
+    asio::post(context_, [done = std::move(done), status,
+                          response = std::move(response)]() mutable {
+      done(status, std::move(response));
+    });
+  }
+  void StartConnect();
+  void OnConnected(StatusOr<std::shared_ptr<Connection>> result);
+  void ArmTimer();
+  void OnTimer(const boost::system::error_code& error);
+  static void FailAll(std::vector<CallTable::Entry>& calls,
+                      const Status& status) {
+    for (auto& [id, done] : calls) done(status, Buffer());
+  }
+
+  const std::string target_;
+  const ChannelOptions options_;
+  asio::io_context& context_;
+  asio::steady_timer timer_;  // Loop thread only.
+
+  mutable std::mutex mu_;
+  ChannelState state_ = ChannelState::kIdle;
+  std::shared_ptr<Connection> connection_;
+  CallTable calls_;
+  // Requests of calls made while connecting, sent once connected.
+  std::vector<std::pair<CallId, OutgoingFrame>> waiting_;
+  // What the timer is armed for; a call with an earlier deadline re-arms it.
+  std::optional<Clock::time_point> armed_;
+  Status connect_error_;
+  Clock::time_point backoff_until_;
+  std::chrono::milliseconds backoff_;
+  bool shut_down_ = false;
+  ChannelStats stats_;
+};
+
+Channel::CallId Channel::Impl::StartCall(std::string_view service,
+                                         std::string_view method,
+                                         Buffer request,
+                                         const CallOptions& call_options,
+                                         ResponseCallback done) {
+  const auto now = Clock::now();
+  if (request.size() > options_.max_request_size) {
+    Complete(std::move(done),
+             Status(StatusCode::kResourceExhausted,
+                    "request of " + std::to_string(request.size()) +
+                        " bytes exceeds the channel's maximum of " +
+                        std::to_string(options_.max_request_size)),
+             Buffer());
+    return 0;
+  }
+  if (call_options.deadline && *call_options.deadline <= now) {
+    Complete(std::move(done),
+             Status(StatusCode::kDeadlineExceeded,
+                    "deadline passed before the call started"),
+             Buffer());
+    return 0;
+  }
+  uint64_t timeout_us = 0;
+  if (call_options.deadline) {
+    timeout_us = std::max<int64_t>(
+        1, std::chrono::duration_cast<std::chrono::microseconds>(
+               *call_options.deadline - now)
+               .count());
+  }
+
+  std::unique_lock lock(mu_);
+  if (shut_down_) {
+    lock.unlock();
+    Complete(std::move(done),
+             Status(StatusCode::kCancelled, "channel is shut down"), Buffer());
+    return 0;
+  }
+  if (state_ == ChannelState::kTransientFailure) {
+    if (now < backoff_until_) {
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+          backoff_until_ - now);
+      Status error(StatusCode::kUnavailable,
+                   connect_error_.message() + " (next attempt in " +
+                       std::to_string(wait.count()) + " ms)");
+      lock.unlock();
+      Complete(std::move(done), error, Buffer());
+      return 0;
+    }
+    state_ = ChannelState::kIdle;
+  }
+  const CallId id = calls_.Add(std::move(done), call_options.deadline);
+  OutgoingFrame frame =
+      MakeRequestFrame(id, service, method, timeout_us, std::move(request));
+  if (state_ == ChannelState::kReady) {
+    // A failed send means the connection is closing: OnClose fails the call.
+    connection_->Send(std::move(frame)).IgnoreError();
+  } else {
+    waiting_.emplace_back(id, std::move(frame));
+    if (state_ == ChannelState::kIdle) {
+      state_ = ChannelState::kConnecting;
+      asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
+    }
+  }
+  if (call_options.deadline && (!armed_ || *call_options.deadline < *armed_)) {
+    armed_ = call_options.deadline;
+    asio::post(context_, [self = shared_from_this()] { self->ArmTimer(); });
+  }
+  return id;
+}
+
+void Channel::Impl::Cancel(CallId id) {
+  std::unique_lock lock(mu_);
+  auto done = calls_.Take(id);
+  if (!done) return;  // Already complete.
+  if (state_ == ChannelState::kReady) {
+    connection_->Send(MakeCancelFrame(id)).IgnoreError();
+  }
+  lock.unlock();
+  Log().debug("{}: call {} cancelled by the client", target_, id);
+  Complete(std::move(*done),
+           Status(StatusCode::kCancelled, "call cancelled by the client"),
+           Buffer());
+}
+
+void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard lock(mu_);
+    shut_down_ = true;
+    calls_.TakeAll(orphans);
+    waiting_.clear();
+    connection = std::move(connection_);
+    state_ = ChannelState::kIdle;
+  }
+  // Breaks the connection <-> observer cycle even if the loop never runs again.
+  if (connection) {
+    connection->Close(Status(StatusCode::kCancelled, "channel shut down"));
+  }
+}
+
+void Channel::Impl::StartConnect() {
+  Log().debug("{}: connecting", target_);
+  transport::Connect(context_, target_, options_.transport,
+                     [self = shared_from_this()](
+                         StatusOr<std::shared_ptr<Connection>> result) {
+                       self->OnConnected(std::move(result));
+                     });
+}
+
+void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
+  std::vector<CallTable::Entry> failed;
+  Status failure;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) {
+      if (result.ok()) {
+        (*result)->Close(Status(StatusCode::kCancelled, "channel shut down"));
+      }
+      return;
+    }
+    if (result.ok()) {
+      ++stats_.connects;
+      connection_ = std::move(*result);
+      state_ = ChannelState::kReady;
+      backoff_ = options_.initial_backoff;
+      Log().info("{}: connected ({})", target_, connection_->peer());
+      connection_->Start(shared_from_this());
+      for (auto& [id, frame] : waiting_) {
+        // Calls that timed out or were cancelled while waiting stay unsent.
+        if (calls_.Contains(id)) {
+          connection_->Send(std::move(frame)).IgnoreError();
+        }
+      }
+      waiting_.clear();
+      return;
+    }
+    ++stats_.connect_failures;
+    connect_error_ = result.status();
+    state_ = ChannelState::kTransientFailure;
+    backoff_until_ = Clock::now() + backoff_;
+    Log().info("{}: {}; backing off {} ms", target_,
+               connect_error_.message(), backoff_.count());
+    backoff_ = std::min(options_.max_backoff,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(
+                            backoff_ * options_.backoff_multiplier));
+    for (auto& [id, frame] : waiting_) {
+      if (auto done = calls_.Take(id)) failed.emplace_back(id, std::move(*done));
+    }
+    waiting_.clear();
+    failure = Status(StatusCode::kUnavailable, connect_error_.message());
+  }
+  FailAll(failed, failure);
+}
+
+void Channel::Impl::OnFrame(ReceivedFrame frame) {
+  StatusOr<wire::CallHeader> header = DecodeCallHeader(frame);
+  if (header.ok() && header->kind() != wire::CallHeader::RESPONSE) {
+    header = Status(StatusCode::kInternal,
+                    "protocol error: server sent a non-response frame");
+  }
+  if (!header.ok()) {
+    Log().warn("{}: closing connection: {}", target_,
+               header.status().message());
+    std::lock_guard lock(mu_);
+    if (connection_) connection_->Close(header.status());
+    return;
+  }
+  std::optional<ResponseCallback> done;
+  {
+    std::lock_guard lock(mu_);
+    done = calls_.Take(header->call_id());
+    if (!done) ++stats_.late_responses_dropped;
+  }
+  if (!done) {
+    Log().debug("{}: dropped late response to call {}", target_,
+                header->call_id());
+    return;
+  }
+  Status status = StatusFromHeader(*header);
+  if (frame.dropped_payload_size() > 0) {
+    status = Status(StatusCode::kResourceExhausted,
+                    "response of " +
+                        std::to_string(frame.dropped_payload_size()) +
+                        " bytes exceeds the channel's maximum of " +
+                        std::to_string(options_.transport.max_payload_size));
+  }
+  (*done)(status, status.ok() ? std::move(frame).TakePayload() : Buffer());
+}
+
+void Channel::Impl::OnClose(const Status& reason) {
+  std::vector<CallTable::Entry> failed;
+  {
+    std::lock_guard lock(mu_);
+    connection_.reset();
+    if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
+    calls_.TakeAll(&failed);
+    waiting_.clear();
+  }
+  if (!failed.empty() || reason.code() != StatusCode::kCancelled) {
+    Log().info("{}: connection closed: {}; failing {} calls", target_,
+               reason.message(), failed.size());
+  }
+  FailAll(failed, Status(StatusCode::kUnavailable,
+                         "connection lost: " + reason.message()));
+}
+
+void Channel::Impl::ArmTimer() {
+  std::optional<Clock::time_point> next;
+  {
+    std::lock_guard lock(mu_);
+    next = calls_.NextDeadline();
+    armed_ = next;
+  }
+  if (!next) return;
+  timer_.expires_at(*next);
+  timer_.async_wait([self = shared_from_this()](
+                        const boost::system::error_code& error) {
+    self->OnTimer(error);
+  });
+}
+
+void Channel::Impl::OnTimer(const boost::system::error_code& error) {
+  if (error == asio::error::operation_aborted) return;  // Re-armed.
+  std::vector<CallTable::Entry> expired;
+  {
+    std::lock_guard lock(mu_);
+    calls_.TakeExpired(Clock::now(), &expired);
+    if (state_ == ChannelState::kReady) {
+      for (const auto& entry : expired) {
+        connection_->Send(MakeCancelFrame(entry.first)).IgnoreError();
+      }
+    }
+  }
+  ArmTimer();
+  FailAll(expired,
+          Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+}
+
+// ---------------------------------------------------------------- Channel --
+
+Channel::Channel(std::string target, ChannelOptions options)
+    : loop_(std::make_unique<EventLoop>()),
+      impl_(std::make_shared<Impl>(std::move(target), std::move(options),
+                                   loop_->context())) {}
+
+Channel::~Channel() {
+  std::vector<CallTable::Entry> orphans;
+  impl_->Shutdown(&orphans);
+  // After Stop no callback can run concurrently: complete the rest here.
+  loop_->Stop();
+  for (auto& [id, done] : orphans) {
+    done(Status(StatusCode::kCancelled, "channel destroyed"), Buffer());
+  }
+}
+
+Channel::CallId Channel::Call(std::string_view service,
+                              std::string_view method, Buffer request,
+                              const CallOptions& options,
+                              ResponseCallback done) {
+  return impl_->StartCall(service, method, std::move(request), options,
+                          std::move(done));
+}
+
+void Channel::Cancel(CallId id) { impl_->Cancel(id); }
+ChannelState Channel::state() const { return impl_->state(); }
+ChannelStats Channel::stats() const { return impl_->stats(); }
+const std::string& Channel::target() const { return impl_->target(); }
+
+}  // namespace rdmarpc::rpc

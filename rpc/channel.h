@@ -1,0 +1,88 @@
+// Channel: the client side of rdmarpc, a virtual connection to one server.
+//
+// A Channel connects lazily on its first call, multiplexes any number of
+// outstanding calls over one connection, and after losing it reconnects on
+// the next call. A failed connect puts it into backoff: calls fail fast with
+// UNAVAILABLE until the backoff (growing on repeated failures) has passed.
+//
+//   rpc::Channel channel("tcp://127.0.0.1:5000");
+//   channel.Call("pkg.Echo", "Say", Buffer::CopyOf("hi"),
+//                rpc::CallOptions::WithTimeout(100ms),
+//                [](const Status& status, Buffer response) { ... });
+//
+// Every callback runs exactly once, on the channel's event loop thread.
+// Do not destroy a Channel from inside one of its callbacks.
+#ifndef RDMARPC_RPC_CHANNEL_H_
+#define RDMARPC_RPC_CHANNEL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/buffer.h"
+#include "base/status.h"
+#include "base/tunables.h"
+#include "rpc/call_options.h"
+#include "rpc/call_table.h"
+#include "transport/connection.h"
+
+namespace rdmarpc::rpc {
+
+class EventLoop;
+
+struct ChannelOptions {
+  // max_payload_size bounds responses; larger ones fail RESOURCE_EXHAUSTED.
+  transport::TransportOptions transport;
+  // Requests larger than this fail locally with RESOURCE_EXHAUSTED.
+  uint64_t max_request_size = tunables::kDefaultMaxPayloadSize;
+  std::chrono::milliseconds initial_backoff =
+      tunables::kInitialReconnectBackoff;
+  std::chrono::milliseconds max_backoff = tunables::kMaxReconnectBackoff;
+  double backoff_multiplier = tunables::kReconnectBackoffMultiplier;
+};
+
+enum class ChannelState { kIdle, kConnecting, kReady, kTransientFailure };
+
+struct ChannelStats {
+  uint64_t outstanding_calls = 0;
+  uint64_t connects = 0;
+  uint64_t connect_failures = 0;
+  // Responses that arrived after their call had completed (deadline, cancel).
+  uint64_t late_responses_dropped = 0;
+};
+
+class Channel {
+ public:
+  using CallId = uint64_t;
+
+  explicit Channel(std::string target, ChannelOptions options = {});
+  ~Channel();  // Completes every outstanding call with CANCELLED.
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  // Starts a call; callable from any thread. `done` gets the status and, when
+  // it is OK, the response payload.
+  CallId Call(std::string_view service, std::string_view method,
+              Buffer request, const CallOptions& options,
+              ResponseCallback done);
+
+  // Completes the call with CANCELLED (if it has not completed yet) and tells
+  // the server to stop working on it.
+  void Cancel(CallId id);
+
+  ChannelState state() const;
+  ChannelStats stats() const;
+  const std::string& target() const;
+
+ private:
+  class Impl;
+  // Declared first so it is destroyed last: the Impl's timer lives on it.
+  std::unique_ptr<EventLoop> loop_;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_CHANNEL_H_

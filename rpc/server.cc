@@ -1,0 +1,159 @@
+#include "rpc/server.h"
+
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <future>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "base/log.h"
+#include "rpc/event_loop.h"
+#include "rpc/server_session.h"
+#include "transport/factory/factory.h"
+
+namespace rdmarpc::rpc {
+
+class Server::Impl {
+ public:
+  explicit Impl(ServerOptions options)
+      : options_(std::move(options)), core_(std::make_shared<ServerCore>()) {
+    core_->max_response_size = options_.max_response_size;
+    const int workers = options_.workers > 0 ? options_.workers : 1;
+    for (int i = 0; i < workers; ++i) {
+      workers_.push_back(std::make_unique<EventLoop>());
+    }
+  }
+
+  void RegisterService(Service* service) {
+    std::lock_guard lock(mu_);
+    if (serving_) {
+      Log().error("RegisterService({}) after Listen is ignored",
+                  service->name());
+      return;
+    }
+    core_->services[service->name()] = service;
+  }
+
+  StatusOr<std::string> Listen(std::string_view uri) {
+    std::lock_guard lock(mu_);
+    if (shut_down_) {
+      return Status(StatusCode::kFailedPrecondition, "server is shut down");
+    }
+    serving_ = true;
+    auto listener = transport::Listen(
+        workers_[0]->context(), uri, options_.transport,
+        [this]() -> boost::asio::io_context& {
+          const size_t next = next_worker_++ % workers_.size();
+          return workers_[next]->context();
+        },
+        [this](std::shared_ptr<transport::Connection> connection) {
+          Accept(std::move(connection));
+        });
+    if (!listener.ok()) return listener.status();
+    std::string bound = (*listener)->uri();
+    Log().info("server listening on {}", bound);
+    listeners_.push_back(std::move(*listener));
+    return bound;
+  }
+
+  void Shutdown(std::chrono::milliseconds grace) {
+    {
+      std::lock_guard lock(mu_);
+      if (shut_down_) return;
+      shut_down_ = true;
+      for (auto& listener : listeners_) listener->Close();
+    }
+    core_->draining = true;
+    {
+      std::unique_lock lock(core_->mu);
+      const bool drained = core_->idle.wait_for(
+          lock, grace, [this] { return core_->live_calls == 0; });
+      if (!drained) {
+        Log().warn("shutdown: {} calls still running after {} ms; cancelling",
+                   core_->live_calls, grace.count());
+      }
+    }
+    std::set<std::shared_ptr<ServerSession>> sessions;
+    {
+      std::lock_guard lock(mu_);
+      sessions = sessions_;
+    }
+    for (const auto& session : sessions) {
+      session->Close(Status(StatusCode::kUnavailable, "server shut down"));
+    }
+    // Let every worker run the close handlers, then stop it.
+    for (auto& worker : workers_) {
+      std::promise<void> flushed;
+      boost::asio::post(worker->context(), [&flushed] { flushed.set_value(); });
+      flushed.get_future().wait();
+    }
+    listeners_.clear();
+    for (auto& worker : workers_) worker->Stop();
+    std::lock_guard lock(mu_);
+    sessions_.clear();
+  }
+
+  ServerStats stats() const {
+    ServerStats out;
+    {
+      std::lock_guard lock(mu_);
+      out.connections = sessions_.size();
+    }
+    {
+      std::lock_guard lock(core_->mu);
+      out.live_calls = core_->live_calls;
+    }
+    out.calls_started = core_->calls_started;
+    out.responses_dropped = core_->responses_dropped;
+    out.protocol_errors = core_->protocol_errors;
+    return out;
+  }
+
+ private:
+  void Accept(std::shared_ptr<transport::Connection> connection) {
+    Log().info("{}: accepted", connection->peer());
+    auto session = std::make_shared<ServerSession>(core_, connection);
+    {
+      std::lock_guard lock(mu_);
+      if (shut_down_) {
+        connection->Close(
+            Status(StatusCode::kUnavailable, "server shutting down"));
+        return;
+      }
+      sessions_.insert(session);
+    }
+    session->SetOnClosed([this, weak = std::weak_ptr(session)] {
+      std::lock_guard lock(mu_);
+      if (auto s = weak.lock()) sessions_.erase(s);
+    });
+    session->Start();
+  }
+
+  const ServerOptions options_;
+  const std::shared_ptr<ServerCore> core_;
+  std::vector<std::unique_ptr<EventLoop>> workers_;
+  std::atomic<size_t> next_worker_{0};
+
+  mutable std::mutex mu_;
+  bool serving_ = false;    // Guarded by mu_.
+  bool shut_down_ = false;  // Guarded by mu_.
+  std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
+  std::set<std::shared_ptr<ServerSession>> sessions_;            // Guarded.
+};
+
+Server::Server(ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+Server::~Server() { impl_->Shutdown(std::chrono::milliseconds(0)); }
+void Server::RegisterService(Service* service) {
+  impl_->RegisterService(service);
+}
+StatusOr<std::string> Server::Listen(std::string_view uri) {
+  return impl_->Listen(uri);
+}
+void Server::Shutdown(std::chrono::milliseconds grace) {
+  impl_->Shutdown(grace);
+}
+ServerStats Server::stats() const { return impl_->stats(); }
+
+}  // namespace rdmarpc::rpc

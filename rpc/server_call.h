@@ -1,0 +1,71 @@
+// ServerCall: one incoming call as its handler sees it.
+//
+// The handler reads the request, deadline and cancellation, and finishes the
+// call exactly once with Finish(), from any thread, now or later. A call
+// dropped without Finish() is answered INTERNAL, so a client never waits on a
+// handler that forgot it.
+#ifndef RDMARPC_RPC_SERVER_CALL_H_
+#define RDMARPC_RPC_SERVER_CALL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "base/buffer.h"
+#include "base/status.h"
+#include "rpc/call_options.h"
+
+namespace rdmarpc::rpc {
+
+class ServerSession;
+
+class ServerCall {
+ public:
+  ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
+             std::string service, std::string method, Buffer request,
+             std::optional<Clock::time_point> deadline);
+  ~ServerCall();
+  ServerCall(const ServerCall&) = delete;
+  ServerCall& operator=(const ServerCall&) = delete;
+
+  const std::string& service() const { return service_; }
+  const std::string& method() const { return method_; }
+  const Buffer& request() const { return request_; }
+  // When the client stops waiting, if it set a deadline.
+  std::optional<Clock::time_point> deadline() const { return deadline_; }
+
+  // True once the client cancelled, the connection was lost, or the deadline
+  // passed. Work on a cancelled call is wasted: its response is dropped.
+  bool IsCancelled() const;
+
+  // Runs `on_cancel` once when the client cancels or the connection is lost
+  // (at once if that already happened). Any thread; replaces a previous one.
+  void OnCancel(std::function<void()> on_cancel);
+
+  // Sends the response (only when `status` is OK) or the error status. The
+  // first call counts; later ones are logged and ignored.
+  void Finish(const Status& status, Buffer response = Buffer());
+
+ private:
+  friend class ServerSession;
+  void MarkCancelled();  // Called by the session.
+
+  const std::shared_ptr<ServerSession> session_;
+  const uint64_t id_;
+  const std::string service_;
+  const std::string method_;
+  const Buffer request_;
+  const std::optional<Clock::time_point> deadline_;
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::function<void()> on_cancel_;  // Guarded by mu_.
+};
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_SERVER_CALL_H_

@@ -1,0 +1,208 @@
+#include "rpc/server_session.h"
+
+#include <exception>
+#include <vector>
+
+#include "base/log.h"
+#include "rpc/wire_codec.h"
+
+namespace rdmarpc::rpc {
+
+// ------------------------------------------------------------- ServerCall --
+
+ServerCall::ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
+                       std::string service, std::string method, Buffer request,
+                       std::optional<Clock::time_point> deadline)
+    : session_(std::move(session)),
+      id_(id),
+      service_(std::move(service)),
+      method_(std::move(method)),
+      request_(std::move(request)),
+      deadline_(deadline) {}
+
+ServerCall::~ServerCall() {
+  if (!finished_) {
+    Log().warn("{}/{}: handler dropped call {} without finishing it",
+               service_, method_, id_);
+    Finish(Status(StatusCode::kInternal,
+                  "the server's handler dropped the call without a response"));
+  }
+}
+
+bool ServerCall::IsCancelled() const {
+  return cancelled_ || (deadline_ && Clock::now() >= *deadline_);
+}
+
+void ServerCall::OnCancel(std::function<void()> on_cancel) {
+  {
+    std::lock_guard lock(mu_);
+    if (!cancelled_) {
+      on_cancel_ = std::move(on_cancel);
+      return;
+    }
+  }
+  on_cancel();
+}
+
+void ServerCall::MarkCancelled() {
+  std::function<void()> on_cancel;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_.exchange(true)) return;
+    on_cancel = std::move(on_cancel_);
+  }
+  if (on_cancel) on_cancel();
+}
+
+void ServerCall::Finish(const Status& status, Buffer response) {
+  if (finished_.exchange(true)) {
+    Log().error("{}/{}: call {} finished twice; ignoring {}", service_,
+                method_, id_, status.ToString());
+    return;
+  }
+  session_->Complete(*this, status, std::move(response));
+}
+
+// ---------------------------------------------------------- ServerSession --
+
+ServerSession::ServerSession(std::shared_ptr<ServerCore> core,
+                             std::shared_ptr<transport::Connection> connection)
+    : core_(std::move(core)), connection_(std::move(connection)) {}
+
+void ServerSession::ProtocolError(const Status& error) {
+  core_->protocol_errors++;
+  Log().warn("{}: closing connection: {}", connection_->peer(),
+             error.message());
+  connection_->Close(error);
+}
+
+void ServerSession::Reply(uint64_t id, const Status& status) {
+  connection_->Send(MakeResponseFrame(id, status, Buffer())).IgnoreError();
+}
+
+void ServerSession::OnFrame(transport::ReceivedFrame frame) {
+  StatusOr<wire::CallHeader> decoded = DecodeCallHeader(frame);
+  if (!decoded.ok()) return ProtocolError(decoded.status());
+  wire::CallHeader& header = *decoded;
+  const uint64_t id = header.call_id();
+
+  if (header.kind() == wire::CallHeader::CANCEL) {
+    std::shared_ptr<ServerCall> call;
+    {
+      std::lock_guard lock(mu_);
+      const auto it = live_.find(id);
+      if (it != live_.end()) call = it->second.lock();
+    }
+    if (call) {
+      Log().debug("{}: call {} cancelled by the client", connection_->peer(),
+                  id);
+      call->MarkCancelled();
+    }
+    return;
+  }
+  if (header.kind() != wire::CallHeader::REQUEST) {
+    return ProtocolError(Status(StatusCode::kInternal,
+                                "protocol error: client sent a response"));
+  }
+
+  if (core_->draining) {
+    return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
+  }
+  const auto service = core_->services.find(header.service());
+  if (service == core_->services.end()) {
+    return Reply(id, Status(StatusCode::kUnimplemented,
+                            "unknown service '" + header.service() + "'"));
+  }
+  const MethodHandler* handler = service->second->FindMethod(header.method());
+  if (handler == nullptr) {
+    return Reply(id, Status(StatusCode::kUnimplemented,
+                            "unknown method '" + header.method() +
+                                "' of service '" + header.service() + "'"));
+  }
+  if (frame.dropped_payload_size() > 0) {
+    return Reply(id,
+                 Status(StatusCode::kResourceExhausted,
+                        "request of " +
+                            std::to_string(frame.dropped_payload_size()) +
+                            " bytes exceeds the server's maximum"));
+  }
+
+  std::optional<Clock::time_point> deadline;
+  if (header.timeout_us() > 0) {
+    deadline = Clock::now() + std::chrono::microseconds(header.timeout_us());
+  }
+  auto call = std::make_shared<ServerCall>(
+      shared_from_this(), id, std::move(*header.mutable_service()),
+      std::move(*header.mutable_method()), std::move(frame).TakePayload(),
+      deadline);
+  {
+    std::lock_guard lock(mu_);
+    if (!live_.emplace(id, call).second) {
+      // Finish the orphan quietly: the connection is going away anyway.
+      call->finished_ = true;
+      return ProtocolError(
+          Status(StatusCode::kInternal,
+                 "protocol error: call id " + std::to_string(id) +
+                     " is already in use"));
+    }
+  }
+  {
+    std::lock_guard lock(core_->mu);
+    ++core_->live_calls;
+  }
+  core_->calls_started++;
+  try {
+    (*handler)(std::move(call));
+  } catch (const std::exception& e) {
+    // The call may already be finished; Finish ignores a second attempt.
+    Log().error("{}: handler of call {} threw: {}", service->first, id,
+                e.what());
+  }
+}
+
+void ServerSession::Complete(ServerCall& call, const Status& status,
+                             Buffer response) {
+  {
+    std::lock_guard lock(mu_);
+    live_.erase(call.id_);
+  }
+  {
+    std::lock_guard lock(core_->mu);
+    if (--core_->live_calls == 0) core_->idle.notify_all();
+  }
+  if (call.IsCancelled()) {
+    core_->responses_dropped++;
+    Log().debug("{}: dropping response to cancelled call {}",
+                connection_->peer(), call.id_);
+    return;
+  }
+  if (status.ok() && response.size() > core_->max_response_size) {
+    Log().warn("{}/{}: response of {} bytes exceeds the maximum of {}",
+               call.service_, call.method_, response.size(),
+               core_->max_response_size);
+    return Reply(call.id_,
+                 Status(StatusCode::kResourceExhausted,
+                        "response of " + std::to_string(response.size()) +
+                            " bytes exceeds the server's maximum of " +
+                            std::to_string(core_->max_response_size)));
+  }
+  connection_->Send(MakeResponseFrame(call.id_, status, std::move(response)))
+      .IgnoreError();
+}
+
+void ServerSession::OnClose(const Status& reason) {
+  std::vector<std::shared_ptr<ServerCall>> orphans;
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    for (auto& [id, weak] : live_) {
+      if (auto call = weak.lock()) orphans.push_back(std::move(call));
+    }
+  }
+  Log().info("{}: connection closed: {} ({} calls in flight)",
+             connection_->peer(), reason.message(), orphans.size());
+  for (auto& call : orphans) call->MarkCancelled();
+  if (auto on_closed = std::move(on_closed_)) on_closed();
+}
+
+}  // namespace rdmarpc::rpc

@@ -1,0 +1,72 @@
+// ServerSession: one accepted connection on the server side. Decodes requests,
+// dispatches them to services, tracks live calls for cancellation, and sends
+// responses. Internal to the rpc layer.
+#ifndef RDMARPC_RPC_SERVER_SESSION_H_
+#define RDMARPC_RPC_SERVER_SESSION_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "rpc/server_call.h"
+#include "rpc/service.h"
+#include "transport/connection.h"
+
+namespace rdmarpc::rpc {
+
+// State every session of a server shares.
+struct ServerCore {
+  std::map<std::string, Service*, std::less<>> services;  // Fixed once serving.
+  uint64_t max_response_size = 0;
+  std::atomic<bool> draining{false};
+
+  std::mutex mu;
+  std::condition_variable idle;  // Notified when live_calls drops to zero.
+  int64_t live_calls = 0;        // Guarded by mu.
+
+  std::atomic<uint64_t> calls_started{0};
+  std::atomic<uint64_t> responses_dropped{0};  // Cancelled or late.
+  std::atomic<uint64_t> protocol_errors{0};
+};
+
+class ServerSession final : public transport::ConnectionObserver,
+                            public std::enable_shared_from_this<ServerSession> {
+ public:
+  ServerSession(std::shared_ptr<ServerCore> core,
+                std::shared_ptr<transport::Connection> connection);
+
+  void Start() { connection_->Start(shared_from_this()); }
+  // Runs once, after the connection has closed. Set before Start().
+  void SetOnClosed(std::function<void()> on_closed) {
+    on_closed_ = std::move(on_closed);
+  }
+  void Close(const Status& reason) { connection_->Close(reason); }
+  transport::Connection& connection() { return *connection_; }
+
+  void OnFrame(transport::ReceivedFrame frame) override;
+  void OnClose(const Status& reason) override;
+
+  // Called by ServerCall::Finish.
+  void Complete(ServerCall& call, const Status& status, Buffer response);
+
+ private:
+  void Reply(uint64_t id, const Status& status);
+  void ProtocolError(const Status& error);
+
+  const std::shared_ptr<ServerCore> core_;
+  const std::shared_ptr<transport::Connection> connection_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::weak_ptr<ServerCall>> live_;  // Guarded.
+  bool closed_ = false;                                           // Guarded.
+  std::function<void()> on_closed_;
+};
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_SERVER_SESSION_H_

@@ -1,0 +1,35 @@
+// Building and reading the frames of the RPC protocol (proto/wire.proto).
+#ifndef RDMARPC_RPC_WIRE_CODEC_H_
+#define RDMARPC_RPC_WIRE_CODEC_H_
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "base/buffer.h"
+#include "base/status_or.h"
+#include "proto/wire.pb.h"
+#include "transport/connection.h"
+
+namespace rdmarpc::rpc {
+
+transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
+                                          std::string_view service,
+                                          std::string_view method,
+                                          uint64_t timeout_us, Buffer request);
+transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
+                                           const Status& status,
+                                           Buffer response);
+transport::OutgoingFrame MakeCancelFrame(uint64_t call_id);
+
+// Parses and validates a received frame's header. An error means the peer
+// broke the protocol: the connection should be closed with it.
+StatusOr<wire::CallHeader> DecodeCallHeader(
+    const transport::ReceivedFrame& frame);
+
+// The status a RESPONSE carries; an unknown code reads as UNKNOWN.
+Status StatusFromHeader(const wire::CallHeader& header);
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_WIRE_CODEC_H_

@@ -1,0 +1,418 @@
+// The RPC core's semantics, over the transport under test (tcp by default).
+#include <spdlog/sinks/ringbuffer_sink.h>
+
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/log.h"
+#include "rpc/wire_codec.h"
+#include "tests/test_support.h"
+#include "transport/factory/factory.h"
+#include "transport/uri.h"
+
+namespace rdmarpc::testing {
+namespace {
+
+using rpc::CallOptions;
+using rpc::Channel;
+
+// Collects what the rdmarpc logger prints, to check that errors are logged.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+    Log().sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = Log().sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  bool Contains(std::string_view text) const {
+    for (const auto& line : sink_->last_formatted()) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+TEST_CASE("echo: a call round-trips its payload") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult result = CallSync(channel, "Echo", "hello rdmarpc");
+  REQUIRE(result.status.ok());
+  CHECK(result.response == "hello rdmarpc");
+  CHECK(channel.state() == rpc::ChannelState::kReady);
+}
+
+TEST_CASE("deadline: a call past its deadline gets DEADLINE_EXCEEDED") {
+  TestServer server;
+  Channel channel(server.uri);
+  const auto start = rpc::Clock::now();
+  const CallResult result =
+      CallSync(channel, "SleepMs", "2000", CallOptions::WithTimeout(50ms));
+  CHECK(result.status.code() == StatusCode::kDeadlineExceeded);
+  // Generous bound: the call must not have waited for the handler.
+  CHECK(rpc::Clock::now() - start < 1500ms);
+}
+
+TEST_CASE("deadline: the handler reads the deadline the client set") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult with =
+      CallSync(channel, "Deadline", "", CallOptions::WithTimeout(30s));
+  REQUIRE(with.status.ok());
+  const int remaining_ms = std::stoi(with.response);
+  CHECK(remaining_ms > 20000);
+  CHECK(remaining_ms <= 30000);
+  const CallResult without = CallSync(channel, "Deadline", "");
+  REQUIRE(without.status.ok());
+  CHECK(without.response == "none");
+}
+
+TEST_CASE("deadline: an already expired deadline fails without sending") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult result = CallSync(
+      channel, "Echo", "x", CallOptions::WithDeadline(rpc::Clock::now() - 1ms));
+  CHECK(result.status.code() == StatusCode::kDeadlineExceeded);
+  CHECK(server.service.calls_started == 0);
+}
+
+// A bare server on the transport API that answers every request `delay`
+// late, so the client sees a reply to a call it has already given up on.
+class LateServer {
+ public:
+  explicit LateServer(std::chrono::milliseconds delay) : delay_(delay) {
+    auto listener = transport::Listen(
+        loop_.context(), ListenUri(), {},
+        [this]() -> boost::asio::io_context& { return loop_.context(); },
+        [this](std::shared_ptr<transport::Connection> connection) {
+          auto observer = std::make_shared<Observer>(this, connection);
+          connection->Start(observer);
+        });
+    REQUIRE(listener.ok());
+    listener_ = std::move(*listener);
+  }
+  ~LateServer() { loop_.Stop(); }
+  const std::string& uri() const { return listener_->uri(); }
+
+ private:
+  struct Observer : transport::ConnectionObserver {
+    Observer(LateServer* server, std::shared_ptr<transport::Connection> c)
+        : server(server), connection(std::move(c)) {}
+    void OnFrame(transport::ReceivedFrame frame) override {
+      auto header = rpc::DecodeCallHeader(frame);
+      if (!header.ok() || header->kind() != wire::CallHeader::REQUEST) return;
+      const uint64_t id = header->call_id();
+      std::this_thread::sleep_for(server->delay_);
+      connection->Send(rpc::MakeResponseFrame(id, Status(), Buffer::CopyOf(
+                                                                std::string_view("late"))))
+          .IgnoreError();
+    }
+    void OnClose(const Status&) override { connection.reset(); }
+    LateServer* server;
+    std::shared_ptr<transport::Connection> connection;
+  };
+
+  std::chrono::milliseconds delay_;
+  rpc::EventLoop loop_;
+  std::unique_ptr<transport::Listener> listener_;
+};
+
+TEST_CASE("deadline: a late reply is dropped and the callback runs once") {
+  LateServer server(300ms);
+  Channel channel(server.uri());
+  std::atomic<int> callbacks{0};
+  std::promise<Status> first;
+  channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("x")),
+               CallOptions::WithTimeout(50ms),
+               [&](const Status& status, Buffer) {
+                 if (callbacks++ == 0) first.set_value(status);
+               });
+  CHECK(first.get_future().get().code() == StatusCode::kDeadlineExceeded);
+  REQUIRE(WaitFor([&] { return channel.stats().late_responses_dropped == 1; }));
+  CHECK(callbacks == 1);
+}
+
+TEST_CASE("cancel: the client gets CANCELLED and the handler observes it") {
+  TestServer server;
+  Channel channel(server.uri);
+  std::promise<Status> done;
+  const Channel::CallId id = channel.Call(
+      "test.Test", "WaitCancel", Buffer(), CallOptions{},
+      [&](const Status& status, Buffer) { done.set_value(status); });
+  REQUIRE(WaitFor([&] { return server.service.calls_started == 1; }));
+  channel.Cancel(id);
+  CHECK(done.get_future().get().code() == StatusCode::kCancelled);
+  REQUIRE(WaitFor([&] { return server.service.cancels_observed == 1; }));
+  // The handler's reply to a cancelled call is not sent.
+  REQUIRE(WaitFor([&] { return server.server.stats().responses_dropped == 1; }));
+  CHECK(channel.stats().late_responses_dropped == 0);
+}
+
+TEST_CASE("unimplemented: unknown service or method gives UNIMPLEMENTED") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult no_method = CallSync(channel, "Nope", "");
+  CHECK(no_method.status.code() == StatusCode::kUnimplemented);
+  CHECK(no_method.status.message().find("Nope") != std::string::npos);
+  const CallResult no_service = CallSync(channel, "Echo", "", {}, "test.Missing");
+  CHECK(no_service.status.code() == StatusCode::kUnimplemented);
+  CHECK(no_service.status.message().find("test.Missing") != std::string::npos);
+  // The connection is still good.
+  CHECK(CallSync(channel, "Echo", "still here").response == "still here");
+}
+
+TEST_CASE("errors: a handler's status and message reach the caller") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult result =
+      CallSync(channel, "Fail", "5:key 'k' does not exist");
+  CHECK(result.status.code() == StatusCode::kNotFound);
+  CHECK(result.status.message() == "key 'k' does not exist");
+  CHECK(result.response.empty());
+}
+
+TEST_CASE("errors: a call the handler drops completes INTERNAL") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult result = CallSync(channel, "Drop", "");
+  CHECK(result.status.code() == StatusCode::kInternal);
+}
+
+TEST_CASE("peer loss: every pending call completes UNAVAILABLE exactly once") {
+  auto server = std::make_unique<TestServer>();
+  Channel channel(server->uri);
+  constexpr int kCalls = 200;
+  std::atomic<int> callbacks{0};
+  std::atomic<int> unavailable{0};
+  for (int i = 0; i < kCalls; ++i) {
+    channel.Call("test.Test", "WaitCancel", Buffer(), CallOptions{},
+                 [&](const Status& status, Buffer) {
+                   callbacks++;
+                   if (status.code() == StatusCode::kUnavailable) unavailable++;
+                 });
+  }
+  REQUIRE(WaitFor([&] { return server->service.calls_started == kCalls; }));
+  server.reset();  // The server goes away with every call in flight.
+  REQUIRE(WaitFor([&] { return callbacks == kCalls; }));
+  std::this_thread::sleep_for(100ms);  // Nothing completes twice.
+  CHECK(callbacks == kCalls);
+  CHECK(unavailable == kCalls);
+  CHECK(channel.stats().outstanding_calls == 0);
+}
+
+TEST_CASE("reconnect: the channel reconnects after the server returns") {
+  rpc::ChannelOptions options;
+  options.initial_backoff = 50ms;
+  auto server = std::make_unique<TestServer>();
+  const std::string uri = server->uri;
+  Channel channel(uri, options);
+  REQUIRE(CallSync(channel, "Echo", "one").status.ok());
+  server.reset();
+  REQUIRE(WaitFor([&] { return channel.state() == rpc::ChannelState::kIdle; }));
+
+  // Nobody listens: the connect fails, and calls in backoff fail fast.
+  const CallResult down = CallSync(channel, "Echo", "two");
+  CHECK(down.status.code() == StatusCode::kUnavailable);
+  CHECK(channel.state() == rpc::ChannelState::kTransientFailure);
+  const CallResult fast = CallSync(channel, "Echo", "three");
+  CHECK(fast.status.code() == StatusCode::kUnavailable);
+  CHECK(fast.status.message().find("next attempt") != std::string::npos);
+
+  // The server comes back on the same address.
+  TestService service;
+  rpc::Server again;
+  again.RegisterService(&service);
+  REQUIRE(again.Listen(uri).ok());
+  REQUIRE(WaitFor([&] {
+    return CallSync(channel, "Echo", "four").status.ok();
+  }));
+  CHECK(channel.stats().connects == 2);
+  CHECK(channel.stats().connect_failures >= 1);
+}
+
+TEST_CASE("limits: an oversized request gets RESOURCE_EXHAUSTED, then works") {
+  rpc::ServerOptions options;
+  options.transport.max_payload_size = 64 * 1024;
+  TestServer server(options);
+  LogCapture log;
+  Channel channel(server.uri);
+  const CallResult big = CallSync(channel, "Echo", std::string(100 * 1024, 'x'));
+  CHECK(big.status.code() == StatusCode::kResourceExhausted);
+  CHECK(big.status.message().find("exceeds") != std::string::npos);
+  CHECK(log.Contains("exceeds the receiver's maximum"));
+  // The oversized payload was skipped: the stream is still in sync.
+  CHECK(CallSync(channel, "Echo", "small").response == "small");
+}
+
+TEST_CASE("limits: an oversized response gets RESOURCE_EXHAUSTED") {
+  TestServer server;
+  rpc::ChannelOptions options;
+  options.transport.max_payload_size = 1024;
+  Channel channel(server.uri, options);
+  const CallResult big = CallSync(channel, "Bytes", "4096");
+  CHECK(big.status.code() == StatusCode::kResourceExhausted);
+  CHECK(CallSync(channel, "Bytes", "512").response.size() == 512);
+}
+
+TEST_CASE("limits: the channel refuses a request over its own maximum") {
+  TestServer server;
+  rpc::ChannelOptions options;
+  options.max_request_size = 10;
+  Channel channel(server.uri, options);
+  CHECK(CallSync(channel, "Echo", std::string(11, 'x')).status.code() ==
+        StatusCode::kResourceExhausted);
+  CHECK(server.service.calls_started == 0);
+}
+
+TEST_CASE("malformed: a bad frame closes that connection, others are served") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw garbage needs a TCP socket; the RDMA suite has its own test");
+  }
+  TestServer server;
+  LogCapture log;
+  Channel healthy(server.uri);
+  REQUIRE(CallSync(healthy, "Echo", "before").status.ok());
+
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket raw(io);
+  const auto uri = transport::ParseUri(server.uri);
+  raw.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  const std::string garbage = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  boost::asio::write(raw, boost::asio::buffer(garbage));
+  char byte;
+  boost::system::error_code error;
+  boost::asio::read(raw, boost::asio::buffer(&byte, 1), error);
+  CHECK(error == boost::asio::error::eof);  // The server closed it.
+  CHECK(WaitFor([&] { return log.Contains("malformed frame: bad magic"); }));
+
+  CHECK(CallSync(healthy, "Echo", "after").response == "after");
+}
+
+TEST_CASE("load: 10,000 concurrent outstanding calls on one connection") {
+  TestServer server;
+  Channel channel(server.uri);
+  constexpr int kCalls = 10000;
+  std::atomic<int> ok{0};
+  std::atomic<int> done{0};
+  for (int i = 0; i < kCalls; ++i) {
+    // Each call sleeps, so all of them are outstanding at once.
+    channel.Call("test.Test", "SleepMs", Buffer::CopyOf(std::string_view("300")),
+                 CallOptions::WithTimeout(60s),
+                 [&](const Status& status, Buffer response) {
+                   if (status.ok() && response.view() == "slept") ok++;
+                   done++;
+                 });
+  }
+  CHECK(channel.stats().outstanding_calls > kCalls / 2);
+  REQUIRE(WaitFor([&] { return done == kCalls; }, 60s));
+  CHECK(ok == kCalls);
+}
+
+TEST_CASE("payloads: 0 B to 64 MiB round-trip intact") {
+  TestServer server;
+  Channel channel(server.uri);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{15}, size_t{4096},
+                      size_t{16 * 1024 + 3}, size_t{1 << 20},
+                      size_t{64} << 20}) {
+    Buffer request = Buffer::Allocate(size);
+    for (size_t i = 0; i < size; ++i) request.data()[i] = std::byte(i * 131 + size);
+    std::promise<std::pair<Status, Buffer>> result;
+    channel.Call("test.Test", "Echo", Buffer::CopyOf(request.span()),
+                 CallOptions::WithTimeout(60s),
+                 [&](const Status& status, Buffer response) {
+                   result.set_value({status, std::move(response)});
+                 });
+    auto [status, response] = result.get_future().get();
+    INFO("size " << size);
+    REQUIRE(status.ok());
+    REQUIRE(response.size() == size);
+    CHECK(std::equal(request.span().begin(), request.span().end(),
+                     response.span().begin()));
+  }
+}
+
+TEST_CASE("load: 100 connections to one server") {
+  TestServer server;
+  constexpr int kChannels = 100;
+  std::vector<std::unique_ptr<Channel>> channels;
+  for (int i = 0; i < kChannels; ++i) {
+    channels.push_back(std::make_unique<Channel>(server.uri));
+  }
+  std::atomic<int> ok{0};
+  std::atomic<int> done{0};
+  for (int i = 0; i < kChannels; ++i) {
+    const std::string text = "channel " + std::to_string(i);
+    channels[i]->Call("test.Test", "Echo", Buffer::CopyOf(text),
+                      CallOptions::WithTimeout(30s),
+                      [&, text](const Status& status, Buffer response) {
+                        if (status.ok() && response.view() == text) ok++;
+                        done++;
+                      });
+  }
+  REQUIRE(WaitFor([&] { return done == kChannels; }, 30s));
+  CHECK(ok == kChannels);
+  CHECK(server.server.stats().connections == kChannels);
+}
+
+TEST_CASE("shutdown: in-flight calls finish within the grace period") {
+  auto server = std::make_unique<TestServer>();
+  Channel channel(server->uri);
+  std::promise<CallResult> in_flight;
+  channel.Call("test.Test", "SleepMs", Buffer::CopyOf(std::string_view("200")),
+               CallOptions{}, [&](const Status& status, Buffer response) {
+                 in_flight.set_value({status, std::string(response.view())});
+               });
+  REQUIRE(WaitFor([&] { return server->service.calls_started == 1; }));
+  server->server.Shutdown(5s);
+  const CallResult result = in_flight.get_future().get();
+  CHECK(result.status.ok());
+  CHECK(result.response == "slept");
+  CHECK(server->server.stats().live_calls == 0);
+}
+
+TEST_CASE("shutdown: calls past the grace period are cancelled") {
+  auto server = std::make_unique<TestServer>();
+  Channel channel(server->uri);
+  std::promise<Status> in_flight;
+  channel.Call("test.Test", "WaitCancel", Buffer(), CallOptions{},
+               [&](const Status& status, Buffer) { in_flight.set_value(status); });
+  REQUIRE(WaitFor([&] { return server->service.calls_started == 1; }));
+  server->server.Shutdown(50ms);
+  CHECK(in_flight.get_future().get().code() == StatusCode::kUnavailable);
+  CHECK(server->service.cancels_observed == 1);
+}
+
+TEST_CASE("channel: destroying it completes outstanding calls with CANCELLED") {
+  TestServer server;
+  std::promise<Status> outcome;
+  {
+    Channel channel(server.uri);
+    channel.Call("test.Test", "WaitCancel", Buffer(), CallOptions{},
+                 [&](const Status& status, Buffer) { outcome.set_value(status); });
+    REQUIRE(WaitFor([&] { return server.service.calls_started == 1; }));
+  }
+  CHECK(outcome.get_future().get().code() == StatusCode::kCancelled);
+}
+
+TEST_CASE("connect: an unsupported scheme or bad URI is a clear error") {
+  Channel channel("carrier-pigeon://somewhere:1");
+  const CallResult result = CallSync(channel, "Echo", "");
+  CHECK(result.status.code() == StatusCode::kUnavailable);
+  CHECK(result.status.message().find("unsupported transport") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace rdmarpc::testing

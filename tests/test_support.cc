@@ -1,0 +1,101 @@
+#include "tests/test_support.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
+#include <future>
+#include <stdexcept>
+#include <thread>
+
+namespace rdmarpc::testing {
+
+std::string ListenUri() {
+  const char* transport = std::getenv("RDMARPC_TEST_TRANSPORT");
+  if (transport == nullptr || std::string(transport) == "tcp") {
+    return "tcp://127.0.0.1:0";
+  }
+  const char* ip = std::getenv("RXE_IP");
+  if (ip == nullptr) {
+    throw std::runtime_error(
+        "RDMARPC_TEST_TRANSPORT=" + std::string(transport) +
+        " needs RXE_IP (run under tools/softroce/run)");
+  }
+  return std::string(transport) + "://" + ip + ":0";
+}
+
+TestService::TestService() : rpc::Service("test.Test") {
+  using rpc::ServerCall;
+  auto count = [this] { calls_started++; };
+  AddMethod("Echo", [count](std::shared_ptr<ServerCall> call) {
+    count();
+    call->Finish(Status(), Buffer::CopyOf(call->request().span()));
+  });
+  AddMethod("Fail", [count](std::shared_ptr<ServerCall> call) {
+    count();
+    const std::string text(call->request().view());
+    const size_t colon = text.find(':');
+    const int code = std::stoi(text.substr(0, colon));
+    call->Finish(Status(static_cast<StatusCode>(code), text.substr(colon + 1)));
+  });
+  AddMethod("SleepMs", [this, count](std::shared_ptr<ServerCall> call) {
+    count();
+    const int ms = std::stoi(std::string(call->request().view()));
+    auto timer = std::make_shared<boost::asio::steady_timer>(
+        timers_.context(), std::chrono::milliseconds(ms));
+    timer->async_wait([timer, call](const boost::system::error_code&) {
+      call->Finish(Status(), Buffer::CopyOf(std::string_view("slept")));
+    });
+  });
+  AddMethod("Deadline", [count](std::shared_ptr<ServerCall> call) {
+    count();
+    std::string answer = "none";
+    if (call->deadline()) {
+      answer = std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              *call->deadline() - rpc::Clock::now())
+              .count());
+    }
+    call->Finish(Status(), Buffer::CopyOf(answer));
+  });
+  AddMethod("WaitCancel", [this, count](std::shared_ptr<ServerCall> call) {
+    count();
+    // The callback holds the call: it stays open until cancelled.
+    call->OnCancel([this, call] {
+      cancels_observed++;
+      call->Finish(Status(StatusCode::kCancelled, "observed cancel"));
+    });
+  });
+  AddMethod("Bytes", [count](std::shared_ptr<ServerCall> call) {
+    count();
+    const size_t n = std::stoull(std::string(call->request().view()));
+    Buffer out = Buffer::Allocate(n);
+    for (size_t i = 0; i < n; ++i) out.data()[i] = std::byte(i * 7);
+    call->Finish(Status(), std::move(out));
+  });
+  AddMethod("Drop", [count](std::shared_ptr<ServerCall>) { count(); });
+}
+
+TestService::~TestService() { timers_.Stop(); }
+
+CallResult CallSync(rpc::Channel& channel, std::string_view method,
+                    std::string request, rpc::CallOptions options,
+                    std::string_view service) {
+  std::promise<CallResult> result;
+  channel.Call(service, method, Buffer::CopyOf(request), options,
+               [&result](const Status& status, Buffer response) {
+                 result.set_value({status, std::string(response.view())});
+               });
+  return result.get_future().get();
+}
+
+TestServer::TestServer(rpc::ServerOptions options)
+    : server(std::move(options)) {
+  server.RegisterService(&service);
+  auto bound = server.Listen(ListenUri());
+  if (!bound.ok()) {
+    throw std::runtime_error("listen failed: " + bound.status().ToString());
+  }
+  uri = *bound;
+}
+
+}  // namespace rdmarpc::testing

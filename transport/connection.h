@@ -1,0 +1,150 @@
+// The transport interface: a message-oriented, full-duplex connection.
+//
+// A Connection moves whole frames (a header and payload slices) between two
+// peers. It is built so an RDMA transport can implement it without copies:
+//  - outgoing bytes are Buffers the transport owns until they have left (a
+//    Buffer's release hook tells the owner of registered memory it is free);
+//  - received frames arrive as owned Buffers, so a transport can hand out its
+//    receive buffers and get them back when the frame is destroyed.
+//
+// Threading: a connection runs on one executor (a single-threaded
+// io_context). Send and Close may be called from any thread. Observer
+// callbacks run on the connection's executor.
+#ifndef RDMARPC_TRANSPORT_CONNECTION_H_
+#define RDMARPC_TRANSPORT_CONNECTION_H_
+
+#include <array>
+#include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <cassert>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/buffer.h"
+#include "base/status.h"
+#include "base/tunables.h"
+#include "transport/frame.h"
+
+namespace rdmarpc::transport {
+
+// A frame to send: a header and up to kMaxPayloadSlices payload slices,
+// gathered on the wire without being copied together.
+struct OutgoingFrame {
+  FrameType type = FrameType::kRpc;
+  Buffer header;
+  std::array<Buffer, tunables::kMaxPayloadSlices> payload;
+  size_t payload_slices = 0;
+
+  void AddPayload(Buffer slice) {
+    assert(payload_slices < payload.size());
+    if (!slice.empty()) payload[payload_slices++] = std::move(slice);
+  }
+  uint64_t payload_size() const {
+    uint64_t total = 0;
+    for (size_t i = 0; i < payload_slices; ++i) total += payload[i].size();
+    return total;
+  }
+};
+
+// A whole received frame. It owns its bytes; destroying it (or the payload
+// taken from it) returns them to the transport.
+class ReceivedFrame {
+ public:
+  ReceivedFrame(FrameType type, Buffer block, uint32_t header_size,
+                uint64_t dropped_payload_size)
+      : type_(type),
+        block_(std::move(block)),
+        header_size_(header_size),
+        dropped_payload_size_(dropped_payload_size) {}
+
+  FrameType type() const { return type_; }
+  std::span<const std::byte> header() const {
+    return block_.span().first(header_size_);
+  }
+  uint64_t payload_size() const { return block_.size() - header_size_; }
+  // Non-zero when the payload exceeded the receiver's maximum and was
+  // discarded unread; the header is intact so the call can be answered.
+  uint64_t dropped_payload_size() const { return dropped_payload_size_; }
+
+  // The payload as an owned Buffer; header() is invalid afterwards.
+  Buffer TakePayload() && {
+    block_.RemovePrefix(header_size_);
+    header_size_ = 0;
+    return std::move(block_);
+  }
+
+ private:
+  FrameType type_;
+  Buffer block_;  // Header, then payload.
+  uint32_t header_size_;
+  uint64_t dropped_payload_size_;
+};
+
+// Counters a connection keeps; read from any thread.
+struct ConnectionStats {
+  std::atomic<uint64_t> frames_sent{0};
+  std::atomic<uint64_t> frames_received{0};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+  // System calls that moved data (writev/readv), to show batching at work.
+  std::atomic<uint64_t> write_calls{0};
+  std::atomic<uint64_t> read_calls{0};
+  std::atomic<uint64_t> oversized_frames_dropped{0};
+};
+
+class ConnectionObserver {
+ public:
+  virtual ~ConnectionObserver() = default;
+  // Frames arrive in the order the peer sent them.
+  virtual void OnFrame(ReceivedFrame frame) = 0;
+  // Exactly once, after which no callback arrives: the peer went away, a
+  // malformed frame arrived, or Close() was called.
+  virtual void OnClose(const Status& reason) = 0;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // Starts delivering frames to `observer`. The connection keeps the observer
+  // alive until OnClose has returned.
+  virtual void Start(std::shared_ptr<ConnectionObserver> observer) = 0;
+
+  // Queues a frame; frames leave in the order queued, frames queued while a
+  // write is under way leave together. UNAVAILABLE once the connection is
+  // closing; the frame's buffers are released either way.
+  virtual Status Send(OutgoingFrame frame) = 0;
+
+  // Closes with a reason (delivered to OnClose). Idempotent.
+  virtual void Close(const Status& reason) = 0;
+
+  virtual boost::asio::any_io_executor executor() const = 0;
+  // The peer as a URI: "tcp://127.0.0.1:40001".
+  virtual const std::string& peer() const = 0;
+  virtual const ConnectionStats& stats() const = 0;
+};
+
+// Options shared by every transport.
+struct TransportOptions {
+  // Largest payload this side accepts; larger ones are dropped and answered
+  // with RESOURCE_EXHAUSTED.
+  uint64_t max_payload_size = tunables::kDefaultMaxPayloadSize;
+  std::chrono::milliseconds connect_timeout = tunables::kConnectTimeout;
+};
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // The URI actually bound: a port of 0 is replaced by the chosen port.
+  virtual const std::string& uri() const = 0;
+  // Stops accepting; connections already accepted are unaffected.
+  virtual void Close() = 0;
+};
+
+}  // namespace rdmarpc::transport
+
+#endif  // RDMARPC_TRANSPORT_CONNECTION_H_

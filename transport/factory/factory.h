@@ -1,0 +1,34 @@
+// Choosing a transport by URI scheme: "tcp://host:port" (and, with the RDMA
+// transport, "rdma://" and "auto://").
+#ifndef RDMARPC_TRANSPORT_FACTORY_FACTORY_H_
+#define RDMARPC_TRANSPORT_FACTORY_FACTORY_H_
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "base/status_or.h"
+#include "transport/connection.h"
+
+namespace rdmarpc::transport {
+
+using ContextPicker = std::function<boost::asio::io_context&()>;
+using AcceptHandler = std::function<void(std::shared_ptr<Connection>)>;
+using ConnectHandler =
+    std::function<void(StatusOr<std::shared_ptr<Connection>>)>;
+
+// Binds the URI and accepts on `accept_context`; each accepted connection
+// lives on the context `pick` returns (a server's workers, round robin).
+StatusOr<std::unique_ptr<Listener>> Listen(
+    boost::asio::io_context& accept_context, std::string_view uri,
+    const TransportOptions& options, ContextPicker pick,
+    AcceptHandler on_accept);
+
+// Connects to the URI; `done` runs once, on `context`.
+void Connect(boost::asio::io_context& context, std::string_view uri,
+             const TransportOptions& options, ConnectHandler done);
+
+}  // namespace rdmarpc::transport
+
+#endif  // RDMARPC_TRANSPORT_FACTORY_FACTORY_H_

@@ -1,0 +1,299 @@
+#include "transport/tcp/tcp_connection.h"
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+
+#include "base/log.h"
+
+namespace rdmarpc::transport::tcp {
+
+namespace asio = boost::asio;
+using tunables::kFramePrefixSize;
+using tunables::kTcpCopyOutLimit;
+using tunables::kTcpReceiveChunk;
+
+namespace {
+
+std::string PeerUri(const asio::ip::tcp::socket& socket) {
+  boost::system::error_code ec;
+  const auto endpoint = socket.remote_endpoint(ec);
+  if (ec) return "tcp://?";
+  const auto address = endpoint.address();
+  const std::string host = address.is_v6() ? "[" + address.to_string() + "]"
+                                           : address.to_string();
+  return "tcp://" + host + ":" + std::to_string(endpoint.port());
+}
+
+}  // namespace
+
+TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
+                             const TransportOptions& options)
+    : socket_(std::move(socket)),
+      options_(options),
+      peer_(PeerUri(socket_)),
+      staging_(new std::byte[kTcpReceiveChunk]) {
+  boost::system::error_code ec;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  if (ec) Log().warn("{}: cannot set TCP_NODELAY: {}", peer_, ec.message());
+}
+
+TcpConnection::~TcpConnection() = default;
+
+asio::any_io_executor TcpConnection::executor() const {
+  return const_cast<asio::ip::tcp::socket&>(socket_).get_executor();
+}
+
+void TcpConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
+  asio::post(socket_.get_executor(),
+             [self = shared_from_this(), observer = std::move(observer)] {
+               if (self->torn_down_) {
+                 // Closed before it started: the observer still hears why.
+                 observer->OnClose(self->close_reason_);
+                 return;
+               }
+               self->observer_ = observer;
+               self->ReadMore();
+             });
+}
+
+// ---------------------------------------------------------------- receive --
+
+void TcpConnection::ConsumeStaged() {
+  using Phase = RxState::Phase;
+  while (!torn_down_) {
+    const size_t staged = staged_end_ - staged_begin_;
+    std::byte* in = staging_.get() + staged_begin_;
+    switch (rx_.phase) {
+      case Phase::kPrefix: {
+        if (staged < kFramePrefixSize) return ReadMore();
+        const DecodedPrefix decoded = DecodeFramePrefix(
+            std::span(in, kFramePrefixSize), options_.max_payload_size);
+        if (decoded.verdict == PrefixVerdict::kMalformed) {
+          Log().warn("{}: closing: {}", peer_, decoded.error.message());
+          return CloseNow(decoded.error);
+        }
+        if (decoded.prefix.type != FrameType::kRpc) {
+          const Status error(StatusCode::kInternal,
+                             "malformed frame: control frame on TCP");
+          Log().warn("{}: closing: {}", peer_, error.message());
+          return CloseNow(error);
+        }
+        staged_begin_ += kFramePrefixSize;
+        rx_.prefix = decoded.prefix;
+        rx_.filled = 0;
+        rx_.discard_left = 0;
+        uint64_t keep = decoded.prefix.header_size;
+        if (decoded.verdict == PrefixVerdict::kPayloadTooLarge) {
+          Log().warn("{}: {}; discarding it", peer_, decoded.error.message());
+          rx_.discard_left = decoded.prefix.payload_size;
+          stats_.oversized_frames_dropped++;
+        } else {
+          keep += decoded.prefix.payload_size;
+        }
+        rx_.block = Buffer::Allocate(keep);
+        rx_.phase = Phase::kBody;
+        break;
+      }
+      case Phase::kBody: {
+        const size_t need = rx_.block.size() - rx_.filled;
+        const size_t take = std::min(need, staged);
+        if (take > 0) std::memcpy(rx_.block.data() + rx_.filled, in, take);
+        rx_.filled += take;
+        staged_begin_ += take;
+        if (rx_.filled < rx_.block.size()) {
+          // Everything staged is consumed. A large remainder goes straight
+          // into the block; a small one through the staging area.
+          if (need - take >= kTcpCopyOutLimit) {
+            staged_begin_ = staged_end_ = 0;
+            stats_.read_calls++;
+            asio::async_read(
+                socket_,
+                asio::buffer(rx_.block.data() + rx_.filled,
+                             rx_.block.size() - rx_.filled),
+                [self = shared_from_this()](
+                    const boost::system::error_code& error, size_t bytes) {
+                  self->OnBodyRead(error, bytes);
+                });
+            return;
+          }
+          return ReadMore();
+        }
+        const bool discard = rx_.discard_left > 0;
+        DeliverFrame();
+        rx_.phase = discard ? Phase::kDiscard : Phase::kPrefix;
+        break;
+      }
+      case Phase::kDiscard: {
+        const size_t take =
+            static_cast<size_t>(std::min<uint64_t>(rx_.discard_left, staged));
+        staged_begin_ += take;
+        rx_.discard_left -= take;
+        if (rx_.discard_left > 0) return ReadMore();
+        rx_.phase = Phase::kPrefix;
+        break;
+      }
+    }
+  }
+}
+
+void TcpConnection::OnBodyRead(const boost::system::error_code& error,
+                               size_t bytes) {
+  if (torn_down_) return;
+  if (error) return OnReadError(error);
+  rx_.filled = rx_.block.size();
+  stats_.bytes_received += bytes;
+  DeliverFrame();
+  rx_.phase = RxState::Phase::kPrefix;
+  ConsumeStaged();
+}
+
+void TcpConnection::DeliverFrame() {
+  stats_.frames_received++;
+  ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
+                      rx_.prefix.header_size, rx_.discard_left);
+  observer_->OnFrame(std::move(frame));
+}
+
+void TcpConnection::ReadMore() {
+  if (torn_down_) return;
+  // Keep the unconsumed tail at the front so the rest of it can follow.
+  if (staged_begin_ > 0) {
+    const size_t tail = staged_end_ - staged_begin_;
+    std::memmove(staging_.get(), staging_.get() + staged_begin_, tail);
+    staged_begin_ = 0;
+    staged_end_ = tail;
+  }
+  socket_.async_read_some(
+      asio::buffer(staging_.get() + staged_end_,
+                   kTcpReceiveChunk - staged_end_),
+      [self = shared_from_this()](const boost::system::error_code& error,
+                                  size_t bytes) {
+        if (self->torn_down_) return;
+        if (error) return self->OnReadError(error);
+        self->stats_.read_calls++;
+        self->stats_.bytes_received += bytes;
+        self->staged_end_ += bytes;
+        self->ConsumeStaged();
+      });
+}
+
+void TcpConnection::OnReadError(const boost::system::error_code& error) {
+  if (error == asio::error::eof) {
+    Log().info("{}: peer closed the connection", peer_);
+    return CloseNow(Status(StatusCode::kUnavailable,
+                           "peer " + peer_ + " closed the connection"));
+  }
+  Log().info("{}: read failed: {}", peer_, error.message());
+  CloseNow(Status(StatusCode::kUnavailable,
+                  "connection to " + peer_ + " lost: " + error.message()));
+}
+
+// ------------------------------------------------------------------- send --
+
+Status TcpConnection::Send(OutgoingFrame frame) {
+  if (frame.header.size() > tunables::kMaxCallHeaderSize) {
+    return Status(StatusCode::kInternal, "frame header too large");
+  }
+  const uint64_t payload = frame.payload_size();
+  if (payload > tunables::kMaxPayloadSizeLimit) {
+    return Status(StatusCode::kResourceExhausted,
+                  "payload of " + std::to_string(payload) +
+                      " bytes exceeds the frame format's limit");
+  }
+  const EncodedPrefix prefix = EncodeFramePrefix(
+      {frame.type, static_cast<uint32_t>(frame.header.size()),
+       static_cast<uint32_t>(payload)});
+  bool post = false;
+  {
+    std::lock_guard lock(mu_);
+    if (closing_) {
+      return Status(StatusCode::kUnavailable,
+                    "connection to " + peer_ + " is closed");
+    }
+    queue_.push_back({prefix, std::move(frame)});
+    post = !std::exchange(flush_pending_, true);
+  }
+  if (post) {
+    asio::post(socket_.get_executor(),
+               [self = shared_from_this()] { self->Flush(); });
+  }
+  return Status();
+}
+
+void TcpConnection::Flush() {
+  if (torn_down_) return;
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.empty()) {
+      flush_pending_ = false;
+      return;
+    }
+    std::swap(queue_, writing_);
+  }
+  gather_.clear();
+  for (const QueuedFrame& queued : writing_) {
+    gather_.emplace_back(queued.prefix.data(), queued.prefix.size());
+    if (!queued.frame.header.empty()) {
+      gather_.emplace_back(queued.frame.header.data(),
+                           queued.frame.header.size());
+    }
+    for (size_t i = 0; i < queued.frame.payload_slices; ++i) {
+      const Buffer& slice = queued.frame.payload[i];
+      gather_.emplace_back(slice.data(), slice.size());
+    }
+  }
+  stats_.write_calls++;
+  asio::async_write(socket_, gather_,
+                    [self = shared_from_this()](
+                        const boost::system::error_code& error, size_t bytes) {
+                      self->OnWritten(error, bytes);
+                    });
+}
+
+void TcpConnection::OnWritten(const boost::system::error_code& error,
+                              size_t bytes) {
+  stats_.frames_sent += writing_.size();
+  stats_.bytes_sent += bytes;
+  writing_.clear();  // Releases every sent buffer.
+  if (torn_down_) return;
+  if (error) {
+    Log().info("{}: write failed: {}", peer_, error.message());
+    return CloseNow(Status(StatusCode::kUnavailable, "connection to " + peer_ +
+                                                         " lost: " +
+                                                         error.message()));
+  }
+  Flush();
+}
+
+// ------------------------------------------------------------------ close --
+
+void TcpConnection::Close(const Status& reason) {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  asio::post(socket_.get_executor(),
+             [self = shared_from_this(), reason] { self->CloseNow(reason); });
+}
+
+void TcpConnection::CloseNow(const Status& reason) {
+  if (torn_down_) return;
+  torn_down_ = true;
+  close_reason_ = reason;
+  std::vector<QueuedFrame> unsent;
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+    unsent.swap(queue_);
+  }
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  rx_.block.Reset();
+  if (auto observer = std::move(observer_)) observer->OnClose(reason);
+}
+
+}  // namespace rdmarpc::transport::tcp

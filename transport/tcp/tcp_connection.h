@@ -1,0 +1,91 @@
+// A Connection over a TCP stream socket (Boost.Asio).
+//
+// Receive: one read() fills a staging area that may hold many small frames;
+// each is copied out into its own Buffer. A frame too large for the staging
+// area is read straight into its own block, so a 64 MiB payload is never
+// copied on the way in. A payload over the limit is read and discarded in
+// staging-sized pieces while its header is still delivered.
+//
+// Send: frames queue under a mutex; the socket's executor writes everything
+// queued in one gathered write, so frames produced while a write is in flight
+// leave together.
+#ifndef RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
+#define RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
+
+#include <boost/asio/ip/tcp.hpp>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transport/connection.h"
+
+namespace rdmarpc::transport::tcp {
+
+class TcpConnection final : public Connection,
+                            public std::enable_shared_from_this<TcpConnection> {
+ public:
+  // `socket` is connected; TCP_NODELAY is set here.
+  TcpConnection(boost::asio::ip::tcp::socket socket,
+                const TransportOptions& options);
+  ~TcpConnection() override;
+
+  void Start(std::shared_ptr<ConnectionObserver> observer) override;
+  Status Send(OutgoingFrame frame) override;
+  void Close(const Status& reason) override;
+  boost::asio::any_io_executor executor() const override;
+  const std::string& peer() const override { return peer_; }
+  const ConnectionStats& stats() const override { return stats_; }
+
+ private:
+  struct QueuedFrame {
+    EncodedPrefix prefix;
+    OutgoingFrame frame;
+  };
+  // Where the frame being received stands.
+  struct RxState {
+    enum class Phase { kPrefix, kBody, kDiscard } phase = Phase::kPrefix;
+    FramePrefix prefix;
+    Buffer block;  // Header, then payload unless it is being discarded.
+    size_t filled = 0;
+    uint64_t discard_left = 0;
+  };
+
+  // Receive path (executor only).
+  void ConsumeStaged();
+  void ReadMore();
+  void OnBodyRead(const boost::system::error_code& error, size_t bytes);
+  void DeliverFrame();
+  void OnReadError(const boost::system::error_code& error);
+
+  // Send path (executor only).
+  void Flush();
+  void OnWritten(const boost::system::error_code& error, size_t bytes);
+
+  void CloseNow(const Status& reason);
+
+  boost::asio::ip::tcp::socket socket_;
+  const TransportOptions options_;
+  std::string peer_;
+  ConnectionStats stats_;
+  std::shared_ptr<ConnectionObserver> observer_;  // Reset after OnClose.
+  bool torn_down_ = false;
+  Status close_reason_;
+
+  std::unique_ptr<std::byte[]> staging_;
+  size_t staged_begin_ = 0;
+  size_t staged_end_ = 0;
+  RxState rx_;
+
+  std::mutex mu_;
+  std::vector<QueuedFrame> queue_;  // Guarded by mu_.
+  // A flush is posted or a write is in flight; either picks up queue_.
+  bool flush_pending_ = false;  // Guarded by mu_.
+  bool closing_ = false;        // Guarded by mu_.
+
+  std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
+  std::vector<boost::asio::const_buffer> gather_;
+};
+
+}  // namespace rdmarpc::transport::tcp
+
+#endif  // RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_

@@ -1,0 +1,164 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "base/log.h"
+#include "transport/tcp/tcp_connection.h"
+
+namespace rdmarpc::transport::tcp {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+class TcpListener final : public Listener {
+ public:
+  // Shared with pending accepts, which may outlive the Listener object.
+  struct State {
+    explicit State(asio::io_context& context) : acceptor(context) {}
+    tcp::acceptor acceptor;
+    TransportOptions options;
+    ContextPicker pick;
+    AcceptHandler on_accept;
+    std::string uri;
+  };
+
+  explicit TcpListener(std::shared_ptr<State> state)
+      : state_(std::move(state)) {}
+  ~TcpListener() override { Close(); }
+
+  const std::string& uri() const override { return state_->uri; }
+  void Close() override {
+    asio::post(state_->acceptor.get_executor(), [state = state_] {
+      boost::system::error_code ignored;
+      state->acceptor.close(ignored);
+    });
+  }
+
+  static void AcceptNext(const std::shared_ptr<State>& state) {
+    state->acceptor.async_accept(
+        state->pick(),
+        [state](const boost::system::error_code& error, tcp::socket socket) {
+          if (error == asio::error::operation_aborted ||
+              !state->acceptor.is_open()) {
+            return;
+          }
+          if (error) {
+            // EMFILE and friends: keep serving the connections we have.
+            Log().warn("{}: accept failed: {}", state->uri, error.message());
+          } else {
+            state->on_accept(
+                std::make_shared<TcpConnection>(std::move(socket),
+                                                state->options));
+          }
+          AcceptNext(state);
+        });
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+Status BindError(const std::string& what, const boost::system::error_code& e) {
+  return Status(StatusCode::kUnavailable, what + ": " + e.message());
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
+                                           const std::string& host,
+                                           uint16_t port,
+                                           const TransportOptions& options,
+                                           ContextPicker pick,
+                                           AcceptHandler on_accept) {
+  boost::system::error_code error;
+  const auto address = asio::ip::make_address(host, error);
+  if (error) {
+    return Status(StatusCode::kInvalidArgument,
+                  "tcp listen address '" + host + "' is not an IP address");
+  }
+  auto state = std::make_shared<TcpListener::State>(accept_context);
+  const tcp::endpoint endpoint(address, port);
+  const std::string where = "listen on " + endpoint.address().to_string() +
+                            ":" + std::to_string(port);
+  state->acceptor.open(endpoint.protocol(), error);
+  if (error) return BindError(where, error);
+  state->acceptor.set_option(tcp::acceptor::reuse_address(true), error);
+  state->acceptor.bind(endpoint, error);
+  if (error) return BindError(where, error);
+  state->acceptor.listen(asio::socket_base::max_listen_connections, error);
+  if (error) return BindError(where, error);
+  const auto bound = state->acceptor.local_endpoint(error);
+  if (error) return BindError(where, error);
+  const std::string bound_host = bound.address().is_v6()
+                                     ? "[" + bound.address().to_string() + "]"
+                                     : bound.address().to_string();
+  state->uri = "tcp://" + bound_host + ":" + std::to_string(bound.port());
+  state->options = options;
+  state->pick = std::move(pick);
+  state->on_accept = std::move(on_accept);
+  TcpListener::AcceptNext(state);
+  return std::unique_ptr<Listener>(new TcpListener(std::move(state)));
+}
+
+void Connect(asio::io_context& context, const std::string& host,
+             uint16_t port, const TransportOptions& options,
+             ConnectHandler done) {
+  struct Attempt {
+    explicit Attempt(asio::io_context& context)
+        : resolver(context), socket(context), timer(context) {}
+    tcp::resolver resolver;
+    tcp::socket socket;
+    asio::steady_timer timer;
+    ConnectHandler done;
+    TransportOptions options;
+    std::string target;
+    bool finished = false;
+
+    void Finish(StatusOr<std::shared_ptr<Connection>> result) {
+      if (std::exchange(finished, true)) return;
+      timer.cancel();
+      resolver.cancel();
+      done(std::move(result));
+    }
+    void Fail(const std::string& what, const boost::system::error_code& e) {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      Finish(Status(StatusCode::kUnavailable,
+                    what + " " + target + ": " + e.message()));
+    }
+  };
+  auto attempt = std::make_shared<Attempt>(context);
+  attempt->done = std::move(done);
+  attempt->options = options;
+  attempt->target = "tcp://" + host + ":" + std::to_string(port);
+  attempt->timer.expires_after(options.connect_timeout);
+  attempt->timer.async_wait([attempt](const boost::system::error_code& error) {
+    if (error || attempt->finished) return;
+    boost::system::error_code ignored;
+    attempt->socket.close(ignored);
+    attempt->Finish(Status(StatusCode::kUnavailable,
+                           "connect to " + attempt->target + " timed out"));
+  });
+  attempt->resolver.async_resolve(
+      host, std::to_string(port),
+      [attempt](const boost::system::error_code& error,
+                const tcp::resolver::results_type& results) {
+        if (attempt->finished) return;
+        if (error) return attempt->Fail("cannot resolve", error);
+        asio::async_connect(
+            attempt->socket, results,
+            [attempt](const boost::system::error_code& error,
+                      const tcp::endpoint&) {
+              if (attempt->finished) return;
+              if (error) return attempt->Fail("cannot connect to", error);
+              attempt->Finish(std::shared_ptr<Connection>(
+                  std::make_shared<TcpConnection>(std::move(attempt->socket),
+                                                  attempt->options)));
+            });
+      });
+}
+
+}  // namespace rdmarpc::transport::tcp
