@@ -36,6 +36,10 @@ inline constexpr size_t kTcpCopyOutLimit = 16 * 1024;
 static_assert(kTcpReceiveChunk >= kFramePrefixSize + kTcpCopyOutLimit,
               "a copied-out frame must fit the staging area");
 
+// Close() first writes what is already queued; a peer that does not read is
+// cut off after this long.
+inline constexpr std::chrono::milliseconds kCloseFlushTimeout{1000};
+
 // --- Channel ---------------------------------------------------------------
 inline constexpr std::chrono::milliseconds kInitialReconnectBackoff{100};
 inline constexpr std::chrono::milliseconds kMaxReconnectBackoff{5000};

@@ -166,10 +166,15 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
     std::lock_guard lock(mu_);
     live_.erase(call.id_);
   }
-  {
-    std::lock_guard lock(core_->mu);
-    if (--core_->live_calls == 0) core_->idle.notify_all();
-  }
+  Send(call, status, std::move(response));
+  // Only now is the call over: a graceful shutdown waiting for it may close
+  // the connection, and the response is already queued ahead of the close.
+  std::lock_guard lock(core_->mu);
+  if (--core_->live_calls == 0) core_->idle.notify_all();
+}
+
+void ServerSession::Send(ServerCall& call, const Status& status,
+                         Buffer response) {
   if (call.IsCancelled()) {
     core_->responses_dropped++;
     Log().debug("{}: dropping response to cancelled call {}",

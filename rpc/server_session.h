@@ -56,6 +56,7 @@ class ServerSession final : public transport::ConnectionObserver,
   void Complete(ServerCall& call, const Status& status, Buffer response);
 
  private:
+  void Send(ServerCall& call, const Status& status, Buffer response);
   void Reply(uint64_t id, const Status& status);
   void ProtocolError(const Status& error);
 

@@ -1,5 +1,5 @@
 // The RPC core's semantics, over the transport under test (tcp by default).
-#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/sinks/base_sink.h>
 
 #include <atomic>
 #include <boost/asio/connect.hpp>
@@ -25,24 +25,48 @@ using rpc::CallOptions;
 using rpc::Channel;
 
 // Collects what the rdmarpc logger prints, to check that errors are logged.
-class LogCapture {
+// spdlog's sink list must not change while other threads log, so the sink is
+// installed once, before main(), and only cleared afterwards.
+class CaptureSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
-    Log().sinks().push_back(sink_);
+  void Clear() {
+    std::lock_guard lock(mutex_);
+    lines_.clear();
   }
-  ~LogCapture() {
-    auto& sinks = Log().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  bool Contains(std::string_view text) const {
-    for (const auto& line : sink_->last_formatted()) {
+  bool Contains(std::string_view text) {
+    std::lock_guard lock(mutex_);
+    for (const auto& line : lines_) {
       if (line.find(text) != std::string::npos) return true;
     }
     return false;
   }
 
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    lines_.emplace_back(msg.payload.data(), msg.payload.size());
+  }
+  void flush_() override {}
+
  private:
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+  std::vector<std::string> lines_;  // Guarded by base_sink's mutex_.
+};
+
+CaptureSink& Captured() {
+  static const auto sink = [] {
+    auto s = std::make_shared<CaptureSink>();
+    Log().sinks().push_back(s);
+    return s;
+  }();
+  return *sink;
+}
+[[maybe_unused]] const bool kCaptureInstalled = (Captured(), true);
+
+class LogCapture {
+ public:
+  LogCapture() { Captured().Clear(); }
+  bool Contains(std::string_view text) const {
+    return Captured().Contains(text);
+  }
 };
 
 TEST_CASE("echo: a call round-trips its payload") {

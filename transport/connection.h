@@ -119,7 +119,9 @@ class Connection {
   // closing; the frame's buffers are released either way.
   virtual Status Send(OutgoingFrame frame) = 0;
 
-  // Closes with a reason (delivered to OnClose). Idempotent.
+  // Closes with a reason (delivered to OnClose). Frames already queued are
+  // written first (bounded by kCloseFlushTimeout); later Sends fail.
+  // Idempotent.
   virtual void Close(const Status& reason) = 0;
 
   virtual boost::asio::any_io_executor executor() const = 0;

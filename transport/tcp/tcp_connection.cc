@@ -34,6 +34,7 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
     : socket_(std::move(socket)),
       options_(options),
       peer_(PeerUri(socket_)),
+      close_timer_(socket_.get_executor()),
       staging_(new std::byte[kTcpReceiveChunk]) {
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -227,11 +228,12 @@ void TcpConnection::Flush() {
   if (torn_down_) return;
   {
     std::lock_guard lock(mu_);
-    if (queue_.empty()) {
-      flush_pending_ = false;
-      return;
-    }
-    std::swap(queue_, writing_);
+    if (queue_.empty()) flush_pending_ = false;
+    else std::swap(queue_, writing_);
+  }
+  if (writing_.empty()) {
+    if (close_after_flush_) CloseNow(*close_after_flush_);
+    return;
   }
   gather_.clear();
   for (const QueuedFrame& queued : writing_) {
@@ -276,13 +278,31 @@ void TcpConnection::Close(const Status& reason) {
     closing_ = true;
   }
   asio::post(socket_.get_executor(),
-             [self = shared_from_this(), reason] { self->CloseNow(reason); });
+             [self = shared_from_this(), reason] { self->BeginClose(reason); });
+}
+
+void TcpConnection::BeginClose(const Status& reason) {
+  if (torn_down_ || close_after_flush_) return;
+  bool idle;
+  {
+    std::lock_guard lock(mu_);
+    idle = !flush_pending_;
+  }
+  if (idle) return CloseNow(reason);
+  // A write is in flight or posted: Flush closes when the queue runs dry.
+  close_after_flush_ = reason;
+  close_timer_.expires_after(tunables::kCloseFlushTimeout);
+  close_timer_.async_wait(
+      [self = shared_from_this(), reason](const boost::system::error_code& e) {
+        if (!e) self->CloseNow(reason);
+      });
 }
 
 void TcpConnection::CloseNow(const Status& reason) {
   if (torn_down_) return;
   torn_down_ = true;
   close_reason_ = reason;
+  close_timer_.cancel();
   std::vector<QueuedFrame> unsent;
   {
     std::lock_guard lock(mu_);

@@ -13,8 +13,10 @@
 #define RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "transport/connection.h"
@@ -61,6 +63,8 @@ class TcpConnection final : public Connection,
   void Flush();
   void OnWritten(const boost::system::error_code& error, size_t bytes);
 
+  // Closes once the queue is written, or after kCloseFlushTimeout.
+  void BeginClose(const Status& reason);
   void CloseNow(const Status& reason);
 
   boost::asio::ip::tcp::socket socket_;
@@ -70,6 +74,8 @@ class TcpConnection final : public Connection,
   std::shared_ptr<ConnectionObserver> observer_;  // Reset after OnClose.
   bool torn_down_ = false;
   Status close_reason_;
+  std::optional<Status> close_after_flush_;
+  boost::asio::steady_timer close_timer_;
 
   std::unique_ptr<std::byte[]> staging_;
   size_t staged_begin_ = 0;
