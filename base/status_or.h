@@ -28,6 +28,7 @@ class [[nodiscard]] StatusOr {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
 
  private:
   std::variant<Status, T> state_;
