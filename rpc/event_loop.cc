@@ -7,17 +7,34 @@
 namespace rdmarpc::rpc {
 
 EventLoop::EventLoop() : work_(context_.get_executor()) {
-  thread_ = std::thread([this] {
-    for (;;) {
-      try {
-        context_.run();
-        return;
-      } catch (const std::exception& e) {
-        // A throwing handler must not take the process down; keep serving.
-        Log().error("event loop: handler threw: {}", e.what());
-      }
-    }
+  std::promise<void> finished;
+  finished_ = finished.get_future();
+  thread_ = std::thread([this, finished = std::move(finished)]() mutable {
+    RunUntilOutOfWork();
+    finished.set_value();
   });
+}
+
+void EventLoop::RunUntilOutOfWork() {
+  for (;;) {
+    try {
+      context_.run();
+      return;
+    } catch (const std::exception& e) {
+      // A throwing handler must not take the process down; keep serving.
+      Log().error("event loop: handler threw: {}", e.what());
+    }
+  }
+}
+
+void EventLoop::Drain(std::chrono::milliseconds timeout) {
+  if (!thread_.joinable()) return;
+  work_.reset();
+  if (finished_.wait_for(timeout) != std::future_status::ready) {
+    Log().warn("event loop still busy after {} ms; stopping it",
+               timeout.count());
+  }
+  Stop();
 }
 
 void EventLoop::Stop() {

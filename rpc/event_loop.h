@@ -4,6 +4,8 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -23,13 +25,19 @@ class EventLoop {
   // Stops the loop and joins its thread; handlers not yet run are destroyed
   // with the loop. Must not be called from the loop's own thread.
   void Stop();
+  // Lets the loop run until it has no work left (every close handler has
+  // run), for at most `timeout`; then stops it.
+  void Drain(std::chrono::milliseconds timeout);
 
  private:
+  void RunUntilOutOfWork();
+
   boost::asio::io_context context_{1};
   std::optional<boost::asio::executor_work_guard<
       boost::asio::io_context::executor_type>>
       work_;
   std::thread thread_;
+  std::future<void> finished_;  // Ready when the thread's run() returned.
 };
 
 }  // namespace rdmarpc::rpc

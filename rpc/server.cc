@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <boost/asio/post.hpp>
-#include <future>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -21,7 +20,7 @@ class Server::Impl {
     core_->max_response_size = options_.max_response_size;
     const int workers = options_.workers > 0 ? options_.workers : 1;
     for (int i = 0; i < workers; ++i) {
-      workers_.push_back(std::make_unique<EventLoop>());
+      workers_->push_back(std::make_unique<EventLoop>());
     }
   }
 
@@ -42,10 +41,10 @@ class Server::Impl {
     }
     serving_ = true;
     auto listener = transport::Listen(
-        workers_[0]->context(), uri, options_.transport,
+        (*workers_)[0]->context(), uri, options_.transport,
         [this]() -> boost::asio::io_context& {
-          const size_t next = next_worker_++ % workers_.size();
-          return workers_[next]->context();
+          const size_t next = next_worker_++ % workers_->size();
+          return (*workers_)[next]->context();
         },
         [this](std::shared_ptr<transport::Connection> connection) {
           Accept(std::move(connection));
@@ -82,14 +81,12 @@ class Server::Impl {
     for (const auto& session : sessions) {
       session->Close(Status(StatusCode::kUnavailable, "server shut down"));
     }
-    // Let every worker run the close handlers, then stop it.
-    for (auto& worker : workers_) {
-      std::promise<void> flushed;
-      boost::asio::post(worker->context(), [&flushed] { flushed.set_value(); });
-      flushed.get_future().wait();
-    }
     listeners_.clear();
-    for (auto& worker : workers_) worker->Stop();
+    // Every connection is closing: let each worker run its close handlers
+    // (bounded, since a close flushes for at most kCloseFlushTimeout).
+    for (auto& worker : *workers_) {
+      worker->Drain(2 * tunables::kCloseFlushTimeout);
+    }
     std::lock_guard lock(mu_);
     sessions_.clear();
   }
@@ -113,7 +110,7 @@ class Server::Impl {
  private:
   void Accept(std::shared_ptr<transport::Connection> connection) {
     Log().info("{}: accepted", connection->peer());
-    auto session = std::make_shared<ServerSession>(core_, connection);
+    auto session = std::make_shared<ServerSession>(core_, connection, workers_);
     {
       std::lock_guard lock(mu_);
       if (shut_down_) {
@@ -132,7 +129,9 @@ class Server::Impl {
 
   const ServerOptions options_;
   const std::shared_ptr<ServerCore> core_;
-  std::vector<std::unique_ptr<EventLoop>> workers_;
+  // Shared with every session: a socket must not outlive its event loop.
+  using Workers = std::vector<std::unique_ptr<EventLoop>>;
+  const std::shared_ptr<Workers> workers_ = std::make_shared<Workers>();
   std::atomic<size_t> next_worker_{0};
 
   mutable std::mutex mu_;

@@ -66,8 +66,11 @@ void ServerCall::Finish(const Status& status, Buffer response) {
 // ---------------------------------------------------------- ServerSession --
 
 ServerSession::ServerSession(std::shared_ptr<ServerCore> core,
-                             std::shared_ptr<transport::Connection> connection)
-    : core_(std::move(core)), connection_(std::move(connection)) {}
+                             std::shared_ptr<transport::Connection> connection,
+                             std::shared_ptr<const void> loops)
+    : core_(std::move(core)),
+      loops_(std::move(loops)),
+      connection_(std::move(connection)) {}
 
 void ServerSession::ProtocolError(const Status& error) {
   core_->protocol_errors++;

@@ -38,8 +38,11 @@ struct ServerCore {
 class ServerSession final : public transport::ConnectionObserver,
                             public std::enable_shared_from_this<ServerSession> {
  public:
+  // `loops` keeps the connection's event loop alive as long as the session:
+  // a handler may hold its call (and so this session) past the server.
   ServerSession(std::shared_ptr<ServerCore> core,
-                std::shared_ptr<transport::Connection> connection);
+                std::shared_ptr<transport::Connection> connection,
+                std::shared_ptr<const void> loops);
 
   void Start() { connection_->Start(shared_from_this()); }
   // Runs once, after the connection has closed. Set before Start().
@@ -61,6 +64,7 @@ class ServerSession final : public transport::ConnectionObserver,
   void ProtocolError(const Status& error);
 
   const std::shared_ptr<ServerCore> core_;
+  const std::shared_ptr<const void> loops_;  // Destroyed after connection_.
   const std::shared_ptr<transport::Connection> connection_;
   std::mutex mu_;
   std::unordered_map<uint64_t, std::weak_ptr<ServerCall>> live_;  // Guarded.

@@ -418,6 +418,35 @@ TEST_CASE("shutdown: calls past the grace period are cancelled") {
   CHECK(server->service.cancels_observed == 1);
 }
 
+// Regression: a call held by its handler past the server's lifetime kept a
+// socket whose event loop had been destroyed (heap-use-after-free in ASan).
+TEST_CASE("server: a call may outlive its server") {
+  std::shared_ptr<rpc::ServerCall> kept;
+  std::promise<void> started;
+  rpc::Service service("test.Keep");
+  service.AddMethod("Keep", [&](std::shared_ptr<rpc::ServerCall> call) {
+    kept = std::move(call);
+    started.set_value();
+  });
+  std::promise<Status> outcome;
+  {
+    rpc::Server server;
+    server.RegisterService(&service);
+    const auto uri = server.Listen(ListenUri());
+    REQUIRE(uri.ok());
+    Channel channel(*uri);
+    channel.Call("test.Keep", "Keep", Buffer(), CallOptions{},
+                 [&](const Status& status, Buffer) { outcome.set_value(status); });
+    started.get_future().wait();
+    server.Shutdown(0ms);
+    CHECK(outcome.get_future().get().code() == StatusCode::kUnavailable);
+  }
+  REQUIRE(kept);
+  CHECK(kept->IsCancelled());
+  kept->Finish(Status(), Buffer::CopyOf(std::string_view("too late")));
+  kept.reset();  // Releases the session, connection and socket.
+}
+
 TEST_CASE("channel: destroying it completes outstanding calls with CANCELLED") {
   TestServer server;
   std::promise<Status> outcome;
