@@ -3,22 +3,65 @@
 #define RDMARPC_RPC_CALL_OPTIONS_H_
 
 #include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 namespace rdmarpc::rpc {
 
 using Clock = std::chrono::steady_clock;
 
+// Lets a caller cancel a call it started through an API that returns no
+// handle (the typed stubs). Cancel() before the call starts cancels it as
+// soon as it does; after it completed, Cancel() does nothing.
+class CallCancellation {
+ public:
+  void Cancel() {
+    std::function<void()> cancel;
+    {
+      std::lock_guard lock(mu_);
+      if (cancelled_) return;
+      cancelled_ = true;
+      cancel = std::move(cancel_);
+    }
+    if (cancel) cancel();
+  }
+  bool cancelled() const {
+    std::lock_guard lock(mu_);
+    return cancelled_;
+  }
+
+  // Called by the channel when the call starts.
+  void Attach(std::function<void()> cancel) {
+    {
+      std::lock_guard lock(mu_);
+      if (!cancelled_) {
+        cancel_ = std::move(cancel);
+        return;
+      }
+    }
+    cancel();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  bool cancelled_ = false;
+  std::function<void()> cancel_;
+};
+
 struct CallOptions {
   // When the caller stops waiting: the call completes with DEADLINE_EXCEEDED
   // and the server sees the call cancelled. None by default.
   std::optional<Clock::time_point> deadline;
+  // Optional: lets the caller cancel the call (CANCELLED) at any time.
+  std::shared_ptr<CallCancellation> cancellation;
 
   static CallOptions WithTimeout(Clock::duration timeout) {
-    return CallOptions{Clock::now() + timeout};
+    return CallOptions{Clock::now() + timeout, nullptr};
   }
   static CallOptions WithDeadline(Clock::time_point deadline) {
-    return CallOptions{deadline};
+    return CallOptions{deadline, nullptr};
   }
 };
 

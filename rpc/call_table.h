@@ -10,18 +10,19 @@
 #define RDMARPC_RPC_CALL_TABLE_H_
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "base/buffer.h"
+#include "base/unique_function.h"
 #include "base/status.h"
 #include "rpc/call_options.h"
 
 namespace rdmarpc::rpc {
 
-using ResponseCallback = std::function<void(const Status&, Buffer response)>;
+// Move-only, so an Asio completion handler can be wrapped without a copy.
+using ResponseCallback = UniqueFunction<void(const Status&, Buffer response)>;
 
 class CallTable {
  public:

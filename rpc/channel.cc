@@ -153,6 +153,14 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
     armed_ = call_options.deadline;
     asio::post(context_, [self = shared_from_this()] { self->ArmTimer(); });
   }
+  lock.unlock();
+  if (call_options.cancellation) {
+    // Outside the lock: an already cancelled token cancels at once.
+    call_options.cancellation->Attach(
+        [weak = weak_from_this(), id] {
+          if (auto self = weak.lock()) self->Cancel(id);
+        });
+  }
   return id;
 }
 
@@ -350,6 +358,9 @@ Channel::CallId Channel::Call(std::string_view service,
 }
 
 void Channel::Cancel(CallId id) { impl_->Cancel(id); }
+boost::asio::any_io_executor Channel::executor() const {
+  return loop_->context().get_executor();
+}
 ChannelState Channel::state() const { return impl_->state(); }
 ChannelStats Channel::stats() const { return impl_->stats(); }
 const std::string& Channel::target() const { return impl_->target(); }

@@ -15,6 +15,7 @@
 #ifndef RDMARPC_RPC_CHANNEL_H_
 #define RDMARPC_RPC_CHANNEL_H_
 
+#include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,9 @@ class Channel {
   // Completes the call with CANCELLED (if it has not completed yet) and tells
   // the server to stop working on it.
   void Cancel(CallId id);
+
+  // The channel's event loop, where callbacks run.
+  boost::asio::any_io_executor executor() const;
 
   ChannelState state() const;
   ChannelStats stats() const;

@@ -1,0 +1,116 @@
+// The typed layer under the code protoc-gen-rdmarpc generates: protobuf
+// requests and responses over the generic Channel and Server.
+//
+// Server side: a generated service's handler gets a TypedCall: the parsed
+// request, a response to fill, the deadline and cancellation, and Finish(),
+// callable once from any thread, now or later.
+//
+// Client side: AsyncUnaryCall takes any Asio completion token. The completion
+// signature is void(rdmarpc::Status, Response):
+//   - a callback:            [](Status status, Response response) { ... }
+//   - asio::use_future:      std::future<std::tuple<Status, Response>>
+//   - asio::use_awaitable:   auto [status, response] = co_await ...;
+// The handler runs on its associated executor (a coroutine's own), or on
+// the channel's event loop when it has none.
+#ifndef RDMARPC_RPC_TYPED_H_
+#define RDMARPC_RPC_TYPED_H_
+
+#include <google/protobuf/message_lite.h>
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/prefer.hpp>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "base/buffer.h"
+#include "base/status.h"
+#include "rpc/channel.h"
+#include "rpc/server_call.h"
+#include "rpc/service.h"
+
+namespace rdmarpc::rpc {
+
+// The message's wire bytes in a new Buffer.
+Buffer SerializeMessage(const google::protobuf::MessageLite& message);
+// Parses `bytes` into `message`; an error names the expected type.
+Status ParseMessage(const Buffer& bytes, google::protobuf::MessageLite& message);
+
+template <typename Request, typename Response>
+class TypedCall {
+ public:
+  explicit TypedCall(std::shared_ptr<ServerCall> call)
+      : call_(std::move(call)) {}
+
+  const Request& request() const { return request_; }
+  Response& response() { return response_; }
+  std::optional<Clock::time_point> deadline() const { return call_->deadline(); }
+  bool IsCancelled() const { return call_->IsCancelled(); }
+  void OnCancel(std::function<void()> on_cancel) {
+    call_->OnCancel(std::move(on_cancel));
+  }
+  // Sends response() when `status` is OK, else the error alone.
+  void Finish(const Status& status = Status()) {
+    call_->Finish(status,
+                  status.ok() ? SerializeMessage(response_) : Buffer());
+  }
+
+ private:
+  template <typename Rq, typename Rs, typename F>
+  friend MethodHandler MakeUnaryHandler(F handle);
+
+  std::shared_ptr<ServerCall> call_;
+  Request request_;
+  Response response_;
+};
+
+// A generic handler that parses the request and hands a TypedCall to
+// `handle`. A request that does not parse is answered INVALID_ARGUMENT.
+template <typename Request, typename Response, typename F>
+MethodHandler MakeUnaryHandler(F handle) {
+  return [handle = std::move(handle)](std::shared_ptr<ServerCall> raw) {
+    auto call = std::make_shared<TypedCall<Request, Response>>(raw);
+    const Status parsed = ParseMessage(raw->request(), call->request_);
+    if (!parsed.ok()) return raw->Finish(parsed);
+    handle(std::move(call));
+  };
+}
+
+template <typename Response, typename CompletionToken>
+auto AsyncUnaryCall(Channel& channel, std::string_view service,
+                    std::string_view method,
+                    const google::protobuf::MessageLite& request,
+                    const CallOptions& options, CompletionToken&& token) {
+  // Captures by value: use_awaitable initiates later, at the co_await.
+  auto initiate = [&channel, service, method, options](auto handler,
+                                                       Buffer bytes) {
+    // Keeps the handler's executor (e.g. a coroutine's io_context) busy
+    // until the call completes, so its run() does not return early.
+    auto executor = boost::asio::prefer(
+        boost::asio::get_associated_executor(handler, channel.executor()),
+        boost::asio::execution::outstanding_work.tracked);
+    channel.Call(
+        service, method, std::move(bytes), options,
+        [handler = std::move(handler), executor = std::move(executor)](
+            const Status& status, Buffer payload) mutable {
+          Response response;
+          Status result = status;
+          if (result.ok()) result = ParseMessage(payload, response);
+          boost::asio::dispatch(
+              executor, [handler = std::move(handler), result,
+                         response = std::move(response)]() mutable {
+                std::move(handler)(result, std::move(response));
+              });
+        });
+  };
+  return boost::asio::async_initiate<CompletionToken, void(Status, Response)>(
+      std::move(initiate), token, SerializeMessage(request));
+}
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_TYPED_H_

@@ -1,0 +1,191 @@
+// Generated services and stubs (tests/proto/multi.proto), end to end, in all
+// three completion styles.
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange unincluded.
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <future>
+#include <thread>
+
+#include "tests/proto/multi.rdmarpc.h"
+#include "tests/test_support.h"
+
+namespace rdmarpc::test {
+namespace {
+
+namespace asio = boost::asio;
+using rpc::TypedCall;
+using namespace std::chrono_literals;
+
+class CalculatorImpl : public Calculator::Service {
+ public:
+  void Add(std::shared_ptr<TypedCall<Pair, Number>> call) override {
+    call->response().set_value(call->request().a() + call->request().b());
+    call->Finish();
+  }
+  // Finishes later, from another thread.
+  void Negate(std::shared_ptr<TypedCall<Number, Number>> call) override {
+    std::thread([call] {
+      std::this_thread::sleep_for(5ms);
+      call->response().set_value(-call->request().value());
+      call->Finish();
+    }).detach();
+  }
+  // Divide is left to the generated default: UNIMPLEMENTED.
+};
+
+class ClockImpl : public Clock::Service {
+ public:
+  void Echo(std::shared_ptr<TypedCall<Stamp, Stamp>> call) override {
+    call->response() = call->request();
+    call->response().set_label(call->request().label() + " (seen)");
+    call->Finish();
+  }
+  void Describe(
+      std::shared_ptr<TypedCall<Pair_Note, Pair_Note>> call) override {
+    if (call->request().text().empty()) {
+      return call->Finish(
+          Status(StatusCode::kInvalidArgument, "note text is empty"));
+    }
+    call->response().set_text("note: " + call->request().text());
+    call->Finish();
+  }
+};
+
+struct Fixture {
+  Fixture() {
+    server.RegisterService(&calculator);
+    server.RegisterService(&clock);
+    uri = *server.Listen(testing::ListenUri());
+    channel = std::make_shared<rpc::Channel>(uri);
+  }
+  CalculatorImpl calculator;
+  ClockImpl clock;
+  rpc::Server server;
+  std::string uri;
+  std::shared_ptr<rpc::Channel> channel;
+};
+
+Pair MakePair(int64_t a, int64_t b) {
+  Pair pair;
+  pair.set_a(a);
+  pair.set_b(b);
+  return pair;
+}
+
+TEST_CASE("typed: callback completion") {
+  Fixture f;
+  Calculator::Stub stub(f.channel);
+  std::promise<std::pair<Status, int64_t>> result;
+  stub.async_Add(MakePair(40, 2), [&](Status status, Number sum) {
+    result.set_value({status, sum.value()});
+  });
+  auto [status, sum] = result.get_future().get();
+  REQUIRE(status.ok());
+  CHECK(sum == 42);
+}
+
+TEST_CASE("typed: use_future completion") {
+  Fixture f;
+  Calculator::Stub stub(f.channel);
+  Number seven;
+  seven.set_value(7);
+  std::future<std::tuple<Status, Number>> future =
+      stub.async_Negate(seven, asio::use_future);
+  auto [status, negated] = future.get();
+  REQUIRE(status.ok());
+  CHECK(negated.value() == -7);
+}
+
+TEST_CASE("typed: use_awaitable completion in a C++20 coroutine") {
+  Fixture f;
+  Calculator::Stub calculator(f.channel);
+  Clock::Stub clock(f.channel);
+  asio::io_context io;
+  std::optional<int64_t> total;
+  std::string label;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto [s1, sum] = co_await calculator.async_Add(MakePair(1, 2),
+                                                       asio::use_awaitable);
+        auto [s2, negated] =
+            co_await calculator.async_Negate(sum, asio::use_awaitable);
+        Stamp stamp;
+        stamp.set_label("now");
+        stamp.mutable_at()->set_seconds(1700000000);
+        auto [s3, echoed] = co_await clock.async_Echo(
+            stamp, rpc::CallOptions::WithTimeout(10s), asio::use_awaitable);
+        if (s1.ok() && s2.ok() && s3.ok()) {
+          total = negated.value();
+          label = echoed.label() + "@" + std::to_string(echoed.at().seconds());
+        }
+        // The coroutine resumes on its own io_context's thread.
+        CHECK(io.get_executor().running_in_this_thread());
+      },
+      asio::detached);
+  io.run();  // Returns once the coroutine is done: the calls kept it busy.
+  REQUIRE(total.has_value());
+  CHECK(*total == -3);
+  CHECK(label == "now (seen)@1700000000");
+}
+
+TEST_CASE("typed: an unimplemented method answers UNIMPLEMENTED") {
+  Fixture f;
+  Calculator::Stub stub(f.channel);
+  auto [status, ignored] = stub.async_Divide(MakePair(1, 0), asio::use_future).get();
+  CHECK(status.code() == StatusCode::kUnimplemented);
+  CHECK(status.message().find("rdmarpc.test.Calculator/Divide") !=
+        std::string::npos);
+}
+
+TEST_CASE("typed: a handler's error and a nested message type") {
+  Fixture f;
+  Clock::Stub stub(f.channel);
+  Pair_Note note;
+  auto [empty_status, unused] = stub.async_Describe(note, asio::use_future).get();
+  CHECK(empty_status.code() == StatusCode::kInvalidArgument);
+  CHECK(empty_status.message() == "note text is empty");
+  note.set_text("hello");
+  auto [status, described] = stub.async_Describe(note, asio::use_future).get();
+  REQUIRE(status.ok());
+  CHECK(described.text() == "note: hello");
+}
+
+TEST_CASE("typed: a request that does not parse gets INVALID_ARGUMENT") {
+  Fixture f;
+  const testing::CallResult result = testing::CallSync(
+      *f.channel, "Add", std::string("\xff\xff\xff", 3), {},
+      "rdmarpc.test.Calculator");
+  CHECK(result.status.code() == StatusCode::kInvalidArgument);
+  CHECK(result.status.message().find("rdmarpc.test.Pair") != std::string::npos);
+}
+
+TEST_CASE("typed: CallCancellation cancels a typed call") {
+  Fixture f;
+  Calculator::Stub stub(f.channel);
+  rpc::CallOptions options;
+  options.cancellation = std::make_shared<rpc::CallCancellation>();
+  options.cancellation->Cancel();  // Before the call: cancels it at once.
+  Number n;
+  auto [status, unused] = stub.async_Negate(n, options, asio::use_future).get();
+  CHECK(status.code() == StatusCode::kCancelled);
+}
+
+TEST_CASE("typed: deadlines apply to typed calls") {
+  Fixture f;
+  Calculator::Stub stub(f.channel);
+  Number n;
+  // Negate takes about 5 ms; 1 us cannot be met.
+  auto [status, unused] =
+      stub.async_Negate(n, rpc::CallOptions::WithTimeout(1us), asio::use_future)
+          .get();
+  CHECK(status.code() == StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace rdmarpc::test
