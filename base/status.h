@@ -13,7 +13,8 @@
 
 namespace rdmarpc {
 
-// Numerically identical to grpc::StatusCode, so codes mean the same on the wire.
+// Numerically identical to grpc::StatusCode, so codes mean the same on the
+// wire.
 enum class StatusCode : int32_t {
   kOk = 0,
   kCancelled = 1,

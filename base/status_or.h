@@ -14,7 +14,7 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   // Implicit, so a function can `return value;` or `return status;`.
-  StatusOr(T value) : state_(std::move(value)) {}  // NOLINT
+  StatusOr(T value) : state_(std::move(value)) {}        // NOLINT
   StatusOr(Status status) : state_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(state_).ok() && "StatusOr needs an error status");
   }

@@ -24,9 +24,10 @@ class UniqueFunction<R(Args...)> {
   UniqueFunction() noexcept = default;
   UniqueFunction(std::nullptr_t) noexcept {}  // NOLINT
 
-  template <typename F, typename = std::enable_if_t<
-                            !std::is_same_v<std::decay_t<F>, UniqueFunction> &&
-                            std::is_invocable_r_v<R, std::decay_t<F>&, Args...>>>
+  template <typename F,
+            typename = std::enable_if_t<
+                !std::is_same_v<std::decay_t<F>, UniqueFunction> &&
+                std::is_invocable_r_v<R, std::decay_t<F>&, Args...>>>
   UniqueFunction(F&& f) {  // NOLINT: implicit, like std::function.
     using Fn = std::decay_t<F>;
     if constexpr (sizeof(Fn) <= kInlineSize &&

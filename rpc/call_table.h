@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "base/buffer.h"
-#include "base/unique_function.h"
 #include "base/status.h"
+#include "base/unique_function.h"
 #include "rpc/call_options.h"
 
 namespace rdmarpc::rpc {
@@ -29,7 +29,8 @@ class CallTable {
   using Entry = std::pair<uint64_t, ResponseCallback>;
 
   // Returns the new call's id (never 0).
-  uint64_t Add(ResponseCallback done, std::optional<Clock::time_point> deadline);
+  uint64_t Add(ResponseCallback done,
+               std::optional<Clock::time_point> deadline);
 
   bool Contains(uint64_t id) const;
   // Removes the call and returns its callback; nullopt if `id` is not

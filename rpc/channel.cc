@@ -146,7 +146,8 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
     waiting_.emplace_back(id, std::move(frame));
     if (state_ == ChannelState::kIdle) {
       state_ = ChannelState::kConnecting;
-      asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
+      asio::post(context_,
+                 [self = shared_from_this()] { self->StartConnect(); });
     }
   }
   if (call_options.deadline && (!armed_ || *call_options.deadline < *armed_)) {
@@ -156,10 +157,9 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   lock.unlock();
   if (call_options.cancellation) {
     // Outside the lock: an already cancelled token cancels at once.
-    call_options.cancellation->Attach(
-        [weak = weak_from_this(), id] {
-          if (auto self = weak.lock()) self->Cancel(id);
-        });
+    call_options.cancellation->Attach([weak = weak_from_this(), id] {
+      if (auto self = weak.lock()) self->Cancel(id);
+    });
   }
   return id;
 }
@@ -234,13 +234,14 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
     connect_error_ = result.status();
     state_ = ChannelState::kTransientFailure;
     backoff_until_ = Clock::now() + backoff_;
-    Log().info("{}: {}; backing off {} ms", target_,
-               connect_error_.message(), backoff_.count());
+    Log().info("{}: {}; backing off {} ms", target_, connect_error_.message(),
+               backoff_.count());
     backoff_ = std::min(options_.max_backoff,
                         std::chrono::duration_cast<std::chrono::milliseconds>(
                             backoff_ * options_.backoff_multiplier));
     for (auto& [id, frame] : waiting_) {
-      if (auto done = calls_.Take(id)) failed.emplace_back(id, std::move(*done));
+      if (auto done = calls_.Take(id))
+        failed.emplace_back(id, std::move(*done));
     }
     waiting_.clear();
     failure = Status(StatusCode::kUnavailable, connect_error_.message());
@@ -274,11 +275,11 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
   }
   Status status = StatusFromHeader(*header);
   if (frame.dropped_payload_size() > 0) {
-    status = Status(StatusCode::kResourceExhausted,
-                    "response of " +
-                        std::to_string(frame.dropped_payload_size()) +
-                        " bytes exceeds the channel's maximum of " +
-                        std::to_string(options_.transport.max_payload_size));
+    status =
+        Status(StatusCode::kResourceExhausted,
+               "response of " + std::to_string(frame.dropped_payload_size()) +
+                   " bytes exceeds the channel's maximum of " +
+                   std::to_string(options_.transport.max_payload_size));
   }
   (*done)(status, status.ok() ? std::move(frame).TakePayload() : Buffer());
 }
@@ -309,10 +310,10 @@ void Channel::Impl::ArmTimer() {
   }
   if (!next) return;
   timer_.expires_at(*next);
-  timer_.async_wait([self = shared_from_this()](
-                        const boost::system::error_code& error) {
-    self->OnTimer(error);
-  });
+  timer_.async_wait(
+      [self = shared_from_this()](const boost::system::error_code& error) {
+        self->OnTimer(error);
+      });
 }
 
 void Channel::Impl::OnTimer(const boost::system::error_code& error) {
@@ -328,8 +329,7 @@ void Channel::Impl::OnTimer(const boost::system::error_code& error) {
     }
   }
   ArmTimer();
-  FailAll(expired,
-          Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+  FailAll(expired, Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
 }
 
 // ---------------------------------------------------------------- Channel --
@@ -349,9 +349,8 @@ Channel::~Channel() {
   }
 }
 
-Channel::CallId Channel::Call(std::string_view service,
-                              std::string_view method, Buffer request,
-                              const CallOptions& options,
+Channel::CallId Channel::Call(std::string_view service, std::string_view method,
+                              Buffer request, const CallOptions& options,
                               ResponseCallback done) {
   return impl_->StartCall(service, method, std::move(request), options,
                           std::move(done));

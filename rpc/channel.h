@@ -65,9 +65,8 @@ class Channel {
 
   // Starts a call; callable from any thread. `done` gets the status and, when
   // it is OK, the response payload.
-  CallId Call(std::string_view service, std::string_view method,
-              Buffer request, const CallOptions& options,
-              ResponseCallback done);
+  CallId Call(std::string_view service, std::string_view method, Buffer request,
+              const CallOptions& options, ResponseCallback done);
 
   // Completes the call with CANCELLED (if it has not completed yet) and tells
   // the server to stop working on it.

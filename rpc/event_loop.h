@@ -33,8 +33,8 @@ class EventLoop {
   void RunUntilOutOfWork();
 
   boost::asio::io_context context_{1};
-  std::optional<boost::asio::executor_work_guard<
-      boost::asio::io_context::executor_type>>
+  std::optional<
+      boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
       work_;
   std::thread thread_;
   std::future<void> finished_;  // Ready when the thread's run() returned.

@@ -57,8 +57,8 @@ class Server {
 
   // Stops accepting, waits up to `grace` for in-flight calls, then closes
   // every connection (calls still running are cancelled). Idempotent.
-  void Shutdown(std::chrono::milliseconds grace =
-                    tunables::kDefaultShutdownGrace);
+  void Shutdown(
+      std::chrono::milliseconds grace = tunables::kDefaultShutdownGrace);
 
   ServerStats stats() const;
 

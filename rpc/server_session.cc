@@ -22,8 +22,8 @@ ServerCall::ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
 
 ServerCall::~ServerCall() {
   if (!finished_) {
-    Log().warn("{}/{}: handler dropped call {} without finishing it",
-               service_, method_, id_);
+    Log().warn("{}/{}: handler dropped call {} without finishing it", service_,
+               method_, id_);
     Finish(Status(StatusCode::kInternal,
                   "the server's handler dropped the call without a response"));
   }
@@ -56,8 +56,8 @@ void ServerCall::MarkCancelled() {
 
 void ServerCall::Finish(const Status& status, Buffer response) {
   if (finished_.exchange(true)) {
-    Log().error("{}/{}: call {} finished twice; ignoring {}", service_,
-                method_, id_, status.ToString());
+    Log().error("{}/{}: call {} finished twice; ignoring {}", service_, method_,
+                id_, status.ToString());
     return;
   }
   session_->Complete(*this, status, std::move(response));
@@ -123,11 +123,10 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
                                 "' of service '" + header.service() + "'"));
   }
   if (frame.dropped_payload_size() > 0) {
-    return Reply(id,
-                 Status(StatusCode::kResourceExhausted,
-                        "request of " +
-                            std::to_string(frame.dropped_payload_size()) +
-                            " bytes exceeds the server's maximum"));
+    return Reply(id, Status(StatusCode::kResourceExhausted,
+                            "request of " +
+                                std::to_string(frame.dropped_payload_size()) +
+                                " bytes exceeds the server's maximum"));
   }
 
   std::optional<Clock::time_point> deadline;
@@ -144,9 +143,9 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       // Finish the orphan quietly: the connection is going away anyway.
       call->finished_ = true;
       return ProtocolError(
-          Status(StatusCode::kInternal,
-                 "protocol error: call id " + std::to_string(id) +
-                     " is already in use"));
+          Status(StatusCode::kInternal, "protocol error: call id " +
+                                            std::to_string(id) +
+                                            " is already in use"));
     }
   }
   {

@@ -38,7 +38,8 @@ namespace rdmarpc::rpc {
 // The message's wire bytes in a new Buffer.
 Buffer SerializeMessage(const google::protobuf::MessageLite& message);
 // Parses `bytes` into `message`; an error names the expected type.
-Status ParseMessage(const Buffer& bytes, google::protobuf::MessageLite& message);
+Status ParseMessage(const Buffer& bytes,
+                    google::protobuf::MessageLite& message);
 
 template <typename Request, typename Response>
 class TypedCall {
@@ -47,16 +48,19 @@ class TypedCall {
       : call_(std::move(call)) {}
 
   const Request& request() const { return request_; }
+  // The request is the handler's: it may move large fields out of it.
+  Request& mutable_request() { return request_; }
   Response& response() { return response_; }
-  std::optional<Clock::time_point> deadline() const { return call_->deadline(); }
+  std::optional<Clock::time_point> deadline() const {
+    return call_->deadline();
+  }
   bool IsCancelled() const { return call_->IsCancelled(); }
   void OnCancel(std::function<void()> on_cancel) {
     call_->OnCancel(std::move(on_cancel));
   }
   // Sends response() when `status` is OK, else the error alone.
   void Finish(const Status& status = Status()) {
-    call_->Finish(status,
-                  status.ok() ? SerializeMessage(response_) : Buffer());
+    call_->Finish(status, status.ok() ? SerializeMessage(response_) : Buffer());
   }
 
  private:
@@ -93,19 +97,18 @@ auto AsyncUnaryCall(Channel& channel, std::string_view service,
     auto executor = boost::asio::prefer(
         boost::asio::get_associated_executor(handler, channel.executor()),
         boost::asio::execution::outstanding_work.tracked);
-    channel.Call(
-        service, method, std::move(bytes), options,
-        [handler = std::move(handler), executor = std::move(executor)](
-            const Status& status, Buffer payload) mutable {
-          Response response;
-          Status result = status;
-          if (result.ok()) result = ParseMessage(payload, response);
-          boost::asio::dispatch(
-              executor, [handler = std::move(handler), result,
-                         response = std::move(response)]() mutable {
-                std::move(handler)(result, std::move(response));
-              });
-        });
+    channel.Call(service, method, std::move(bytes), options,
+                 [handler = std::move(handler), executor = std::move(executor)](
+                     const Status& status, Buffer payload) mutable {
+                   Response response;
+                   Status result = status;
+                   if (result.ok()) result = ParseMessage(payload, response);
+                   boost::asio::dispatch(
+                       executor, [handler = std::move(handler), result,
+                                  response = std::move(response)]() mutable {
+                         std::move(handler)(result, std::move(response));
+                       });
+                 });
   };
   return boost::asio::async_initiate<CompletionToken, void(Status, Response)>(
       std::move(initiate), token, SerializeMessage(request));

@@ -83,10 +83,9 @@ StatusOr<wire::CallHeader> DecodeCallHeader(
                                ? frame.dropped_payload_size()
                                : frame.payload_size();
   if (header.out_of_band_size() == 0 && header.payload_size() != carried) {
-    return ProtocolError("header says " +
-                         std::to_string(header.payload_size()) +
-                         " payload bytes, frame carries " +
-                         std::to_string(carried));
+    return ProtocolError(
+        "header says " + std::to_string(header.payload_size()) +
+        " payload bytes, frame carries " + std::to_string(carried));
   }
   return header;
 }

@@ -62,7 +62,8 @@ TEST_CASE("CallTable: heap stays ordered under random removals") {
   const auto t0 = Clock::now();
   std::vector<uint64_t> ids;
   for (int i = 0; i < 1000; ++i) {
-    ids.push_back(table.Add(Noop(), t0 + std::chrono::milliseconds((i * 7919) % 1000)));
+    ids.push_back(
+        table.Add(Noop(), t0 + std::chrono::milliseconds((i * 7919) % 1000)));
   }
   for (size_t i = 0; i < ids.size(); i += 3) REQUIRE(table.Take(ids[i]));
   std::vector<CallTable::Entry> expired;

@@ -79,7 +79,9 @@ TEST_CASE("Buffer: release hook runs once, windows do not change it") {
   {
     Buffer buffer(
         storage, sizeof(storage),
-        [](void* counter, std::byte*) noexcept { ++*static_cast<int*>(counter); },
+        [](void* counter, std::byte*) noexcept {
+          ++*static_cast<int*>(counter);
+        },
         &released);
     buffer.RemovePrefix(2);
     buffer.Truncate(3);

@@ -139,8 +139,9 @@ class LateServer {
       if (!header.ok() || header->kind() != wire::CallHeader::REQUEST) return;
       const uint64_t id = header->call_id();
       std::this_thread::sleep_for(server->delay_);
-      connection->Send(rpc::MakeResponseFrame(id, Status(), Buffer::CopyOf(
-                                                                std::string_view("late"))))
+      connection
+          ->Send(rpc::MakeResponseFrame(
+              id, Status(), Buffer::CopyOf(std::string_view("late"))))
           .IgnoreError();
     }
     void OnClose(const Status&) override { connection.reset(); }
@@ -180,7 +181,8 @@ TEST_CASE("cancel: the client gets CANCELLED and the handler observes it") {
   CHECK(done.get_future().get().code() == StatusCode::kCancelled);
   REQUIRE(WaitFor([&] { return server.service.cancels_observed == 1; }));
   // The handler's reply to a cancelled call is not sent.
-  REQUIRE(WaitFor([&] { return server.server.stats().responses_dropped == 1; }));
+  REQUIRE(
+      WaitFor([&] { return server.server.stats().responses_dropped == 1; }));
   CHECK(channel.stats().late_responses_dropped == 0);
 }
 
@@ -190,7 +192,8 @@ TEST_CASE("unimplemented: unknown service or method gives UNIMPLEMENTED") {
   const CallResult no_method = CallSync(channel, "Nope", "");
   CHECK(no_method.status.code() == StatusCode::kUnimplemented);
   CHECK(no_method.status.message().find("Nope") != std::string::npos);
-  const CallResult no_service = CallSync(channel, "Echo", "", {}, "test.Missing");
+  const CallResult no_service =
+      CallSync(channel, "Echo", "", {}, "test.Missing");
   CHECK(no_service.status.code() == StatusCode::kUnimplemented);
   CHECK(no_service.status.message().find("test.Missing") != std::string::npos);
   // The connection is still good.
@@ -259,9 +262,8 @@ TEST_CASE("reconnect: the channel reconnects after the server returns") {
   rpc::Server again;
   again.RegisterService(&service);
   REQUIRE(again.Listen(uri).ok());
-  REQUIRE(WaitFor([&] {
-    return CallSync(channel, "Echo", "four").status.ok();
-  }));
+  REQUIRE(
+      WaitFor([&] { return CallSync(channel, "Echo", "four").status.ok(); }));
   CHECK(channel.stats().connects == 2);
   CHECK(channel.stats().connect_failures >= 1);
 }
@@ -272,7 +274,8 @@ TEST_CASE("limits: an oversized request gets RESOURCE_EXHAUSTED, then works") {
   TestServer server(options);
   LogCapture log;
   Channel channel(server.uri);
-  const CallResult big = CallSync(channel, "Echo", std::string(100 * 1024, 'x'));
+  const CallResult big =
+      CallSync(channel, "Echo", std::string(100 * 1024, 'x'));
   CHECK(big.status.code() == StatusCode::kResourceExhausted);
   CHECK(big.status.message().find("exceeds") != std::string::npos);
   CHECK(log.Contains("exceeds the receiver's maximum"));
@@ -332,7 +335,8 @@ TEST_CASE("load: 10,000 concurrent outstanding calls on one connection") {
   std::atomic<int> done{0};
   for (int i = 0; i < kCalls; ++i) {
     // Each call sleeps, so all of them are outstanding at once.
-    channel.Call("test.Test", "SleepMs", Buffer::CopyOf(std::string_view("300")),
+    channel.Call("test.Test", "SleepMs",
+                 Buffer::CopyOf(std::string_view("300")),
                  CallOptions::WithTimeout(60s),
                  [&](const Status& status, Buffer response) {
                    if (status.ok() && response.view() == "slept") ok++;
@@ -347,11 +351,12 @@ TEST_CASE("load: 10,000 concurrent outstanding calls on one connection") {
 TEST_CASE("payloads: 0 B to 64 MiB round-trip intact") {
   TestServer server;
   Channel channel(server.uri);
-  for (size_t size : {size_t{0}, size_t{1}, size_t{15}, size_t{4096},
-                      size_t{16 * 1024 + 3}, size_t{1 << 20},
-                      size_t{64} << 20}) {
+  for (size_t size :
+       {size_t{0}, size_t{1}, size_t{15}, size_t{4096}, size_t{16 * 1024 + 3},
+        size_t{1 << 20}, size_t{64} << 20}) {
     Buffer request = Buffer::Allocate(size);
-    for (size_t i = 0; i < size; ++i) request.data()[i] = std::byte(i * 131 + size);
+    for (size_t i = 0; i < size; ++i)
+      request.data()[i] = std::byte(i * 131 + size);
     std::promise<std::pair<Status, Buffer>> result;
     channel.Call("test.Test", "Echo", Buffer::CopyOf(request.span()),
                  CallOptions::WithTimeout(60s),
@@ -410,8 +415,9 @@ TEST_CASE("shutdown: calls past the grace period are cancelled") {
   auto server = std::make_unique<TestServer>();
   Channel channel(server->uri);
   std::promise<Status> in_flight;
-  channel.Call("test.Test", "WaitCancel", Buffer(), CallOptions{},
-               [&](const Status& status, Buffer) { in_flight.set_value(status); });
+  channel.Call(
+      "test.Test", "WaitCancel", Buffer(), CallOptions{},
+      [&](const Status& status, Buffer) { in_flight.set_value(status); });
   REQUIRE(WaitFor([&] { return server->service.calls_started == 1; }));
   server->server.Shutdown(50ms);
   CHECK(in_flight.get_future().get().code() == StatusCode::kUnavailable);
@@ -435,8 +441,9 @@ TEST_CASE("server: a call may outlive its server") {
     const auto uri = server.Listen(ListenUri());
     REQUIRE(uri.ok());
     Channel channel(*uri);
-    channel.Call("test.Keep", "Keep", Buffer(), CallOptions{},
-                 [&](const Status& status, Buffer) { outcome.set_value(status); });
+    channel.Call(
+        "test.Keep", "Keep", Buffer(), CallOptions{},
+        [&](const Status& status, Buffer) { outcome.set_value(status); });
     started.get_future().wait();
     server.Shutdown(0ms);
     CHECK(outcome.get_future().get().code() == StatusCode::kUnavailable);
@@ -452,8 +459,9 @@ TEST_CASE("channel: destroying it completes outstanding calls with CANCELLED") {
   std::promise<Status> outcome;
   {
     Channel channel(server.uri);
-    channel.Call("test.Test", "WaitCancel", Buffer(), CallOptions{},
-                 [&](const Status& status, Buffer) { outcome.set_value(status); });
+    channel.Call(
+        "test.Test", "WaitCancel", Buffer(), CallOptions{},
+        [&](const Status& status, Buffer) { outcome.set_value(status); });
     REQUIRE(WaitFor([&] { return server.service.calls_started == 1; }));
   }
   CHECK(outcome.get_future().get().code() == StatusCode::kCancelled);

@@ -82,7 +82,8 @@ TEST_CASE("tcp: frames arrive whole and in order, small and large mixed") {
   Pair pair;
   const std::vector<size_t> sizes = {0, 10, 70000, 3, 5 << 20, 16 * 1024, 1};
   for (size_t i = 0; i < sizes.size(); ++i) {
-    REQUIRE(pair.client->Send(MakeFrame("h" + std::to_string(i), sizes[i])).ok());
+    REQUIRE(
+        pair.client->Send(MakeFrame("h" + std::to_string(i), sizes[i])).ok());
   }
   pair.client->Close(Status(StatusCode::kCancelled, "done"));
   pair.recorder->closed.get_future().wait();

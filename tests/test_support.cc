@@ -50,10 +50,10 @@ TestService::TestService() : rpc::Service("test.Test") {
     count();
     std::string answer = "none";
     if (call->deadline()) {
-      answer = std::to_string(
-          std::chrono::duration_cast<std::chrono::milliseconds>(
-              *call->deadline() - rpc::Clock::now())
-              .count());
+      answer =
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             *call->deadline() - rpc::Clock::now())
+                             .count());
     }
     call->Finish(Status(), Buffer::CopyOf(answer));
   });

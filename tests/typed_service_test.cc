@@ -1,16 +1,12 @@
 // Generated services and stubs (tests/proto/multi.proto), end to end, in all
 // three completion styles.
-#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange unincluded.
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <future>
 #include <thread>
 
+#include "rpc/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/test_support.h"
 
@@ -111,8 +107,8 @@ TEST_CASE("typed: use_awaitable completion in a C++20 coroutine") {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        auto [s1, sum] = co_await calculator.async_Add(MakePair(1, 2),
-                                                       asio::use_awaitable);
+        auto [s1, sum] =
+            co_await calculator.async_Add(MakePair(1, 2), asio::use_awaitable);
         auto [s2, negated] =
             co_await calculator.async_Negate(sum, asio::use_awaitable);
         Stamp stamp;
@@ -137,7 +133,8 @@ TEST_CASE("typed: use_awaitable completion in a C++20 coroutine") {
 TEST_CASE("typed: an unimplemented method answers UNIMPLEMENTED") {
   Fixture f;
   Calculator::Stub stub(f.channel);
-  auto [status, ignored] = stub.async_Divide(MakePair(1, 0), asio::use_future).get();
+  auto [status, ignored] =
+      stub.async_Divide(MakePair(1, 0), asio::use_future).get();
   CHECK(status.code() == StatusCode::kUnimplemented);
   CHECK(status.message().find("rdmarpc.test.Calculator/Divide") !=
         std::string::npos);
@@ -147,7 +144,8 @@ TEST_CASE("typed: a handler's error and a nested message type") {
   Fixture f;
   Clock::Stub stub(f.channel);
   Pair_Note note;
-  auto [empty_status, unused] = stub.async_Describe(note, asio::use_future).get();
+  auto [empty_status, unused] =
+      stub.async_Describe(note, asio::use_future).get();
   CHECK(empty_status.code() == StatusCode::kInvalidArgument);
   CHECK(empty_status.message() == "note text is empty");
   note.set_text("hello");
@@ -158,9 +156,9 @@ TEST_CASE("typed: a handler's error and a nested message type") {
 
 TEST_CASE("typed: a request that does not parse gets INVALID_ARGUMENT") {
   Fixture f;
-  const testing::CallResult result = testing::CallSync(
-      *f.channel, "Add", std::string("\xff\xff\xff", 3), {},
-      "rdmarpc.test.Calculator");
+  const testing::CallResult result =
+      testing::CallSync(*f.channel, "Add", std::string("\xff\xff\xff", 3), {},
+                        "rdmarpc.test.Calculator");
   CHECK(result.status.code() == StatusCode::kInvalidArgument);
   CHECK(result.status.message().find("rdmarpc.test.Pair") != std::string::npos);
 }

@@ -11,12 +11,14 @@ void PutU32(std::byte* out, uint32_t value) {
 
 uint32_t GetU32(const std::byte* in) {
   uint32_t value = 0;
-  for (int i = 0; i < 4; ++i) value |= std::to_integer<uint32_t>(in[i]) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    value |= std::to_integer<uint32_t>(in[i]) << (8 * i);
   return value;
 }
 
 DecodedPrefix Malformed(std::string why) {
-  return {PrefixVerdict::kMalformed, {},
+  return {PrefixVerdict::kMalformed,
+          {},
           Status(StatusCode::kInternal, "malformed frame: " + why)};
 }
 

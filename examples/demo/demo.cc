@@ -2,9 +2,9 @@
 // session against it on this machine, printing each call and its latency.
 //
 //   demo [--uri tcp://127.0.0.1:0]
+#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <atomic>
 #include <cstring>
 #include <future>
 #include <string>
@@ -122,8 +122,9 @@ int main(int argc, char** argv) {
     std::promise<void> all;
     const auto start = rpc::Clock::now();
     for (int i = 0; i < kCalls; ++i) {
-      channel.Call("rdmarpc.demo.Echo", "Say", Buffer::CopyOf(std::string(16, 'y')),
-                   {}, [&](const Status& status, Buffer) {
+      channel.Call("rdmarpc.demo.Echo", "Say",
+                   Buffer::CopyOf(std::string(16, 'y')), {},
+                   [&](const Status& status, Buffer) {
                      if (status.ok()) ok++;
                      if (--left == 0) all.set_value();
                    });
@@ -131,8 +132,9 @@ int main(int argc, char** argv) {
     all.get_future().wait();
     const std::chrono::duration<double, std::micro> took =
         rpc::Clock::now() - start;
-    Outcome outcome{ok == kCalls ? Status() : Status(StatusCode::kInternal,
-                                                     "some calls failed"),
+    Outcome outcome{ok == kCalls
+                        ? Status()
+                        : Status(StatusCode::kInternal, "some calls failed"),
                     0, took.count()};
     Show("1000 concurrent Say(16 B)", outcome);
     std::printf("  %-44s %.0f calls/s\n", "", kCalls / (took.count() / 1e6));

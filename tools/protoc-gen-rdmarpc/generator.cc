@@ -53,9 +53,10 @@ std::string StripProto(const std::string& path) {
 std::string HeaderGuard(const std::string& path) {
   std::string guard = "RDMARPC_GENERATED_";
   for (char c : path) {
-    guard += std::isalnum(static_cast<unsigned char>(c))
-                 ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                 : '_';
+    guard +=
+        std::isalnum(static_cast<unsigned char>(c))
+            ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+            : '_';
   }
   return guard + "_";
 }
@@ -128,21 +129,22 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
     p.Indent();
     for (int m = 0; m < service->method_count(); ++m) {
       const pb::MethodDescriptor* method = service->method(m);
-      p.Print(MethodVars(method),
-              "template <typename CompletionToken>\n"
-              "auto async_$method$(const $request$& request,\n"
-              "    const ::rdmarpc::rpc::CallOptions& options,\n"
-              "    CompletionToken&& token) {\n"
-              "  return ::rdmarpc::rpc::AsyncUnaryCall<$response$>(\n"
-              "      *channel_, kServiceName, \"$method$\", request, options,\n"
-              "      std::forward<CompletionToken>(token));\n"
-              "}\n"
-              "template <typename CompletionToken>\n"
-              "auto async_$method$(const $request$& request, "
-              "CompletionToken&& token) {\n"
-              "  return async_$method$(request, ::rdmarpc::rpc::CallOptions{},\n"
-              "      std::forward<CompletionToken>(token));\n"
-              "}\n\n");
+      p.Print(
+          MethodVars(method),
+          "template <typename CompletionToken>\n"
+          "auto async_$method$(const $request$& request,\n"
+          "    const ::rdmarpc::rpc::CallOptions& options,\n"
+          "    CompletionToken&& token) {\n"
+          "  return ::rdmarpc::rpc::AsyncUnaryCall<$response$>(\n"
+          "      *channel_, kServiceName, \"$method$\", request, options,\n"
+          "      std::forward<CompletionToken>(token));\n"
+          "}\n"
+          "template <typename CompletionToken>\n"
+          "auto async_$method$(const $request$& request, "
+          "CompletionToken&& token) {\n"
+          "  return async_$method$(request, ::rdmarpc::rpc::CallOptions{},\n"
+          "      std::forward<CompletionToken>(token));\n"
+          "}\n\n");
     }
     p.Outdent();
     p.Outdent();
@@ -165,8 +167,10 @@ void PrintSource(pb::io::Printer& p, const pb::FileDescriptor* file,
   OpenNamespace(p, file->package());
   for (int s = 0; s < file->service_count(); ++s) {
     const pb::ServiceDescriptor* service = file->service(s);
-    p.Print("$name$::Service::Service() : ::rdmarpc::rpc::Service(kServiceName) {\n",
-            "name", service->name());
+    p.Print(
+        "$name$::Service::Service() : ::rdmarpc::rpc::Service(kServiceName) "
+        "{\n",
+        "name", service->name());
     for (int m = 0; m < service->method_count(); ++m) {
       p.Print(MethodVars(service->method(m)),
               "  AddMethod(\"$method$\",\n"

@@ -22,8 +22,8 @@ std::string PeerUri(const asio::ip::tcp::socket& socket) {
   const auto endpoint = socket.remote_endpoint(ec);
   if (ec) return "tcp://?";
   const auto address = endpoint.address();
-  const std::string host = address.is_v6() ? "[" + address.to_string() + "]"
-                                           : address.to_string();
+  const std::string host =
+      address.is_v6() ? "[" + address.to_string() + "]" : address.to_string();
   return "tcp://" + host + ":" + std::to_string(endpoint.port());
 }
 
@@ -204,9 +204,9 @@ Status TcpConnection::Send(OutgoingFrame frame) {
                   "payload of " + std::to_string(payload) +
                       " bytes exceeds the frame format's limit");
   }
-  const EncodedPrefix prefix = EncodeFramePrefix(
-      {frame.type, static_cast<uint32_t>(frame.header.size()),
-       static_cast<uint32_t>(payload)});
+  const EncodedPrefix prefix =
+      EncodeFramePrefix({frame.type, static_cast<uint32_t>(frame.header.size()),
+                         static_cast<uint32_t>(payload)});
   bool post = false;
   {
     std::lock_guard lock(mu_);
@@ -228,8 +228,10 @@ void TcpConnection::Flush() {
   if (torn_down_) return;
   {
     std::lock_guard lock(mu_);
-    if (queue_.empty()) flush_pending_ = false;
-    else std::swap(queue_, writing_);
+    if (queue_.empty())
+      flush_pending_ = false;
+    else
+      std::swap(queue_, writing_);
   }
   if (writing_.empty()) {
     if (close_after_flush_) CloseNow(*close_after_flush_);
@@ -263,9 +265,9 @@ void TcpConnection::OnWritten(const boost::system::error_code& error,
   if (torn_down_) return;
   if (error) {
     Log().info("{}: write failed: {}", peer_, error.message());
-    return CloseNow(Status(StatusCode::kUnavailable, "connection to " + peer_ +
-                                                         " lost: " +
-                                                         error.message()));
+    return CloseNow(
+        Status(StatusCode::kUnavailable,
+               "connection to " + peer_ + " lost: " + error.message()));
   }
   Flush();
 }

@@ -49,9 +49,8 @@ class TcpListener final : public Listener {
             // EMFILE and friends: keep serving the connections we have.
             Log().warn("{}: accept failed: {}", state->uri, error.message());
           } else {
-            state->on_accept(
-                std::make_shared<TcpConnection>(std::move(socket),
-                                                state->options));
+            state->on_accept(std::make_shared<TcpConnection>(std::move(socket),
+                                                             state->options));
           }
           AcceptNext(state);
         });
@@ -103,9 +102,8 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
   return std::unique_ptr<Listener>(new TcpListener(std::move(state)));
 }
 
-void Connect(asio::io_context& context, const std::string& host,
-             uint16_t port, const TransportOptions& options,
-             ConnectHandler done) {
+void Connect(asio::io_context& context, const std::string& host, uint16_t port,
+             const TransportOptions& options, ConnectHandler done) {
   struct Attempt {
     explicit Attempt(asio::io_context& context)
         : resolver(context), socket(context), timer(context) {}
@@ -154,9 +152,9 @@ void Connect(asio::io_context& context, const std::string& host,
                       const tcp::endpoint&) {
               if (attempt->finished) return;
               if (error) return attempt->Fail("cannot connect to", error);
-              attempt->Finish(std::shared_ptr<Connection>(
-                  std::make_shared<TcpConnection>(std::move(attempt->socket),
-                                                  attempt->options)));
+              attempt->Finish(
+                  std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
+                      std::move(attempt->socket), attempt->options)));
             });
       });
 }

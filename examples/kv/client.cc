@@ -1,0 +1,255 @@
+// The KV client:
+//   client --uri URI put KEY VALUE      (VALUE "@FILE" reads the file)
+//   client --uri URI get KEY            (the value alone on stdout, byte-exact)
+//   client --uri URI del KEY
+//   client --uri URI scan PREFIX [--limit N]
+//   client --uri URI load --count N --size BYTES
+//   client --uri URI session            (one command a line from stdin, one
+//                                        connection; prints each call)
+// --timing 1 prints each call's latency on stderr. A failed call prints its
+// status on stderr and exits non-zero (1; 2 for bad usage).
+#include <boost/asio/use_future.hpp>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <vector>
+
+#include "examples/common/flags.h"
+#include "examples/kv/kv_service.h"
+
+namespace rdmarpc::examples::kv {
+namespace {
+
+using boost::asio::use_future;
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: client --uri URI put KEY VALUE|@FILE | get KEY | del KEY"
+               " | scan PREFIX [--limit N] | load --count N --size BYTES\n");
+  return 2;
+}
+
+class Cli {
+ public:
+  Cli(const Flags& flags)
+      : flags_(flags), timing_(flags.GetInt("timing", 0) != 0) {
+    rpc::ChannelOptions options;
+    options.transport.max_payload_size = kMaxMessageSize;
+    options.max_request_size = kMaxMessageSize;
+    stub_ = std::make_unique<KeyValue::Stub>(std::make_shared<rpc::Channel>(
+        flags.Get("uri", "tcp://127.0.0.1:5001"), options));
+  }
+
+  int Run(const std::vector<std::string>& args) {
+    if (args.empty()) return Usage();
+    const std::string& command = args[0];
+    if (command == "put" && args.size() == 3) return Put(args[1], args[2]);
+    if (command == "get" && args.size() == 2) return Get(args[1]);
+    if (command == "del" && args.size() == 2) return Delete(args[1]);
+    if (command == "scan" && args.size() == 2) return Scan(args[1]);
+    if (command == "load" && args.size() == 1) return Load();
+    if (command == "session" && args.size() == 1) return Session();
+    return Usage();
+  }
+
+ private:
+  static rpc::CallOptions Options() {
+    return rpc::CallOptions::WithTimeout(std::chrono::seconds(60));
+  }
+
+  // Waits for a call, reports its latency and status; true when OK.
+  template <typename Future>
+  auto Wait(const char* what, Future future) {
+    const auto start = rpc::Clock::now();
+    auto result = future.get();
+    if (timing_) {
+      const std::chrono::duration<double, std::micro> took =
+          rpc::Clock::now() - start;
+      std::fprintf(
+          session_ ? stdout : stderr, "  [%s: %s, %.1f us]\n", what,
+          std::string(StatusCodeName(std::get<0>(result).code())).c_str(),
+          took.count());
+    }
+    return result;
+  }
+
+  int Fail(const Status& status) const {
+    std::fprintf(session_ ? stdout : stderr, "%s%s\n", session_ ? "  " : "",
+                 status.ToString().c_str());
+    return 1;
+  }
+
+  int Put(const std::string& key, const std::string& value) {
+    PutRequest request;
+    request.set_key(key);
+    if (!value.empty() && value[0] == '@') {
+      std::ifstream file(value.substr(1), std::ios::binary);
+      if (!file) {
+        std::fprintf(stderr, "cannot read %s\n", value.substr(1).c_str());
+        return 2;
+      }
+      std::ostringstream contents;
+      contents << file.rdbuf();
+      request.set_value(contents.str());
+    } else {
+      request.set_value(value);
+    }
+    auto [status, reply] =
+        Wait("Put", stub_->async_Put(request, Options(), use_future));
+    return status.ok() ? 0 : Fail(status);
+  }
+
+  int Get(const std::string& key) {
+    GetRequest request;
+    request.set_key(key);
+    auto [status, reply] =
+        Wait("Get", stub_->async_Get(request, Options(), use_future));
+    if (!status.ok()) return Fail(status);
+    if (session_) {
+      const std::string& v = reply.value();
+      if (v.size() <= 64) {
+        std::printf("  = \"%s\"\n", v.c_str());
+      } else {
+        std::printf("  = <%zu bytes>\n", v.size());
+      }
+      return 0;
+    }
+    std::fwrite(reply.value().data(), 1, reply.value().size(), stdout);
+    return 0;
+  }
+
+  // Runs one command a line from stdin over this client's one connection,
+  // echoing each and its outcome; returns how many did not succeed (an
+  // expected failure is written "!cmd ...": it counts when it succeeds).
+  int Session() {
+    session_ = true;
+    timing_ = true;
+    int unexpected = 0;
+    std::string line;
+    char buffer[4096];
+    while (std::fgets(buffer, sizeof(buffer), stdin) != nullptr) {
+      line = buffer;
+      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) {
+        line.pop_back();
+      }
+      if (line.empty() || line[0] == '#') continue;
+      const bool expect_failure = line[0] == '!';
+      std::istringstream words(expect_failure ? line.substr(1) : line);
+      std::vector<std::string> args;
+      for (std::string word; words >> word;) {
+        args.push_back(word == "\"\"" ? std::string() : word);  // "" is empty.
+      }
+      std::printf("> %s\n", line.c_str());
+      std::fflush(stdout);
+      const int rc = Run(args);
+      std::fflush(stderr);
+      if ((rc == 0) == expect_failure) {
+        std::printf("  UNEXPECTED %s\n",
+                    expect_failure ? "success" : "failure");
+        ++unexpected;
+      }
+    }
+    return unexpected == 0 ? 0 : 1;
+  }
+
+  int Delete(const std::string& key) {
+    DeleteRequest request;
+    request.set_key(key);
+    auto [status, reply] =
+        Wait("Delete", stub_->async_Delete(request, Options(), use_future));
+    return status.ok() ? 0 : Fail(status);
+  }
+
+  int Scan(const std::string& prefix) {
+    ScanRequest request;
+    request.set_prefix(prefix);
+    request.set_limit(static_cast<uint32_t>(flags_.GetInt("limit", 0)));
+    auto [status, reply] =
+        Wait("Scan", stub_->async_Scan(request, Options(), use_future));
+    if (!status.ok()) return Fail(status);
+    for (const auto& entry : reply.entries()) {
+      std::printf("%s\t%llu\n", entry.key().c_str(),
+                  static_cast<unsigned long long>(entry.value_size()));
+    }
+    if (reply.truncated()) std::printf("... (more past the limit)\n");
+    return 0;
+  }
+
+  // Writes N keys, reads them back with up to kWindow calls in flight,
+  // verifies every value, and prints the rates.
+  int Load() {
+    const long long count = flags_.GetInt("count", 1000);
+    const long long size = flags_.GetInt("size", 100);
+    if (count < 1 || size < 0) return Usage();
+    constexpr size_t kWindow = 32;
+    auto key = [](long long i) { return "load/" + std::to_string(i); };
+    auto value = [size](long long i) {
+      std::string v(static_cast<size_t>(size), '\0');
+      for (size_t j = 0; j < v.size(); ++j)
+        v[j] = static_cast<char>('a' + (i + j) % 26);
+      return v;
+    };
+
+    const auto put_start = rpc::Clock::now();
+    std::deque<std::future<std::tuple<Status, PutReply>>> puts;
+    for (long long i = 0; i < count; ++i) {
+      PutRequest request;
+      request.set_key(key(i));
+      request.set_value(value(i));
+      puts.push_back(stub_->async_Put(request, Options(), use_future));
+      while (puts.size() >= kWindow || (i == count - 1 && !puts.empty())) {
+        auto [status, reply] = puts.front().get();
+        puts.pop_front();
+        if (!status.ok()) return Fail(status);
+      }
+    }
+    const std::chrono::duration<double> put_time =
+        rpc::Clock::now() - put_start;
+
+    const auto get_start = rpc::Clock::now();
+    std::deque<std::pair<long long, std::future<std::tuple<Status, GetReply>>>>
+        gets;
+    for (long long i = 0; i < count; ++i) {
+      GetRequest request;
+      request.set_key(key(i));
+      gets.emplace_back(i, stub_->async_Get(request, Options(), use_future));
+      while (gets.size() >= kWindow || (i == count - 1 && !gets.empty())) {
+        auto [status, reply] = gets.front().second.get();
+        const long long which = gets.front().first;
+        gets.pop_front();
+        if (!status.ok()) return Fail(status);
+        if (reply.value() != value(which)) {
+          std::fprintf(stderr, "load: value of %s differs\n",
+                       key(which).c_str());
+          return 1;
+        }
+      }
+    }
+    const std::chrono::duration<double> get_time =
+        rpc::Clock::now() - get_start;
+    const double mb =
+        static_cast<double>(count) * static_cast<double>(size) / 1e6;
+    std::printf("load: %lld keys of %lld bytes, all verified\n", count, size);
+    std::printf("  put: %.0f calls/s, %.1f MB/s\n", count / put_time.count(),
+                mb / put_time.count());
+    std::printf("  get: %.0f calls/s, %.1f MB/s\n", count / get_time.count(),
+                mb / get_time.count());
+    return 0;
+  }
+
+  const Flags& flags_;
+  bool timing_;
+  bool session_ = false;
+  std::unique_ptr<KeyValue::Stub> stub_;
+};
+
+}  // namespace
+}  // namespace rdmarpc::examples::kv
+
+int main(int argc, char** argv) {
+  const rdmarpc::examples::Flags flags(argc, argv);
+  rdmarpc::examples::kv::Cli cli(flags);
+  return cli.Run(flags.positional());
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The KV example's command-line contract: byte-exact get, @FILE values,
+# statuses on stderr with a non-zero exit.
+set -uo pipefail
+server=$1
+client=$2
+work=${TEST_TMPDIR:-$(mktemp -d)}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$server" --uri tcp://127.0.0.1:0 --capacity 50000000 >"$work/server.out" 2>"$work/server.err" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+for _ in $(seq 100); do grep -q 'listening on' "$work/server.out" && break; sleep 0.1; done
+uri=$(sed -n 's/^kv server listening on //p' "$work/server.out")
+[[ -n $uri ]] || fail "server did not start: $(cat "$work/server.out")"
+kv() { "$client" --uri "$uri" "$@"; }
+
+kv put k1 hello || fail "put"
+[[ "$(kv get k1)" == hello ]] || fail "get k1"
+
+# Binary value with NULs and no trailing newline, through @FILE.
+printf 'a\0b\nc\0' >"$work/bin"
+head -c 3000000 /dev/urandom >>"$work/bin"
+kv put bin "@$work/bin" || fail "put @FILE"
+kv get bin >"$work/bin.out" || fail "get bin"
+cmp -s "$work/bin" "$work/bin.out" || fail "get is not byte-exact"
+
+kv get missing >"$work/out" 2>"$work/err"
+rc=$?
+[[ $rc -ne 0 ]] || fail "missing key exited 0"
+grep -q '^NOT_FOUND' "$work/err" || fail "missing key: stderr was '$(cat "$work/err")'"
+[[ ! -s "$work/out" ]] || fail "missing key wrote to stdout"
+
+kv put "" x 2>"$work/err" && fail "empty key exited 0"
+grep -q '^INVALID_ARGUMENT' "$work/err" || fail "empty key: '$(cat "$work/err")'"
+
+head -c 30000000 /dev/zero >"$work/big"
+kv put big1 "@$work/big" || fail "put big1"
+kv put big2 "@$work/big" 2>"$work/err" && fail "over capacity exited 0"
+grep -q '^RESOURCE_EXHAUSTED' "$work/err" || fail "capacity: '$(cat "$work/err")'"
+
+[[ "$(kv scan k)" == "$(printf 'k1\t5')" ]] || fail "scan: '$(kv scan k)'"
+kv del k1 || fail "del"
+kv del k1 2>/dev/null && fail "second del exited 0"
+kv load --count 300 --size 64 | grep -q 'all verified' || fail "load"
+kv frobnicate 2>/dev/null
+[[ $? -eq 2 ]] || fail "bad usage should exit 2"
+echo "kv cli: all checks passed"
