@@ -40,6 +40,50 @@ static_assert(kTcpReceiveChunk >= kFramePrefixSize + kTcpCopyOutLimit,
 // cut off after this long.
 inline constexpr std::chrono::milliseconds kCloseFlushTimeout{1000};
 
+// --- RDMA transport --------------------------------------------------------
+// Receives each side keeps posted: the peer's credits.
+inline constexpr uint32_t kRdmaReceiveDepth = 64;
+// Frames up to this size (prefix included) travel as one SEND; larger ones
+// by rendezvous and RDMA WRITE WITH IMMEDIATE.
+inline constexpr uint32_t kRdmaReceiveBufferSize = 16 * 1024;
+// Send queue depth, and send-ring slots (one per outstanding work request).
+inline constexpr uint32_t kRdmaSendDepth = 128;
+// Selective signaling: every Nth send is signaled; its completion frees the
+// slots of all sends before it (RC completes a send queue in order).
+inline constexpr uint32_t kRdmaSignalEvery = 32;
+// Receives are re-posted in chains of this many.
+inline constexpr uint32_t kRdmaRepostBatch = 8;
+// CQ events are acknowledged in batches (ibv_ack_cq_events takes a lock).
+inline constexpr uint32_t kRdmaCqEventAckBatch = 16;
+// RNR never happens while credits are honoured; a small retry count turns a
+// bug into a visible error instead of a stall.
+inline constexpr uint8_t kRdmaRnrRetry = 1;
+inline constexpr int kRdmaCmTimeoutMs = 5000;
+// Largest gather list: a header and every payload slice.
+inline constexpr uint32_t kRdmaMaxSendSge = 1 + kMaxPayloadSlices;
+
+static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
+              "credits travel in a u16; one is held back for CREDIT");
+static_assert(kRdmaRepostBatch <= kRdmaReceiveDepth / 4,
+              "batched re-posts must not starve the peer of credits");
+static_assert(kRdmaSignalEvery <= kRdmaSendDepth / 2,
+              "every window of the send queue must hold a signaled send");
+static_assert(kRdmaReceiveBufferSize >= kFramePrefixSize + 64,
+              "a receive buffer must hold any control message");
+
+// --- RPC ---------------------------------------------------------------------
+// Status messages longer than this are truncated, so a response header
+// always fits kMaxCallHeaderSize.
+inline constexpr size_t kMaxStatusMessageSize = 4096;
+// Service plus method name of a request.
+inline constexpr size_t kMaxMethodNameSize = 16 * 1024;
+// A deadline further away than this is no deadline (it also keeps
+// now + timeout from overflowing the clock's range).
+inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
+
+static_assert(kMaxStatusMessageSize + 64 <= kMaxCallHeaderSize);
+static_assert(kMaxMethodNameSize + 64 <= kMaxCallHeaderSize);
+
 // --- Channel ---------------------------------------------------------------
 inline constexpr std::chrono::milliseconds kInitialReconnectBackoff{100};
 inline constexpr std::chrono::milliseconds kMaxReconnectBackoff{5000};

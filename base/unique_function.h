@@ -6,6 +6,7 @@
 #ifndef RDMARPC_BASE_UNIQUE_FUNCTION_H_
 #define RDMARPC_BASE_UNIQUE_FUNCTION_H_
 
+#include <cassert>
 #include <cstddef>
 #include <new>
 #include <type_traits>
@@ -55,6 +56,7 @@ class UniqueFunction<R(Args...)> {
 
   explicit operator bool() const noexcept { return ops_ != nullptr; }
   R operator()(Args... args) {
+    assert(ops_ != nullptr && "calling an empty UniqueFunction");
     return ops_->invoke(storage_, std::forward<Args>(args)...);
   }
 
@@ -69,7 +71,11 @@ class UniqueFunction<R(Args...)> {
     static Fn* Get(void* s) { return std::launder(static_cast<Fn*>(s)); }
     static constexpr Ops kOps = {
         [](void* s, Args&&... args) -> R {
-          return (*Get(s))(std::forward<Args>(args)...);
+          if constexpr (std::is_void_v<R>) {
+            (*Get(s))(std::forward<Args>(args)...);
+          } else {
+            return (*Get(s))(std::forward<Args>(args)...);
+          }
         },
         [](void* from, void* to) noexcept {
           ::new (to) Fn(std::move(*Get(from)));
@@ -83,7 +89,11 @@ class UniqueFunction<R(Args...)> {
     static Fn*& Get(void* s) { return *static_cast<Fn**>(s); }
     static constexpr Ops kOps = {
         [](void* s, Args&&... args) -> R {
-          return (*Get(s))(std::forward<Args>(args)...);
+          if constexpr (std::is_void_v<R>) {
+            (*Get(s))(std::forward<Args>(args)...);
+          } else {
+            return (*Get(s))(std::forward<Args>(args)...);
+          }
         },
         [](void* from, void* to) noexcept {
           *static_cast<Fn**>(to) = Get(from);

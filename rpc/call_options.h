@@ -57,8 +57,12 @@ struct CallOptions {
   // Optional: lets the caller cancel the call (CANCELLED) at any time.
   std::shared_ptr<CallCancellation> cancellation;
 
+  // A timeout past what the clock can represent saturates to "very late".
   static CallOptions WithTimeout(Clock::duration timeout) {
-    return CallOptions{Clock::now() + timeout, nullptr};
+    const auto now = Clock::now();
+    const bool fits = timeout < Clock::time_point::max() - now;
+    return CallOptions{fits ? now + timeout : Clock::time_point::max(),
+                       nullptr};
   }
   static CallOptions WithDeadline(Clock::time_point deadline) {
     return CallOptions{deadline, nullptr};

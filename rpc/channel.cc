@@ -4,9 +4,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "base/log.h"
+#include "base/tunables.h"
 #include "rpc/event_loop.h"
 #include "rpc/wire_codec.h"
 #include "transport/factory/factory.h"
@@ -50,11 +52,25 @@ class Channel::Impl final : public transport::ConnectionObserver,
   }
   const std::string& target() const { return target_; }
 
+  static void InvokeOrphan(ResponseCallback& done, const Status& status) {
+    Invoke(done, status, Buffer());
+  }
+
  private:
+  // Runs a user callback; an exception it throws is logged, not propagated
+  // into the transport (where it would stall the connection).
+  static void Invoke(ResponseCallback& done, const Status& status,
+                     Buffer response) {
+    try {
+      done(status, std::move(response));
+    } catch (const std::exception& e) {
+      Log().error("a call's completion callback threw: {}", e.what());
+    }
+  }
   void Complete(ResponseCallback done, const Status& status, Buffer response) {
     asio::post(context_, [done = std::move(done), status,
                           response = std::move(response)]() mutable {
-      done(status, std::move(response));
+      Invoke(done, status, std::move(response));
     });
   }
   void StartConnect();
@@ -63,7 +79,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   void OnTimer(const boost::system::error_code& error);
   static void FailAll(std::vector<CallTable::Entry>& calls,
                       const Status& status) {
-    for (auto& [id, done] : calls) done(status, Buffer());
+    for (auto& [id, done] : calls) Invoke(done, status, Buffer());
   }
 
   const std::string target_;
@@ -101,6 +117,15 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
              Buffer());
     return 0;
   }
+  if (service.size() + method.size() > tunables::kMaxMethodNameSize) {
+    Complete(
+        std::move(done),
+        Status(StatusCode::kInvalidArgument,
+               "service and method names exceed " +
+                   std::to_string(tunables::kMaxMethodNameSize) + " bytes"),
+        Buffer());
+    return 0;
+  }
   if (call_options.deadline && *call_options.deadline <= now) {
     Complete(std::move(done),
              Status(StatusCode::kDeadlineExceeded,
@@ -108,8 +133,9 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
              Buffer());
     return 0;
   }
-  uint64_t timeout_us = 0;
-  if (call_options.deadline) {
+  uint64_t timeout_us = 0;  // 0: no deadline for the server.
+  if (call_options.deadline &&
+      *call_options.deadline - now <= tunables::kMaxTimeout) {
     timeout_us = std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::microseconds>(
                *call_options.deadline - now)
@@ -140,8 +166,14 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   OutgoingFrame frame =
       MakeRequestFrame(id, service, method, timeout_us, std::move(request));
   if (state_ == ChannelState::kReady) {
-    // A failed send means the connection is closing: OnClose fails the call.
-    connection_->Send(std::move(frame)).IgnoreError();
+    const Status sent = connection_->Send(std::move(frame));
+    // UNAVAILABLE: the connection is closing and OnClose fails the call.
+    if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+      auto failed = calls_.Take(id);
+      lock.unlock();
+      if (failed) Complete(std::move(*failed), sent, Buffer());
+      return id;
+    }
   } else {
     waiting_.emplace_back(id, std::move(frame));
     if (state_ == ChannelState::kIdle) {
@@ -281,7 +313,8 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
                    " bytes exceeds the channel's maximum of " +
                    std::to_string(options_.transport.max_payload_size));
   }
-  (*done)(status, status.ok() ? std::move(frame).TakePayload() : Buffer());
+  Invoke(*done, status,
+         status.ok() ? std::move(frame).TakePayload() : Buffer());
 }
 
 void Channel::Impl::OnClose(const Status& reason) {
@@ -342,11 +375,26 @@ Channel::Channel(std::string target, ChannelOptions options)
 Channel::~Channel() {
   std::vector<CallTable::Entry> orphans;
   impl_->Shutdown(&orphans);
-  // After Stop no callback can run concurrently: complete the rest here.
-  loop_->Stop();
-  for (auto& [id, done] : orphans) {
-    done(Status(StatusCode::kCancelled, "channel destroyed"), Buffer());
+  const Status destroyed(StatusCode::kCancelled, "channel destroyed");
+  if (loop_->InLoopThread()) {
+    // Destroyed from one of its own callbacks (e.g. the last Stub dropped
+    // there): this thread is the loop's, so it cannot join itself. Complete
+    // the calls here, and let another thread stop and free the loop once
+    // this handler has returned.
+    for (auto& [id, done] : orphans) Impl::InvokeOrphan(done, destroyed);
+    std::thread([loop = std::move(loop_), impl = std::move(impl_)]() mutable {
+      loop->Stop();
+      loop->RunPending();
+      impl.reset();
+      loop.reset();
+    }).detach();
+    return;
   }
+  loop_->Stop();
+  // Completions already posted (cancels, early failures, typed callbacks
+  // dispatched to the loop) run now, on this thread: none is lost.
+  loop_->RunPending();
+  for (auto& [id, done] : orphans) Impl::InvokeOrphan(done, destroyed);
 }
 
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,

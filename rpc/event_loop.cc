@@ -27,6 +27,15 @@ void EventLoop::RunUntilOutOfWork() {
   }
 }
 
+void EventLoop::RunPending() {
+  context_.restart();
+  try {
+    context_.poll();
+  } catch (const std::exception& e) {
+    Log().error("event loop: handler threw: {}", e.what());
+  }
+}
+
 void EventLoop::Drain(std::chrono::milliseconds timeout) {
   if (!thread_.joinable()) return;
   work_.reset();

@@ -25,6 +25,9 @@ class EventLoop {
   // Stops the loop and joins its thread; handlers not yet run are destroyed
   // with the loop. Must not be called from the loop's own thread.
   void Stop();
+  // After Stop: runs, on the calling thread, every handler that is ready
+  // (posted completions), so none is silently destroyed.
+  void RunPending();
   // Lets the loop run until it has no work left (every close handler has
   // run), for at most `timeout`; then stops it.
   void Drain(std::chrono::milliseconds timeout);

@@ -63,9 +63,9 @@ class Server::Impl {
       shut_down_ = true;
       for (auto& listener : listeners_) listener->Close();
     }
-    core_->draining = true;
     {
       std::unique_lock lock(core_->mu);
+      core_->draining = true;
       const bool drained = core_->idle.wait_for(
           lock, grace, [this] { return core_->live_calls == 0; });
       if (!drained) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/tunables.h"
 #include "rpc/wire_codec.h"
 
 namespace rdmarpc::rpc {
@@ -51,7 +52,13 @@ void ServerCall::MarkCancelled() {
     if (cancelled_.exchange(true)) return;
     on_cancel = std::move(on_cancel_);
   }
-  if (on_cancel) on_cancel();
+  if (!on_cancel) return;
+  try {
+    on_cancel();
+  } catch (const std::exception& e) {
+    Log().error("{}/{}: OnCancel callback threw: {}", service_, method_,
+                e.what());
+  }
 }
 
 void ServerCall::Finish(const Status& status, Buffer response) {
@@ -108,7 +115,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
                                 "protocol error: client sent a response"));
   }
 
-  if (core_->draining) {
+  if (core_->draining) {  // Checked again under core_->mu below.
     return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
   const auto service = core_->services.find(header.service());
@@ -130,7 +137,14 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
 
   std::optional<Clock::time_point> deadline;
-  if (header.timeout_us() > 0) {
+  // A timeout beyond kMaxTimeout (or one that would overflow the clock, as
+  // time_point::max() sent by a client does) means no deadline.
+  if (header.timeout_us() > 0 &&
+      header.timeout_us() <=
+          static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::microseconds>(
+                  tunables::kMaxTimeout)
+                  .count())) {
     deadline = Clock::now() + std::chrono::microseconds(header.timeout_us());
   }
   auto call = std::make_shared<ServerCall>(
@@ -149,7 +163,18 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     }
   }
   {
+    // Shutdown sets draining, then waits under core_->mu for zero live
+    // calls: a call counted here is one it waits for.
     std::lock_guard lock(core_->mu);
+    if (core_->draining) {
+      call->finished_ = true;
+      {
+        std::lock_guard session_lock(mu_);
+        live_.erase(id);
+      }
+      return Reply(id,
+                   Status(StatusCode::kUnavailable, "server shutting down"));
+    }
     ++core_->live_calls;
   }
   core_->calls_started++;

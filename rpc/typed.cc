@@ -1,5 +1,7 @@
 #include "rpc/typed.h"
 
+#include <limits>
+
 namespace rdmarpc::rpc {
 
 Buffer SerializeMessage(const google::protobuf::MessageLite& message) {
@@ -11,6 +13,11 @@ Buffer SerializeMessage(const google::protobuf::MessageLite& message) {
 
 Status ParseMessage(const Buffer& bytes,
                     google::protobuf::MessageLite& message) {
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return Status(StatusCode::kResourceExhausted,
+                  "payload of " + std::to_string(bytes.size()) +
+                      " bytes exceeds what protobuf parses (2 GiB)");
+  }
   if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return Status(StatusCode::kInvalidArgument,
                   "payload of " + std::to_string(bytes.size()) +

@@ -102,7 +102,14 @@ auto AsyncUnaryCall(Channel& channel, std::string_view service,
                      const Status& status, Buffer payload) mutable {
                    Response response;
                    Status result = status;
-                   if (result.ok()) result = ParseMessage(payload, response);
+                   if (result.ok()) {
+                     result = ParseMessage(payload, response);
+                     // Not the response type: a server bug, INTERNAL as in
+                     // gRPC.
+                     if (!result.ok()) {
+                       result = Status(StatusCode::kInternal, result.message());
+                     }
+                   }
                    boost::asio::dispatch(
                        executor, [handler = std::move(handler), result,
                                   response = std::move(response)]() mutable {

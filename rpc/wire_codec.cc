@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "base/tunables.h"
+
 namespace rdmarpc::rpc {
 namespace {
 
@@ -46,7 +48,13 @@ transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
   header.set_kind(wire::CallHeader::RESPONSE);
   header.set_call_id(call_id);
   header.set_status_code(static_cast<int32_t>(status.code()));
-  header.set_status_message(status.message());
+  const std::string& message = status.message();
+  if (message.size() > tunables::kMaxStatusMessageSize) {
+    header.set_status_message(
+        message.substr(0, tunables::kMaxStatusMessageSize) + "...");
+  } else {
+    header.set_status_message(message);
+  }
   if (!status.ok()) response.Reset();  // An error carries no payload.
   header.set_payload_size(response.size());
   return Frame(header, std::move(response));

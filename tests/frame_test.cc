@@ -10,18 +10,19 @@ namespace {
 constexpr uint64_t kMax = 1 << 20;
 
 TEST_CASE("Frame prefix: round-trips type and lengths") {
-  const FramePrefix in{FrameType::kRpc, 1234, 567890};
+  const FramePrefix in{FrameType::kRpc, 77, 1234, 567890};
   const EncodedPrefix bytes = EncodeFramePrefix(in);
   const DecodedPrefix out = DecodeFramePrefix(bytes, kMax);
   REQUIRE(out.verdict == PrefixVerdict::kAccept);
   CHECK(out.prefix.type == FrameType::kRpc);
+  CHECK(out.prefix.credits == 77);
   CHECK(out.prefix.header_size == 1234);
   CHECK(out.prefix.payload_size == 567890);
 }
 
 TEST_CASE("Frame prefix: layout is little-endian with the RRPC magic") {
   const EncodedPrefix bytes =
-      EncodeFramePrefix({FrameType::kControl, 0x01020304, 0x0a0b0c0d});
+      EncodeFramePrefix({FrameType::kControl, 0, 0x01020304, 0x0a0b0c0d});
   CHECK(bytes[0] == std::byte{'R'});
   CHECK(bytes[3] == std::byte{'C'});
   CHECK(bytes[4] == std::byte{1});
@@ -32,7 +33,7 @@ TEST_CASE("Frame prefix: layout is little-endian with the RRPC magic") {
 }
 
 TEST_CASE("Frame prefix: malformed prefixes are rejected with a reason") {
-  EncodedPrefix bytes = EncodeFramePrefix({FrameType::kRpc, 10, 10});
+  EncodedPrefix bytes = EncodeFramePrefix({FrameType::kRpc, 0, 10, 10});
 
   SECTION("bad magic") {
     bytes[0] = std::byte{'X'};
@@ -48,13 +49,16 @@ TEST_CASE("Frame prefix: malformed prefixes are rejected with a reason") {
     bytes[5] = std::byte{9};
     CHECK(DecodeFramePrefix(bytes, kMax).verdict == PrefixVerdict::kMalformed);
   }
-  SECTION("reserved not zero") {
-    bytes[7] = std::byte{1};
-    CHECK(DecodeFramePrefix(bytes, kMax).verdict == PrefixVerdict::kMalformed);
+  SECTION("credits decode; TCP rejects them") {
+    bytes[6] = std::byte{0x34};
+    bytes[7] = std::byte{0x12};
+    const auto out = DecodeFramePrefix(bytes, kMax);
+    CHECK(out.verdict == PrefixVerdict::kAccept);
+    CHECK(out.prefix.credits == 0x1234);
   }
   SECTION("header too large") {
     bytes = EncodeFramePrefix(
-        {FrameType::kRpc, tunables::kMaxCallHeaderSize + 1, 0});
+        {FrameType::kRpc, 0, tunables::kMaxCallHeaderSize + 1, 0});
     CHECK(DecodeFramePrefix(bytes, kMax).verdict == PrefixVerdict::kMalformed);
   }
   SECTION("too short") {
@@ -64,13 +68,14 @@ TEST_CASE("Frame prefix: malformed prefixes are rejected with a reason") {
 }
 
 TEST_CASE("Frame prefix: an oversized payload is recoverable, not malformed") {
-  const auto bytes = EncodeFramePrefix({FrameType::kRpc, 8, kMax + 1});
+  const auto bytes = EncodeFramePrefix({FrameType::kRpc, 0, 8, kMax + 1});
   const auto out = DecodeFramePrefix(bytes, kMax);
   CHECK(out.verdict == PrefixVerdict::kPayloadTooLarge);
   CHECK(out.error.code() == StatusCode::kResourceExhausted);
   CHECK(out.prefix.payload_size == kMax + 1);
-  CHECK(DecodeFramePrefix(EncodeFramePrefix({FrameType::kRpc, 8, kMax}), kMax)
-            .verdict == PrefixVerdict::kAccept);
+  CHECK(
+      DecodeFramePrefix(EncodeFramePrefix({FrameType::kRpc, 0, 8, kMax}), kMax)
+          .verdict == PrefixVerdict::kAccept);
 }
 
 TEST_CASE("Buffer: release hook runs once, windows do not change it") {

@@ -1,6 +1,7 @@
 // The RPC core's semantics, over the transport under test (tcp by default).
 #include <spdlog/sinks/base_sink.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/tunables.h"
 #include "rpc/wire_codec.h"
 #include "tests/test_support.h"
 #include "transport/factory/factory.h"
@@ -465,6 +467,210 @@ TEST_CASE("channel: destroying it completes outstanding calls with CANCELLED") {
     REQUIRE(WaitFor([&] { return server.service.calls_started == 1; }));
   }
   CHECK(outcome.get_future().get().code() == StatusCode::kCancelled);
+}
+
+// Regression: destroying a Channel on its own loop thread (the last Stub
+// dropped in a callback) joined that thread from itself: std::terminate.
+TEST_CASE("channel: destroying it from its own callback is safe") {
+  TestServer server;
+  auto channel = std::make_shared<Channel>(server.uri);
+  std::promise<Status> second;
+  Channel* raw = channel.get();
+  raw->Call("test.Test", "Echo", Buffer(), CallOptions{},
+            [&, channel = std::move(channel)](const Status&, Buffer) mutable {
+              // Start one more call, then drop the last reference here.
+              channel->Call("test.Test", "WaitCancel", Buffer(), CallOptions{},
+                            [&](const Status& status, Buffer) {
+                              second.set_value(status);
+                            });
+              channel.reset();
+            });
+  CHECK(second.get_future().get().code() == StatusCode::kCancelled);
+}
+
+// Regression: a Cancel's completion is posted to the loop; destroying the
+// channel right after used to discard it, so the callback never ran.
+TEST_CASE("channel: completions posted before destruction still run") {
+  TestServer server;
+  std::atomic<int> callbacks{0};
+  std::atomic<int> cancelled{0};
+  {
+    Channel channel(server.uri);
+    REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
+    for (int i = 0; i < 50; ++i) {
+      const auto id =
+          channel.Call("test.Test", "WaitCancel", Buffer(), CallOptions{},
+                       [&](const Status& status, Buffer) {
+                         callbacks++;
+                         if (status.code() == StatusCode::kCancelled)
+                           cancelled++;
+                       });
+      channel.Cancel(id);
+    }
+  }
+  CHECK(callbacks == 50);
+  CHECK(cancelled == 50);
+}
+
+// Regression: a response header over 64 KiB was refused by the transport and
+// the call hung; long status messages are now truncated.
+TEST_CASE("errors: a status message too long for a header is truncated") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult result =
+      CallSync(channel, "Fail", "5:" + std::string(100 * 1024, 'm'),
+               CallOptions::WithTimeout(10s));
+  CHECK(result.status.code() == StatusCode::kNotFound);
+  CHECK(result.status.message().size() <= tunables::kMaxStatusMessageSize + 3);
+  CHECK(result.status.message().rfind("mmm", 0) == 0);
+}
+
+TEST_CASE("errors: names too long for a header fail with INVALID_ARGUMENT") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult result = CallSync(channel, std::string(70 * 1024, 'x'), "",
+                                     CallOptions::WithTimeout(10s));
+  CHECK(result.status.code() == StatusCode::kInvalidArgument);
+}
+
+// Regression: a status message that is not UTF-8 made the peer's header
+// unparseable (proto3 string), closing the connection for every call.
+TEST_CASE("errors: a status message that is not UTF-8 arrives intact") {
+  TestServer server;
+  Channel channel(server.uri);
+  const std::string message = "bad \xff\xfe bytes";
+  const CallResult result = CallSync(channel, "Fail", "13:" + message);
+  CHECK(result.status.code() == StatusCode::kInternal);
+  CHECK(result.status.message() == message);
+  CHECK(CallSync(channel, "Echo", "alive").response == "alive");
+  CHECK(channel.stats().connects == 1);
+}
+
+// Regression: time_point::max() (the usual "no deadline") overflowed the
+// server's now + timeout into the past, so every reply was dropped.
+TEST_CASE("deadline: a deadline at the end of time means no deadline") {
+  TestServer server;
+  Channel channel(server.uri);
+  const CallResult max_deadline =
+      CallSync(channel, "Deadline", "",
+               CallOptions::WithDeadline(rpc::Clock::time_point::max()));
+  REQUIRE(max_deadline.status.ok());
+  CHECK(max_deadline.response == "none");
+  const CallResult max_timeout =
+      CallSync(channel, "Echo", "x",
+               CallOptions::WithTimeout(rpc::Clock::duration::max()));
+  CHECK(max_timeout.status.ok());
+}
+
+// Regression: an exception from a completion callback escaped into the
+// transport's read loop and stalled the connection for good.
+TEST_CASE("errors: a callback that throws does not stall the connection") {
+  TestServer server;
+  Channel channel(server.uri);
+  std::promise<void> threw;
+  channel.Call("test.Test", "Echo", Buffer(), CallOptions{},
+               [&](const Status&, Buffer) {
+                 threw.set_value();
+                 throw std::runtime_error("user code failed");
+               });
+  threw.get_future().wait();
+  CHECK(CallSync(channel, "Echo", "after", CallOptions::WithTimeout(10s))
+            .response == "after");
+  CHECK(channel.stats().connects == 1);
+}
+
+// Regression: after a header large enough to be read straight into its own
+// block, the oversized payload that followed was parsed as frames instead of
+// being discarded. A raw socket trickles the header so the server takes that
+// path.
+TEST_CASE("limits: an oversized payload after a large header is discarded") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  rpc::ServerOptions options;
+  options.transport.max_payload_size = 64 * 1024;
+  TestServer server(options);
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket raw(io);
+  const auto uri = transport::ParseUri(server.uri);
+  raw.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  raw.set_option(boost::asio::ip::tcp::no_delay(true));
+
+  auto frame_bytes = [](transport::OutgoingFrame frame) {
+    std::string out;
+    const auto prefix = transport::EncodeFramePrefix(
+        {transport::FrameType::kRpc, 0,
+         static_cast<uint32_t>(frame.header.size()),
+         static_cast<uint32_t>(frame.payload_size())});
+    out.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
+    out.append(frame.header.view());
+    for (size_t i = 0; i < frame.payload_slices; ++i) {
+      out.append(frame.payload[i].view());
+    }
+    return out;
+  };
+  const std::string big = frame_bytes(rpc::MakeRequestFrame(
+      1, "test.Test", std::string(40 * 1024, 'M'), 0,
+      Buffer::CopyOf(std::string(100 * 1024, 'x'))));
+  const std::string small = frame_bytes(
+      rpc::MakeRequestFrame(2, "test.Test", "Echo", 0, Buffer::CopyOf(std::string_view("ok"))));
+  boost::asio::write(raw, boost::asio::buffer(big.data(), 26));
+  std::this_thread::sleep_for(100ms);  // The server reads just these bytes.
+  boost::asio::write(raw, boost::asio::buffer(big.data() + 26, big.size() - 26));
+  boost::asio::write(raw, boost::asio::buffer(small));
+
+  // Two responses come back, in order, on the same connection.
+  std::vector<std::pair<uint64_t, Status>> responses;
+  for (int i = 0; i < 2; ++i) {
+    std::array<std::byte, 16> prefix_bytes;
+    boost::asio::read(raw, boost::asio::buffer(prefix_bytes));
+    const auto prefix = transport::DecodeFramePrefix(prefix_bytes, 1 << 20);
+    REQUIRE(prefix.verdict == transport::PrefixVerdict::kAccept);
+    std::string rest(prefix.prefix.header_size + prefix.prefix.payload_size, '\0');
+    boost::asio::read(raw, boost::asio::buffer(rest));
+    wire::CallHeader header;
+    REQUIRE(header.ParseFromArray(rest.data(), prefix.prefix.header_size));
+    responses.emplace_back(header.call_id(), rpc::StatusFromHeader(header));
+  }
+  CHECK(responses[0].first == 1);
+  CHECK_FALSE(responses[0].second.ok());
+  CHECK(responses[1].first == 2);
+  CHECK(responses[1].second.ok());
+  CHECK(server.server.stats().protocol_errors == 0);
+}
+
+// Regression: frames already read when a protocol error closed the
+// connection were still dispatched to handlers.
+TEST_CASE("malformed: nothing after a protocol error is dispatched") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket raw(io);
+  const auto uri = transport::ParseUri(server.uri);
+  raw.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  // A frame whose header does not parse, then a valid request, in one write.
+  std::string bytes;
+  const std::string junk = "\xff\xff\xff\xff";
+  auto prefix = transport::EncodeFramePrefix(
+      {transport::FrameType::kRpc, 0, static_cast<uint32_t>(junk.size()), 0});
+  bytes.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
+  bytes += junk;
+  transport::OutgoingFrame valid =
+      rpc::MakeRequestFrame(7, "test.Test", "Echo", 0, Buffer());
+  prefix = transport::EncodeFramePrefix(
+      {transport::FrameType::kRpc, 0,
+       static_cast<uint32_t>(valid.header.size()), 0});
+  bytes.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
+  bytes.append(valid.header.view());
+  boost::asio::write(raw, boost::asio::buffer(bytes));
+  char byte;
+  boost::system::error_code error;
+  boost::asio::read(raw, boost::asio::buffer(&byte, 1), error);
+  CHECK(error == boost::asio::error::eof);
+  CHECK(server.server.stats().protocol_errors == 1);
+  CHECK(server.service.calls_started == 0);
 }
 
 TEST_CASE("connect: an unsupported scheme or bad URI is a clear error") {

@@ -94,6 +94,14 @@ struct ConnectionStats {
   std::atomic<uint64_t> write_calls{0};
   std::atomic<uint64_t> read_calls{0};
   std::atomic<uint64_t> oversized_frames_dropped{0};
+  // RDMA only.
+  std::atomic<uint64_t> inline_sends{0};
+  std::atomic<uint64_t> rdma_writes{0};     // WRITE WITH IMMEDIATE transfers.
+  std::atomic<uint64_t> credit_stalls{0};   // Sends that waited for credits.
+  std::atomic<uint64_t> credit_messages{0}; // Explicit CREDIT messages sent.
+  std::atomic<uint64_t> rnr_errors{0};
+  std::atomic<uint64_t> cq_events{0};       // Completion-channel wake-ups.
+  std::atomic<uint64_t> cq_polls{0};        // ibv_poll_cq calls.
 };
 
 class ConnectionObserver {
@@ -130,12 +138,22 @@ class Connection {
   virtual const ConnectionStats& stats() const = 0;
 };
 
+// How an RDMA connection waits for completions.
+enum class PollMode {
+  kEvent,   // Completion channel watched by the event loop (default).
+  kBusy,    // Poll the CQ continuously from the event loop.
+  kHybrid,  // Poll for up to hybrid_spin after activity, then wait for events.
+};
+
 // Options shared by every transport.
 struct TransportOptions {
   // Largest payload this side accepts; larger ones are dropped and answered
   // with RESOURCE_EXHAUSTED.
   uint64_t max_payload_size = tunables::kDefaultMaxPayloadSize;
   std::chrono::milliseconds connect_timeout = tunables::kConnectTimeout;
+  // RDMA only.
+  PollMode poll_mode = PollMode::kEvent;
+  std::chrono::microseconds hybrid_spin{50};
 };
 
 class Listener {

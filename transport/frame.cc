@@ -29,6 +29,8 @@ EncodedPrefix EncodeFramePrefix(const FramePrefix& prefix) {
   for (size_t i = 0; i < kFrameMagic.size(); ++i) out[i] = kFrameMagic[i];
   out[4] = std::byte{kFrameVersion};
   out[5] = std::byte{static_cast<uint8_t>(prefix.type)};
+  out[6] = std::byte(prefix.credits & 0xff);
+  out[7] = std::byte(prefix.credits >> 8);
   PutU32(&out[8], prefix.header_size);
   PutU32(&out[12], prefix.payload_size);
   return out;
@@ -52,11 +54,10 @@ DecodedPrefix DecodeFramePrefix(std::span<const std::byte> bytes,
   if (type > static_cast<uint8_t>(FrameType::kControl)) {
     return Malformed("unknown frame type " + std::to_string(type));
   }
-  if (bytes[6] != std::byte{0} || bytes[7] != std::byte{0}) {
-    return Malformed("reserved bytes are not zero");
-  }
-  FramePrefix prefix{static_cast<FrameType>(type), GetU32(&bytes[8]),
-                     GetU32(&bytes[12])};
+  FramePrefix prefix{static_cast<FrameType>(type),
+                     static_cast<uint16_t>(std::to_integer<uint16_t>(bytes[6]) |
+                                           std::to_integer<uint16_t>(bytes[7]) << 8),
+                     GetU32(&bytes[8]), GetU32(&bytes[12])};
   if (prefix.header_size > tunables::kMaxCallHeaderSize) {
     return Malformed("header of " + std::to_string(prefix.header_size) +
                      " bytes exceeds " +

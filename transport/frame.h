@@ -4,7 +4,7 @@
 //        0     4  magic       "RRPC" (bytes 0x52 0x52 0x50 0x43)
 //        4     1  version     1
 //        5     1  type        FrameType
-//        6     2  reserved    zero
+//        6     2  credits     RDMA only: receive credits returned; zero on TCP
 //        8     4  header_size little-endian; at most kMaxCallHeaderSize
 //       12     4  payload_size little-endian; at most the receiver's maximum
 //
@@ -37,6 +37,7 @@ enum class FrameType : uint8_t {
 
 struct FramePrefix {
   FrameType type = FrameType::kRpc;
+  uint16_t credits = 0;
   uint32_t header_size = 0;
   uint32_t payload_size = 0;
 };

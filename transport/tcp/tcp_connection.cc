@@ -64,7 +64,7 @@ void TcpConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
 
 void TcpConnection::ConsumeStaged() {
   using Phase = RxState::Phase;
-  while (!torn_down_) {
+  while (!torn_down_ && !receive_stopped_) {
     const size_t staged = staged_end_ - staged_begin_;
     std::byte* in = staging_.get() + staged_begin_;
     switch (rx_.phase) {
@@ -76,9 +76,11 @@ void TcpConnection::ConsumeStaged() {
           Log().warn("{}: closing: {}", peer_, decoded.error.message());
           return CloseNow(decoded.error);
         }
-        if (decoded.prefix.type != FrameType::kRpc) {
-          const Status error(StatusCode::kInternal,
-                             "malformed frame: control frame on TCP");
+        if (decoded.prefix.type != FrameType::kRpc ||
+            decoded.prefix.credits != 0) {
+          const Status error(
+              StatusCode::kInternal,
+              "malformed frame: RDMA control field on a TCP connection");
           Log().warn("{}: closing: {}", peer_, error.message());
           return CloseNow(error);
         }
@@ -146,12 +148,14 @@ void TcpConnection::OnBodyRead(const boost::system::error_code& error,
   if (error) return OnReadError(error);
   rx_.filled = rx_.block.size();
   stats_.bytes_received += bytes;
+  const bool discard = rx_.discard_left > 0;
   DeliverFrame();
-  rx_.phase = RxState::Phase::kPrefix;
+  rx_.phase = discard ? RxState::Phase::kDiscard : RxState::Phase::kPrefix;
   ConsumeStaged();
 }
 
 void TcpConnection::DeliverFrame() {
+  if (receive_stopped_) return;
   stats_.frames_received++;
   ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
                       rx_.prefix.header_size, rx_.discard_left);
@@ -204,9 +208,9 @@ Status TcpConnection::Send(OutgoingFrame frame) {
                   "payload of " + std::to_string(payload) +
                       " bytes exceeds the frame format's limit");
   }
-  const EncodedPrefix prefix =
-      EncodeFramePrefix({frame.type, static_cast<uint32_t>(frame.header.size()),
-                         static_cast<uint32_t>(payload)});
+  const EncodedPrefix prefix = EncodeFramePrefix(
+      {frame.type, 0, static_cast<uint32_t>(frame.header.size()),
+       static_cast<uint32_t>(payload)});
   bool post = false;
   {
     std::lock_guard lock(mu_);
@@ -275,6 +279,7 @@ void TcpConnection::OnWritten(const boost::system::error_code& error,
 // ------------------------------------------------------------------ close --
 
 void TcpConnection::Close(const Status& reason) {
+  receive_stopped_ = true;  // Nothing more reaches the observer.
   {
     std::lock_guard lock(mu_);
     closing_ = true;

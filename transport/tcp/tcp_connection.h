@@ -12,6 +12,7 @@
 #ifndef RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 #define RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
@@ -73,6 +74,7 @@ class TcpConnection final : public Connection,
   ConnectionStats stats_;
   std::shared_ptr<ConnectionObserver> observer_;  // Reset after OnClose.
   bool torn_down_ = false;
+  std::atomic<bool> receive_stopped_{false};
   Status close_reason_;
   std::optional<Status> close_after_flush_;
   boost::asio::steady_timer close_timer_;

@@ -17,8 +17,10 @@ class TcpListener final : public Listener {
  public:
   // Shared with pending accepts, which may outlive the Listener object.
   struct State {
-    explicit State(asio::io_context& context) : acceptor(context) {}
+    explicit State(asio::io_context& context)
+        : acceptor(context), retry(context) {}
     tcp::acceptor acceptor;
+    asio::steady_timer retry;
     TransportOptions options;
     ContextPicker pick;
     AcceptHandler on_accept;
@@ -34,6 +36,7 @@ class TcpListener final : public Listener {
     asio::post(state_->acceptor.get_executor(), [state = state_] {
       boost::system::error_code ignored;
       state->acceptor.close(ignored);
+      state->retry.cancel();
     });
   }
 
@@ -46,8 +49,17 @@ class TcpListener final : public Listener {
             return;
           }
           if (error) {
-            // EMFILE and friends: keep serving the connections we have.
-            Log().warn("{}: accept failed: {}", state->uri, error.message());
+            // EMFILE and friends: keep serving the connections we have and
+            // retry later; the backlog stays readable, so retrying at once
+            // would spin.
+            Log().warn("{}: accept failed: {}; retrying in 100 ms", state->uri,
+                       error.message());
+            state->retry.expires_after(std::chrono::milliseconds(100));
+            state->retry.async_wait(
+                [state](const boost::system::error_code& e) {
+                  if (!e && state->acceptor.is_open()) AcceptNext(state);
+                });
+            return;
           } else {
             state->on_accept(std::make_shared<TcpConnection>(std::move(socket),
                                                              state->options));
