@@ -2,6 +2,9 @@
 
 #include <boost/asio/post.hpp>
 
+#include "base/log.h"
+#include "transport/rdma/rdma_transport.h"
+#include "transport/rdma/verbs.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/uri.h"
 
@@ -12,7 +15,24 @@ namespace {
 Status UnknownScheme(const Uri& uri) {
   return Status(StatusCode::kInvalidArgument,
                 "unsupported transport '" + uri.scheme + "' in " +
-                    uri.ToString() + " (supported: tcp)");
+                    uri.ToString() + " (supported: tcp, rdma, auto)");
+}
+
+// auto:// becomes rdma:// when this host has a usable RDMA device, tcp://
+// otherwise; one info log says which and why.
+Uri Resolve(Uri uri) {
+  if (uri.scheme != "auto") return uri;
+  const Status rdma = rdma::CheckRdmaAvailable();
+  uri.scheme = rdma.ok() ? "rdma" : "tcp";
+  if (rdma.ok()) {
+    Log().info("{}: using rdma (an RDMA device with an active port exists)",
+               "auto://" + uri.host + ":" + std::to_string(uri.port));
+  } else {
+    Log().info("{}: using tcp: {}",
+               "auto://" + uri.host + ":" + std::to_string(uri.port),
+               rdma.message());
+  }
+  return uri;
 }
 
 }  // namespace
@@ -21,23 +41,35 @@ StatusOr<std::unique_ptr<Listener>> Listen(
     boost::asio::io_context& accept_context, std::string_view text,
     const TransportOptions& options, ContextPicker pick,
     AcceptHandler on_accept) {
-  StatusOr<Uri> uri = ParseUri(text);
-  if (!uri.ok()) return uri.status();
-  if (uri->scheme == "tcp") {
-    return tcp::Listen(accept_context, uri->host, uri->port, options,
+  StatusOr<Uri> parsed = ParseUri(text);
+  if (!parsed.ok()) return parsed.status();
+  const Uri uri = Resolve(*parsed);
+  if (uri.scheme == "tcp") {
+    return tcp::Listen(accept_context, uri.host, uri.port, options,
                        std::move(pick), std::move(on_accept));
   }
-  return UnknownScheme(*uri);
+  if (uri.scheme == "rdma") {
+    return rdma::Listen(accept_context, uri.host, uri.port, options,
+                        std::move(pick), std::move(on_accept));
+  }
+  return UnknownScheme(uri);
 }
 
 void Connect(boost::asio::io_context& context, std::string_view text,
              const TransportOptions& options, ConnectHandler done) {
-  StatusOr<Uri> uri = ParseUri(text);
-  if (uri.ok() && uri->scheme == "tcp") {
-    return tcp::Connect(context, uri->host, uri->port, options,
-                        std::move(done));
+  StatusOr<Uri> parsed = ParseUri(text);
+  if (parsed.ok()) {
+    const Uri uri = Resolve(*parsed);
+    if (uri.scheme == "tcp") {
+      return tcp::Connect(context, uri.host, uri.port, options,
+                          std::move(done));
+    }
+    if (uri.scheme == "rdma") {
+      return rdma::Connect(context, uri.host, uri.port, options,
+                           std::move(done));
+    }
   }
-  Status error = uri.ok() ? UnknownScheme(*uri) : uri.status();
+  Status error = parsed.ok() ? UnknownScheme(*parsed) : parsed.status();
   boost::asio::post(context, [done = std::move(done), error] { done(error); });
 }
 

@@ -1,5 +1,8 @@
-// Choosing a transport by URI scheme: "tcp://host:port" (and, with the RDMA
-// transport, "rdma://" and "auto://").
+// Choosing a transport by URI scheme:
+//   tcp://host:port    TCP (Boost.Asio)
+//   rdma://host:port   RDMA (librdmacm + verbs); fails at once, naming the
+//                      cause, when this host has no usable RDMA device
+//   auto://host:port   rdma when a usable device exists, else tcp
 #ifndef RDMARPC_TRANSPORT_FACTORY_FACTORY_H_
 #define RDMARPC_TRANSPORT_FACTORY_FACTORY_H_
 

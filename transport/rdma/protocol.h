@@ -1,0 +1,81 @@
+// The RDMA transport's own protocol, under the rdmarpc frame format.
+//
+// Connection setup (rdma_cm private data, both directions): ConnParams.
+//
+// Every message a side SENDs is a frame (transport/frame.h) whose prefix's
+// reserved u16 carries `credits`: receive buffers the sender has re-posted
+// since its last message. A side may SEND only while it holds a credit (the
+// peer has a receive posted for it), so the receiver never runs out of
+// receives and RNR never happens; one credit is held back for a CREDIT
+// message, so credits can always flow back.
+//
+// Frames up to the receive buffer size travel as one SEND (inline when they
+// fit max_inline_data). A larger frame travels by rendezvous:
+//   1. sender -> RTS {transfer, header_size, payload_size}      (control SEND)
+//   2. receiver allocates header+payload, registers it for remote write
+//      (this connection's PD only) and answers GRANT {transfer, addr, rkey,
+//      length}; a payload over the receiver's maximum is not granted:
+//      length covers the header alone and `dropped` is set
+//   3. sender -> RDMA WRITE WITH IMMEDIATE of header+payload into the grant,
+//      immediate = transfer id; it consumes a credit like a SEND
+//   4. receiver checks the immediate and the length against the one open
+//      grant, deregisters it, and delivers the block without a copy
+// A sender runs one transfer at a time and sends nothing else meanwhile, so
+// frames arrive in order.
+#ifndef RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
+#define RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+
+namespace rdmarpc::transport::rdma {
+
+inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
+inline constexpr uint16_t kConnVersion = 1;
+
+// Carried in rdma_cm private data (at most 56 bytes for RC accept).
+struct ConnParams {
+  uint32_t magic = kConnMagic;
+  uint16_t version = kConnVersion;
+  uint16_t receive_depth = 0;        // Receives posted: the peer's credits.
+  uint32_t receive_buffer_size = 0;  // Largest SEND the peer may post.
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(ConnParams) == 16);
+
+enum class ControlKind : uint8_t {
+  kCredit = 1,  // Nothing but the credits in the prefix.
+  kRts = 2,
+  kGrant = 3,
+};
+
+struct ControlMessage {
+  ControlKind kind = ControlKind::kCredit;
+  uint8_t dropped = 0;  // GRANT: the payload exceeded the maximum.
+  uint16_t reserved = 0;
+  uint32_t transfer = 0;
+  uint32_t header_size = 0;   // RTS.
+  uint32_t payload_size = 0;  // RTS.
+  uint64_t addr = 0;          // GRANT.
+  uint32_t rkey = 0;          // GRANT.
+  uint32_t length = 0;        // GRANT: bytes the sender may write.
+};
+static_assert(sizeof(ControlMessage) == 32);
+
+inline std::optional<ControlMessage> DecodeControl(
+    std::span<const std::byte> bytes) {
+  if (bytes.size() != sizeof(ControlMessage)) return std::nullopt;
+  ControlMessage message;
+  std::memcpy(&message, bytes.data(), sizeof(message));
+  if (message.kind < ControlKind::kCredit ||
+      message.kind > ControlKind::kGrant) {
+    return std::nullopt;
+  }
+  return message;
+}
+
+}  // namespace rdmarpc::transport::rdma
+
+#endif  // RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_

@@ -1,0 +1,876 @@
+#include "transport/rdma/rdma_connection.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "base/log.h"
+
+namespace rdmarpc::transport::rdma {
+
+namespace asio = boost::asio;
+using tunables::kFramePrefixSize;
+using tunables::kRdmaReceiveBufferSize;
+using tunables::kRdmaReceiveDepth;
+using tunables::kRdmaSendDepth;
+
+namespace {
+
+// wr_id: a tag in the top two bits, a slot or sequence number below.
+enum WrTag : uint64_t { kRecvTag = 1, kSendTag = 2, kWriteTag = 3 };
+constexpr uint64_t kTagShift = 62;
+constexpr uint64_t kValueMask = (uint64_t{1} << kTagShift) - 1;
+uint64_t WrId(WrTag tag, uint64_t value) {
+  return (uint64_t{tag} << kTagShift) | value;
+}
+
+std::string AddressString(const sockaddr* address) {
+  if (address == nullptr) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (address->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(address);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  if (address->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(address);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    port = ntohs(in6->sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  }
+  return "?";
+}
+
+ConnParams LocalParams() {
+  ConnParams params;
+  params.receive_depth = kRdmaReceiveDepth;
+  params.receive_buffer_size = kRdmaReceiveBufferSize;
+  return params;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ setup --
+
+RdmaConnection::RdmaConnection(asio::io_context& context,
+                               const TransportOptions& options)
+    : context_(context),
+      options_(options),
+      cm_fd_(context),
+      cq_fd_(context),
+      close_timer_(context) {}
+
+RdmaConnection::~RdmaConnection() {
+  // The descriptors belong to rdma-core, not to Asio.
+  boost::system::error_code ignored;
+  if (cm_fd_.is_open()) cm_fd_.release();
+  if (cq_fd_.is_open()) cq_fd_.release();
+  // No DMA may touch memory that is about to be freed: the QP goes first.
+  if (id_ && id_->qp != nullptr) rdma_destroy_qp(id_.get());
+  // ibv_destroy_cq waits for every event taken from the channel to be acked.
+  if (cq_ && unacked_cq_events_ > 0) {
+    ibv_ack_cq_events(cq_.get(), unacked_cq_events_);
+  }
+  outgoing_.reset();
+  incoming_.reset();
+}
+
+asio::any_io_executor RdmaConnection::executor() const {
+  return context_.get_executor();
+}
+
+Status RdmaConnection::OpenEventChannel() {
+  events_.reset(rdma_create_event_channel());
+  if (!events_) return ErrnoStatus("rdma_create_event_channel", errno);
+  Status status = SetNonBlocking(events_->fd);
+  if (!status.ok()) return status;
+  cm_fd_.assign(events_->fd);
+  return Status();
+}
+
+std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
+    asio::io_context& context, const std::string& host, uint16_t port,
+    const TransportOptions& options, EstablishedHandler on_established) {
+  auto self = std::make_shared<RdmaConnection>(context, options);
+  self->on_established_ = std::move(on_established);
+  self->host_ = host;
+  self->port_ = port;
+  self->peer_ = "rdma://" + host + ":" + std::to_string(port);
+  asio::post(context, [self] {
+    Status status = self->OpenEventChannel();
+    rdma_cm_id* raw = nullptr;
+    if (status.ok() && rdma_create_id(self->events_.get(), &raw, self.get(),
+                                      RDMA_PS_TCP) != 0) {
+      status = ErrnoStatus("rdma_create_id", errno);
+    }
+    self->id_.reset(raw);
+    rdma_addrinfo hints{};
+    hints.ai_port_space = RDMA_PS_TCP;
+    rdma_addrinfo* resolved = nullptr;
+    const std::string service = std::to_string(self->port_);
+    if (status.ok() && rdma_getaddrinfo(self->host_.c_str(), service.c_str(),
+                                        &hints, &resolved) != 0) {
+      status =
+          Status(StatusCode::kUnavailable,
+                 "cannot resolve " + self->peer_ + ": " + std::strerror(errno));
+    }
+    if (status.ok()) {
+      if (rdma_resolve_addr(self->id_.get(), nullptr, resolved->ai_dst_addr,
+                            tunables::kRdmaCmTimeoutMs) != 0) {
+        status = ErrnoStatus("rdma_resolve_addr " + self->peer_, errno);
+      }
+    }
+    if (resolved != nullptr) rdma_freeaddrinfo(resolved);
+    if (!status.ok()) return self->Established(status);
+    self->WatchCm();
+  });
+  return self;
+}
+
+std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
+    asio::io_context& context, CmId id, const ConnParams& peer,
+    const TransportOptions& options, EstablishedHandler on_established) {
+  auto self = std::make_shared<RdmaConnection>(context, options);
+  self->on_established_ = std::move(on_established);
+  self->peer_params_ = peer;
+  self->credits_ = peer.receive_depth;
+  self->peer_ = "rdma://" + AddressString(rdma_get_peer_addr(id.get()));
+  auto shared_id = std::make_shared<CmId>(std::move(id));
+  asio::post(context, [self, shared_id] {
+    Status status = self->OpenEventChannel();
+    if (status.ok() &&
+        rdma_migrate_id(shared_id->get(), self->events_.get()) != 0) {
+      status = ErrnoStatus("rdma_migrate_id", errno);
+    }
+    self->id_ = std::move(*shared_id);
+    if (status.ok()) {
+      self->id_->context = self.get();
+      status = self->CreateResources();
+    }
+    if (status.ok()) {
+      const ConnParams local = LocalParams();
+      rdma_conn_param param{};
+      param.private_data = &local;
+      param.private_data_len = sizeof(local);
+      param.responder_resources = 1;
+      param.initiator_depth = 1;
+      param.rnr_retry_count = tunables::kRdmaRnrRetry;
+      if (rdma_accept(self->id_.get(), &param) != 0) {
+        status = ErrnoStatus("rdma_accept", errno);
+      }
+    }
+    if (!status.ok()) return self->Established(status);
+    self->WatchCm();
+  });
+  return self;
+}
+
+Status RdmaConnection::CreateResources() {
+  ibv_context* verbs = id_->verbs;
+  if (verbs == nullptr) {
+    return Status(StatusCode::kUnavailable,
+                  "rdma_cm id for " + peer_ + " has no device");
+  }
+  Log().debug("{}: resources on context {}", peer_, static_cast<void*>(verbs));
+  pd_.reset(ibv_alloc_pd(verbs));
+  if (!pd_) return ErrnoStatus("ibv_alloc_pd", errno);
+  completion_channel_.reset(ibv_create_comp_channel(verbs));
+  if (!completion_channel_)
+    return ErrnoStatus("ibv_create_comp_channel", errno);
+  Status status = SetNonBlocking(completion_channel_->fd);
+  if (!status.ok()) return status;
+  cq_.reset(ibv_create_cq(verbs, kRdmaReceiveDepth + kRdmaSendDepth + 16, this,
+                          completion_channel_.get(), 0));
+  if (!cq_) return ErrnoStatus("ibv_create_cq", errno);
+  if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
+    return ErrnoStatus("ibv_req_notify_cq", errno);
+  }
+  ibv_qp_init_attr attr{};
+  attr.send_cq = cq_.get();
+  attr.recv_cq = cq_.get();
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = kRdmaSendDepth;
+  attr.cap.max_recv_wr = kRdmaReceiveDepth;
+  attr.cap.max_send_sge = tunables::kRdmaMaxSendSge;
+  attr.cap.max_recv_sge = 1;
+  attr.cap.max_inline_data = 256;
+  if (rdma_create_qp(id_.get(), pd_.get(), &attr) != 0) {
+    attr.cap.max_inline_data = 0;  // The device may not inline at all.
+    if (rdma_create_qp(id_.get(), pd_.get(), &attr) != 0) {
+      return ErrnoStatus("rdma_create_qp", errno);
+    }
+  }
+  max_inline_ = attr.cap.max_inline_data;
+
+  auto receive = RegisteredMemory::Allocate(
+      pd_.get(), size_t{kRdmaReceiveDepth} * kRdmaReceiveBufferSize,
+      IBV_ACCESS_LOCAL_WRITE);
+  if (!receive.ok()) return receive.status();
+  receive_ring_ = std::move(*receive);
+  auto send = RegisteredMemory::Allocate(
+      pd_.get(), size_t{kRdmaSendDepth} * kRdmaReceiveBufferSize,
+      IBV_ACCESS_LOCAL_WRITE);
+  if (!send.ok()) return send.status();
+  send_ring_ = std::move(*send);
+  send_wrs_.resize(kRdmaSendDepth);
+  send_sges_.resize(size_t{kRdmaSendDepth} * tunables::kRdmaMaxSendSge);
+  send_wrs_.clear();
+
+  repost_wrs_.reserve(kRdmaReceiveDepth);
+  repost_sges_.reserve(kRdmaReceiveDepth);
+  for (uint32_t slot = 0; slot < kRdmaReceiveDepth; ++slot) Repost(slot);
+  FlushReposts();
+  credits_to_return_ = 0;  // The initial receives are the peer's credits.
+  cq_fd_.assign(completion_channel_->fd);
+  return torn_down_ ? close_reason_ : Status();
+}
+
+void RdmaConnection::WatchCm() {
+  cm_fd_.async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      [self = shared_from_this()](const boost::system::error_code& e) {
+        if (e || !self->events_) return;
+        rdma_cm_event* event = nullptr;
+        while (rdma_get_cm_event(self->events_.get(), &event) == 0) {
+          self->OnCmEvent(event);
+        }
+        if (!self->torn_down_) self->WatchCm();
+      });
+}
+
+void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
+  Log().debug("{}: cm event {} on id {} (ours {}), verbs {} (ours {})", peer_,
+              rdma_event_str(event->event), static_cast<void*>(event->id),
+              static_cast<void*>(id_.get()),
+              static_cast<void*>(event->id ? event->id->verbs : nullptr),
+              static_cast<void*>(id_ ? id_->verbs : nullptr));
+  const rdma_cm_event_type type = event->event;
+  const int status = event->status;
+  ConnParams params;
+  bool have_params = false;
+  if (type == RDMA_CM_EVENT_ESTABLISHED &&
+      event->param.conn.private_data_len >= sizeof(ConnParams)) {
+    std::memcpy(&params, event->param.conn.private_data, sizeof(params));
+    have_params = true;
+  }
+  rdma_ack_cm_event(event);
+  const std::string what = rdma_event_str(type);
+
+  switch (type) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      if (rdma_resolve_route(id_.get(), tunables::kRdmaCmTimeoutMs) != 0) {
+        Established(ErrnoStatus("rdma_resolve_route " + peer_, errno));
+      }
+      return;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+      Status created = CreateResources();
+      if (!created.ok()) return Established(created);
+      const ConnParams local = LocalParams();
+      rdma_conn_param param{};
+      param.private_data = &local;
+      param.private_data_len = sizeof(local);
+      param.responder_resources = 1;
+      param.initiator_depth = 1;
+      param.retry_count = 7;
+      param.rnr_retry_count = tunables::kRdmaRnrRetry;
+      if (rdma_connect(id_.get(), &param) != 0) {
+        Established(ErrnoStatus("rdma_connect " + peer_, errno));
+      }
+      return;
+    }
+    case RDMA_CM_EVENT_ESTABLISHED:
+      if (!host_.empty()) {  // Active side: the server's parameters.
+        if (!have_params || params.magic != kConnMagic ||
+            params.version != kConnVersion || params.receive_depth < 2 ||
+            params.receive_buffer_size < kFramePrefixSize + 64) {
+          return Established(Status(StatusCode::kUnavailable,
+                                    peer_ + " is not an rdmarpc server"));
+        }
+        peer_params_ = params;
+        credits_ = params.receive_depth;
+      }
+      established_ = true;
+      return Established(Status());
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      if (!established_) {
+        return Established(Status(StatusCode::kUnavailable,
+                                  "connect to " + peer_ + ": " + what));
+      }
+      Log().info("{}: {}", peer_, what);
+      return CloseNow(
+          Status(StatusCode::kUnavailable, "peer " + peer_ + " disconnected"));
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+      return;
+    default:  // REJECTED, UNREACHABLE, ADDR_ERROR, ROUTE_ERROR, ...
+      if (!established_) {
+        return Established(Status(StatusCode::kUnavailable,
+                                  "connect to " + peer_ + " failed: " + what +
+                                      " (status " + std::to_string(status) +
+                                      ")"));
+      }
+      Log().warn("{}: unexpected rdma_cm event {}", peer_, what);
+      return;
+  }
+}
+
+void RdmaConnection::Established(const Status& status) {
+  if (!status.ok()) CloseNow(status);
+  if (auto done = std::move(on_established_)) done(status);
+}
+
+void RdmaConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
+  asio::post(
+      context_, [self = shared_from_this(), observer = std::move(observer)] {
+        if (self->torn_down_) {
+          observer->OnClose(self->close_reason_);
+          return;
+        }
+        self->observer_ = observer;
+        if (self->options_.poll_mode == PollMode::kBusy) {
+          self->PollLoop();
+        } else {
+          self->OnCqReady();  // Drains what arrived before Start, then waits.
+        }
+      });
+}
+
+// ------------------------------------------------------------ completions --
+
+void RdmaConnection::WatchCq() {
+  cq_fd_.async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      [self = shared_from_this()](const boost::system::error_code& e) {
+        if (e || self->torn_down_) return;
+        self->OnCqReady();
+      });
+}
+
+void RdmaConnection::OnCqReady() {
+  if (torn_down_) return;
+  ibv_cq* cq = nullptr;
+  void* context = nullptr;
+  while (ibv_get_cq_event(completion_channel_.get(), &cq, &context) == 0) {
+    ++unacked_cq_events_;
+    stats_.cq_events++;
+  }
+  if (unacked_cq_events_ >= tunables::kRdmaCqEventAckBatch) {
+    ibv_ack_cq_events(cq_.get(), unacked_cq_events_);
+    unacked_cq_events_ = 0;
+  }
+  Drain();
+  if (torn_down_) return;
+  if (options_.poll_mode == PollMode::kHybrid) {
+    // Activity: spin for a while before waiting for the next event.
+    spin_until_ = std::chrono::steady_clock::now() + options_.hybrid_spin;
+    return PollLoop();
+  }
+  // Arm, then drain again: a completion that arrived between the first
+  // drain and the arm would otherwise raise no event.
+  if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
+    return CloseNow(ErrnoStatus("ibv_req_notify_cq", errno));
+  }
+  Drain();
+  if (!torn_down_) WatchCq();
+}
+
+void RdmaConnection::PollLoop() {
+  if (torn_down_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (Drain()) spin_until_ = now + options_.hybrid_spin;
+  if (torn_down_) return;
+  if (options_.poll_mode == PollMode::kBusy || now < spin_until_) {
+    // Poll again from the loop, so timers and other handlers still run.
+    asio::post(context_, [self = shared_from_this()] { self->PollLoop(); });
+    return;
+  }
+  // Hybrid, quiet for hybrid_spin: arm, drain the race, wait for an event.
+  if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
+    return CloseNow(ErrnoStatus("ibv_req_notify_cq", errno));
+  }
+  Drain();
+  if (!torn_down_) WatchCq();
+}
+
+bool RdmaConnection::Drain() {
+  ibv_wc wcs[32];
+  bool any = false;
+  while (!torn_down_) {
+    const int n = ibv_poll_cq(cq_.get(), 32, wcs);
+    stats_.cq_polls++;
+    if (n < 0) {
+      CloseNow(Status(StatusCode::kUnavailable, "ibv_poll_cq failed"));
+      break;
+    }
+    if (n == 0) break;
+    any = true;
+    for (int i = 0; i < n && !torn_down_; ++i) OnCompletion(wcs[i]);
+  }
+  if (!torn_down_ && any) {
+    FlushReposts();
+    Flush();
+  }
+  return any;
+}
+
+void RdmaConnection::OnCompletion(const ibv_wc& wc) {
+  const auto tag = static_cast<WrTag>(wc.wr_id >> kTagShift);
+  const uint64_t value = wc.wr_id & kValueMask;
+  if (wc.status != IBV_WC_SUCCESS) {
+    if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) stats_.rnr_errors++;
+    const std::string why = std::string("completion error: ") +
+                            ibv_wc_status_str(wc.status) + " (vendor error " +
+                            std::to_string(wc.vendor_err) + ")";
+    if (wc.status != IBV_WC_WR_FLUSH_ERR) Log().warn("{}: {}", peer_, why);
+    return CloseNow(Status(StatusCode::kUnavailable,
+                           "connection to " + peer_ + " lost: " + why));
+  }
+  switch (tag) {
+    case kRecvTag:
+      if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        return OnWriteLanded(static_cast<uint32_t>(value), ntohl(wc.imm_data),
+                             wc.byte_len);
+      }
+      return OnReceive(static_cast<uint32_t>(value), wc.byte_len);
+    case kSendTag:
+      completed_ = std::max(completed_, value);
+      return MaybeFinishClose();
+    case kWriteTag:
+      completed_ = std::max(completed_, value);
+      stats_.rdma_writes++;
+      stats_.frames_sent++;
+      outgoing_.reset();  // Releases the caller's buffers and their MRs.
+      return MaybeFinishClose();
+  }
+}
+
+void RdmaConnection::ProtocolError(const std::string& what) {
+  const Status error(StatusCode::kInternal, "malformed frame: " + what);
+  Log().warn("{}: closing: {}", peer_, error.message());
+  CloseNow(error);
+}
+
+void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
+  const std::byte* data =
+      receive_ring_->data() + size_t{slot} * kRdmaReceiveBufferSize;
+  if (bytes < kFramePrefixSize) return ProtocolError("short message");
+  const DecodedPrefix decoded = DecodeFramePrefix(
+      std::span(data, kFramePrefixSize), options_.max_payload_size);
+  if (decoded.verdict == PrefixVerdict::kMalformed) {
+    return ProtocolError(decoded.error.message());
+  }
+  const FramePrefix& prefix = decoded.prefix;
+  if (uint64_t{kFramePrefixSize} + prefix.header_size + prefix.payload_size !=
+      bytes) {
+    return ProtocolError("frame length does not match the message");
+  }
+  credits_ += prefix.credits;
+  if (credits_ > peer_params_.receive_depth) {
+    return ProtocolError("peer returned more credits than it was owed");
+  }
+  stats_.bytes_received += bytes;
+  const std::byte* header = data + kFramePrefixSize;
+  if (prefix.type == FrameType::kControl) {
+    const auto message = DecodeControl(std::span(header, prefix.header_size));
+    if (!message) return ProtocolError("bad control message");
+    Repost(slot);
+    return OnControl(*message);
+  }
+  const bool dropped = decoded.verdict == PrefixVerdict::kPayloadTooLarge;
+  const size_t keep = prefix.header_size + (dropped ? 0 : prefix.payload_size);
+  Buffer block = Buffer::Allocate(keep);
+  if (keep > 0) std::memcpy(block.data(), header, keep);
+  Repost(slot);  // Copied out: the buffer can take the next message now.
+  stats_.frames_received++;
+  observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(block),
+                                   prefix.header_size,
+                                   dropped ? prefix.payload_size : 0));
+}
+
+void RdmaConnection::OnControl(const ControlMessage& message) {
+  switch (message.kind) {
+    case ControlKind::kCredit:
+      return;
+    case ControlKind::kRts: {
+      if (incoming_)
+        return ProtocolError("a second transfer while one is open");
+      if (message.header_size > tunables::kMaxCallHeaderSize) {
+        return ProtocolError("transfer header too large");
+      }
+      IncomingTransfer transfer;
+      transfer.id = message.transfer;
+      transfer.header_size = message.header_size;
+      const bool dropped = message.payload_size > options_.max_payload_size;
+      if (dropped) {
+        Log().warn(
+            "{}: payload of {} bytes exceeds the receiver's maximum "
+            "of {}; discarding it",
+            peer_, message.payload_size, options_.max_payload_size);
+        transfer.dropped_payload = message.payload_size;
+        stats_.oversized_frames_dropped++;
+      }
+      const size_t length =
+          message.header_size + (dropped ? 0 : size_t{message.payload_size});
+      // At least one byte, so there is always something to register.
+      transfer.block = Buffer::Allocate(std::max<size_t>(length, 1));
+      transfer.block.Truncate(length);
+      // Remote write into this block only, for this connection only.
+      transfer.region.reset(ibv_reg_mr(
+          pd_.get(), transfer.block.data(), std::max<size_t>(length, 1),
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+      if (!transfer.region) {
+        return CloseNow(ErrnoStatus("ibv_reg_mr (grant)", errno));
+      }
+      ControlMessage grant;
+      grant.kind = ControlKind::kGrant;
+      grant.dropped = dropped ? 1 : 0;
+      grant.transfer = transfer.id;
+      grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
+      grant.rkey = transfer.region->rkey;
+      grant.length = static_cast<uint32_t>(length);
+      incoming_ = std::move(transfer);
+      control_queue_.push_back(grant);
+      return;
+    }
+    case ControlKind::kGrant: {
+      if (!outgoing_ || outgoing_->granted ||
+          outgoing_->id != message.transfer) {
+        return ProtocolError("grant for no open transfer");
+      }
+      const uint64_t want =
+          outgoing_->frame.header.size() +
+          (message.dropped ? 0 : outgoing_->frame.payload_size());
+      if (message.length != want) return ProtocolError("grant of wrong length");
+      outgoing_->granted = true;
+      outgoing_->grant = message;
+      return;
+    }
+  }
+}
+
+void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
+                                   uint32_t bytes) {
+  if (!incoming_ || imm != incoming_->id || bytes != incoming_->block.size()) {
+    return ProtocolError("unexpected RDMA write (immediate " +
+                         std::to_string(imm) + ", " + std::to_string(bytes) +
+                         " bytes)");
+  }
+  Repost(slot);
+  IncomingTransfer transfer = std::move(*incoming_);
+  incoming_.reset();
+  transfer.region.reset();  // No remote access once the data has landed.
+  stats_.bytes_received += bytes;
+  stats_.frames_received++;
+  observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(transfer.block),
+                                   transfer.header_size,
+                                   transfer.dropped_payload));
+}
+
+void RdmaConnection::Repost(uint32_t slot) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uint64_t>(receive_ring_->data() +
+                                        size_t{slot} * kRdmaReceiveBufferSize);
+  sge.length = kRdmaReceiveBufferSize;
+  sge.lkey = receive_ring_->lkey();
+  repost_sges_.push_back(sge);
+  ibv_recv_wr wr{};
+  wr.wr_id = WrId(kRecvTag, slot);
+  wr.num_sge = 1;
+  repost_wrs_.push_back(wr);
+  if (repost_wrs_.size() >= tunables::kRdmaRepostBatch &&
+      !repost_wrs_.empty() && established_) {
+    FlushReposts();
+  }
+}
+
+void RdmaConnection::FlushReposts() {
+  if (repost_wrs_.empty() || torn_down_) return;
+  for (size_t i = 0; i < repost_wrs_.size(); ++i) {
+    repost_wrs_[i].sg_list = &repost_sges_[i];
+    repost_wrs_[i].next =
+        i + 1 < repost_wrs_.size() ? &repost_wrs_[i + 1] : nullptr;
+  }
+  ibv_recv_wr* bad = nullptr;
+  if (ibv_post_recv(id_->qp, repost_wrs_.data(), &bad) != 0) {
+    return CloseNow(ErrnoStatus("ibv_post_recv", errno));
+  }
+  credits_to_return_ += static_cast<uint32_t>(repost_wrs_.size());
+  repost_wrs_.clear();
+  repost_sges_.clear();
+}
+
+// ------------------------------------------------------------------- send --
+
+Status RdmaConnection::Send(OutgoingFrame frame) {
+  if (frame.header.size() > tunables::kMaxCallHeaderSize) {
+    return Status(StatusCode::kInternal, "frame header too large");
+  }
+  if (frame.payload_size() > tunables::kMaxPayloadSizeLimit) {
+    return Status(StatusCode::kResourceExhausted,
+                  "payload exceeds the frame format's limit");
+  }
+  bool post = false;
+  {
+    std::lock_guard lock(mu_);
+    if (closing_) {
+      return Status(StatusCode::kUnavailable,
+                    "connection to " + peer_ + " is closed");
+    }
+    queue_.push_back(std::move(frame));
+    post = !std::exchange(flush_pending_, true);
+  }
+  if (post) {
+    asio::post(context_, [self = shared_from_this()] { self->Flush(); });
+  }
+  return Status();
+}
+
+void RdmaConnection::Flush() {
+  {
+    std::lock_guard lock(mu_);
+    flush_pending_ = false;
+  }
+  if (torn_down_ || !established_) return;
+  // Grants first: the peer's large frame waits on them.
+  while (!control_queue_.empty() && credits_ >= 1 && SendSlotFree()) {
+    PostControl(control_queue_.front());
+    control_queue_.pop_front();
+  }
+  if (outgoing_ && outgoing_->granted && outgoing_->regions.empty()) {
+    if (!PostWrite()) stats_.credit_stalls++;
+  }
+  const size_t small_limit =
+      std::min(kRdmaReceiveBufferSize, peer_params_.receive_buffer_size);
+  {
+    std::lock_guard lock(mu_);
+    while (!outgoing_ && !queue_.empty()) {
+      OutgoingFrame& frame = queue_.front();
+      // One credit stays in reserve for CREDIT messages.
+      if (credits_ < 2 || !SendSlotFree()) {
+        stats_.credit_stalls++;
+        break;
+      }
+      const uint64_t total =
+          kFramePrefixSize + frame.header.size() + frame.payload_size();
+      if (total <= small_limit) {
+        PostSmall(frame, frame.type, {});
+        queue_.pop_front();
+        continue;
+      }
+      // Large: ask for a grant; nothing else leaves until it is written.
+      OutgoingTransfer transfer;
+      transfer.id = next_transfer_id_++;
+      transfer.frame = std::move(frame);
+      queue_.pop_front();
+      ControlMessage rts;
+      rts.kind = ControlKind::kRts;
+      rts.transfer = transfer.id;
+      rts.header_size = static_cast<uint32_t>(transfer.frame.header.size());
+      rts.payload_size = static_cast<uint32_t>(transfer.frame.payload_size());
+      outgoing_ = std::move(transfer);
+      PostControl(rts);
+    }
+  }
+  // Return credits explicitly when no traffic has carried them back.
+  if (credits_to_return_ >= kRdmaReceiveDepth / 2 && credits_ >= 1 &&
+      SendSlotFree()) {
+    ControlMessage credit;
+    credit.kind = ControlKind::kCredit;
+    PostControl(credit);
+    stats_.credit_messages++;
+  }
+  Post();
+}
+
+bool RdmaConnection::PostControl(const ControlMessage& message) {
+  OutgoingFrame frame;
+  frame.type = FrameType::kControl;
+  return PostSmall(frame, FrameType::kControl,
+                   std::as_bytes(std::span(&message, 1)));
+}
+
+bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
+                               std::span<const std::byte> body) {
+  const uint64_t seq = ++posted_;
+  std::byte* slot = send_ring_->data() +
+                    size_t(seq % kRdmaSendDepth) * kRdmaReceiveBufferSize;
+  const uint32_t header_size =
+      static_cast<uint32_t>(body.empty() ? frame.header.size() : body.size());
+  const auto credits =
+      static_cast<uint16_t>(std::min<uint32_t>(credits_to_return_, 0xffff));
+  credits_to_return_ -= credits;
+  const EncodedPrefix prefix = EncodeFramePrefix(
+      {type, credits, header_size,
+       static_cast<uint32_t>(body.empty() ? frame.payload_size() : 0)});
+  std::byte* out = slot;
+  std::memcpy(out, prefix.data(), prefix.size());
+  out += prefix.size();
+  if (!body.empty()) {
+    std::memcpy(out, body.data(), body.size());
+    out += body.size();
+  } else {
+    if (!frame.header.empty()) {
+      std::memcpy(out, frame.header.data(), frame.header.size());
+      out += frame.header.size();
+    }
+    for (size_t i = 0; i < frame.payload_slices; ++i) {
+      std::memcpy(out, frame.payload[i].data(), frame.payload[i].size());
+      out += frame.payload[i].size();
+    }
+  }
+  const auto length = static_cast<uint32_t>(out - slot);
+  const size_t index = send_wrs_.size();
+  ibv_sge& sge = send_sges_[index * tunables::kRdmaMaxSendSge];
+  sge.addr = reinterpret_cast<uint64_t>(slot);
+  sge.length = length;
+  sge.lkey = send_ring_->lkey();
+  ibv_send_wr wr{};
+  wr.wr_id = WrId(kSendTag, seq);
+  wr.opcode = IBV_WR_SEND;
+  wr.num_sge = 1;
+  if (length <= max_inline_) {
+    wr.send_flags |= IBV_SEND_INLINE;
+    stats_.inline_sends++;
+  }
+  if (++unsignaled_ >= tunables::kRdmaSignalEvery) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    unsignaled_ = 0;
+  }
+  send_wrs_.push_back(wr);
+  --credits_;
+  stats_.bytes_sent += length;
+  if (type == FrameType::kRpc) stats_.frames_sent++;
+  return true;
+}
+
+bool RdmaConnection::PostWrite() {
+  if (credits_ < 1 || !SendSlotFree()) return false;
+  OutgoingTransfer& transfer = *outgoing_;
+  const size_t index = send_wrs_.size();
+  ibv_sge* sges = &send_sges_[index * tunables::kRdmaMaxSendSge];
+  int count = 0;
+  // The caller's buffers go out as they are: registered for this transfer.
+  auto add = [&](const Buffer& buffer) -> bool {
+    if (buffer.empty()) return true;
+    MemoryRegion region(ibv_reg_mr(pd_.get(),
+                                   const_cast<std::byte*>(buffer.data()),
+                                   buffer.size(), IBV_ACCESS_LOCAL_WRITE));
+    if (!region) return false;
+    sges[count].addr = reinterpret_cast<uint64_t>(buffer.data());
+    sges[count].length = static_cast<uint32_t>(buffer.size());
+    sges[count].lkey = region->lkey;
+    ++count;
+    transfer.regions.push_back(std::move(region));
+    return true;
+  };
+  bool ok = add(transfer.frame.header);
+  if (!transfer.grant.dropped) {
+    for (size_t i = 0; ok && i < transfer.frame.payload_slices; ++i) {
+      ok = add(transfer.frame.payload[i]);
+    }
+  }
+  if (!ok) {
+    CloseNow(ErrnoStatus("ibv_reg_mr (send)", errno));
+    return false;
+  }
+  const uint64_t seq = ++posted_;
+  ibv_send_wr wr{};
+  wr.wr_id = WrId(kWriteTag, seq);
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.imm_data = htonl(transfer.id);
+  wr.num_sge = count;
+  wr.send_flags = IBV_SEND_SIGNALED;  // Its completion frees the buffers.
+  wr.wr.rdma.remote_addr = transfer.grant.addr;
+  wr.wr.rdma.rkey = transfer.grant.rkey;
+  send_wrs_.push_back(wr);
+  --credits_;
+  stats_.bytes_sent += transfer.grant.length;
+  return true;
+}
+
+void RdmaConnection::Post() {
+  if (send_wrs_.empty() || torn_down_) return;
+  // The last request of every chain is signaled, so completed_ always
+  // catches up with posted_ (a graceful close waits for exactly that).
+  if (!(send_wrs_.back().send_flags & IBV_SEND_SIGNALED)) {
+    send_wrs_.back().send_flags |= IBV_SEND_SIGNALED;
+    unsignaled_ = 0;
+  }
+  for (size_t i = 0; i < send_wrs_.size(); ++i) {
+    send_wrs_[i].sg_list = &send_sges_[i * tunables::kRdmaMaxSendSge];
+    send_wrs_[i].next = i + 1 < send_wrs_.size() ? &send_wrs_[i + 1] : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  const int error = ibv_post_send(id_->qp, send_wrs_.data(), &bad);
+  send_wrs_.clear();
+  if (error != 0) CloseNow(ErrnoStatus("ibv_post_send", error));
+}
+
+// ------------------------------------------------------------------ close --
+
+void RdmaConnection::Close(const Status& reason) {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  asio::post(context_, [self = shared_from_this(), reason] {
+    if (self->torn_down_ || self->close_after_drain_) return;
+    // Frames already queued leave first; the close completes when they
+    // have, or after kCloseFlushTimeout.
+    self->close_after_drain_ = reason;
+    self->close_timer_.expires_after(tunables::kCloseFlushTimeout);
+    self->close_timer_.async_wait(
+        [self, reason](const boost::system::error_code& e) {
+          if (!e) self->CloseNow(reason);
+        });
+    self->Flush();
+    self->MaybeFinishClose();
+  });
+}
+
+void RdmaConnection::MaybeFinishClose() {
+  if (!close_after_drain_ || torn_down_) return;
+  bool queued;
+  {
+    std::lock_guard lock(mu_);
+    queued = !queue_.empty();
+  }
+  if (!queued && !outgoing_ && completed_ == posted_) {
+    CloseNow(*close_after_drain_);
+  }
+}
+
+void RdmaConnection::ForceQpErrorForTesting() {
+  asio::post(context_, [self = shared_from_this()] {
+    if (!self->id_ || self->id_->qp == nullptr) return;
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(self->id_->qp, &attr, IBV_QP_STATE);
+  });
+}
+
+void RdmaConnection::CloseNow(const Status& reason) {
+  if (torn_down_) return;
+  torn_down_ = true;
+  close_reason_ = reason;
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+    queue_.clear();
+  }
+  close_timer_.cancel();
+  if (id_ && established_) rdma_disconnect(id_.get());
+  if (auto done = std::move(on_established_)) done(reason);
+  boost::system::error_code ignored;
+  if (cq_fd_.is_open()) cq_fd_.cancel(ignored);
+  if (cm_fd_.is_open()) cm_fd_.cancel(ignored);
+  if (auto observer = std::move(observer_)) observer->OnClose(reason);
+}
+
+}  // namespace rdmarpc::transport::rdma

@@ -1,0 +1,177 @@
+// A Connection over one reliable-connected queue pair (librdmacm + verbs).
+//
+// See protocol.h for the wire protocol (credits, rendezvous). Resources, all
+// RAII, per connection: its own rdma_cm event channel and id, a PD, a CQ with
+// a completion channel, one QP, a registered receive ring and a registered
+// send ring. Both channels' file descriptors are watched by the connection's
+// Asio executor, so completions, timers and sockets share one event loop.
+//
+// Receive: small frames are copied out of the receive ring (and the buffer
+// re-posted at once, so a slow handler never starves the peer of credits);
+// a large frame lands by WRITE WITH IMMEDIATE in a block granted for it and
+// is delivered without a copy.
+// Send: small frames are copied into the send ring and posted as one chain
+// per flush (a single doorbell), inline when they fit; large frames are
+// written straight from the caller's buffers, registered for the transfer.
+#ifndef RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
+#define RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "transport/connection.h"
+#include "transport/rdma/protocol.h"
+#include "transport/rdma/verbs.h"
+
+namespace rdmarpc::transport::rdma {
+
+class RdmaConnection final
+    : public Connection,
+      public std::enable_shared_from_this<RdmaConnection> {
+ public:
+  // Runs once: OK when the connection is established, else why not.
+  using EstablishedHandler = std::function<void(const Status&)>;
+
+  // Active side: resolves `host:port` and connects.
+  static std::shared_ptr<RdmaConnection> Connect(
+      boost::asio::io_context& context, const std::string& host, uint16_t port,
+      const TransportOptions& options, EstablishedHandler on_established);
+
+  // Passive side: `id` came from a CONNECT_REQUEST (its event acknowledged);
+  // it is moved onto this connection's own event channel and accepted.
+  static std::shared_ptr<RdmaConnection> Accept(
+      boost::asio::io_context& context, CmId id, const ConnParams& peer,
+      const TransportOptions& options, EstablishedHandler on_established);
+
+  ~RdmaConnection() override;
+
+  void Start(std::shared_ptr<ConnectionObserver> observer) override;
+  Status Send(OutgoingFrame frame) override;
+  void Close(const Status& reason) override;
+  boost::asio::any_io_executor executor() const override;
+  const std::string& peer() const override { return peer_; }
+  const ConnectionStats& stats() const override { return stats_; }
+
+  // Test hook: moves the QP to the error state, as a fabric failure would.
+  void ForceQpErrorForTesting();
+
+  RdmaConnection(boost::asio::io_context& context,
+                 const TransportOptions& options);  // Use Connect/Accept.
+
+ private:
+  // A large frame of ours waiting for its grant, then being written.
+  struct OutgoingTransfer {
+    uint32_t id = 0;
+    OutgoingFrame frame;
+    std::vector<MemoryRegion> regions;  // Of the header and payload slices.
+    bool granted = false;
+    ControlMessage grant;
+  };
+  // A grant of ours: where the peer's large frame will land.
+  struct IncomingTransfer {
+    uint32_t id = 0;
+    uint32_t header_size = 0;
+    uint64_t dropped_payload = 0;
+    Buffer block;
+    MemoryRegion region;
+  };
+
+  // Connection setup (rdma_cm events).
+  Status OpenEventChannel();
+  void WatchCm();
+  void OnCmEvent(rdma_cm_event* event);
+  Status CreateResources();
+  void Established(const Status& status);
+
+  // Completions.
+  void WatchCq();
+  void OnCqReady();
+  void PollLoop();  // Busy and hybrid modes.
+  bool Drain();     // True when it saw a completion.
+  void OnCompletion(const ibv_wc& wc);
+  void OnReceive(uint32_t slot, uint32_t bytes);
+  void OnWriteLanded(uint32_t slot, uint32_t imm, uint32_t bytes);
+  void OnControl(const ControlMessage& message);
+  void Repost(uint32_t slot);
+  void FlushReposts();
+
+  // Sending.
+  void Flush();
+  bool PostSmall(const OutgoingFrame& frame, FrameType type,
+                 std::span<const std::byte> body);
+  bool PostControl(const ControlMessage& message);
+  bool PostWrite();
+  bool SendSlotFree() const {
+    return posted_ - completed_ < tunables::kRdmaSendDepth;
+  }
+  void Post();  // Posts the chain built by PostSmall/PostWrite.
+
+  void MaybeFinishClose();
+  void ProtocolError(const std::string& what);
+  void CloseNow(const Status& reason);
+
+  boost::asio::io_context& context_;
+  const TransportOptions options_;
+  std::string peer_ = "rdma://?";
+  ConnectionStats stats_;
+  std::shared_ptr<ConnectionObserver> observer_;
+  EstablishedHandler on_established_;
+  bool established_ = false;
+  bool torn_down_ = false;
+  Status close_reason_;
+  ConnParams peer_params_;
+  std::string host_;  // Active side only.
+  uint16_t port_ = 0;
+
+  // Declared in dependency order: destroyed bottom-up (QP first).
+  EventChannel events_;
+  ProtectionDomain pd_;
+  CompletionChannel completion_channel_;
+  CompletionQueue cq_;
+  std::optional<RegisteredMemory> receive_ring_;
+  std::optional<RegisteredMemory> send_ring_;
+  CmId id_;  // Owns the QP.
+  boost::asio::posix::stream_descriptor cm_fd_;
+  boost::asio::posix::stream_descriptor cq_fd_;
+  uint32_t unacked_cq_events_ = 0;
+  uint32_t max_inline_ = 0;
+
+  // Credits: receives the peer has posted for us, and receives we re-posted
+  // and have not yet told the peer about.
+  uint32_t credits_ = 0;
+  uint32_t credits_to_return_ = 0;
+  std::vector<ibv_recv_wr> repost_wrs_;
+  std::vector<ibv_sge> repost_sges_;
+
+  // Send queue accounting: work requests posted and known complete.
+  uint64_t posted_ = 0;
+  uint64_t completed_ = 0;
+  uint32_t unsignaled_ = 0;
+  std::vector<ibv_send_wr> send_wrs_;  // The chain being built.
+  std::vector<ibv_sge> send_sges_;
+
+  std::mutex mu_;
+  std::deque<OutgoingFrame> queue_;  // Guarded by mu_.
+  bool flush_pending_ = false;       // Guarded by mu_.
+  bool closing_ = false;             // Guarded by mu_.
+
+  std::deque<ControlMessage> control_queue_;  // Grants and credits to send.
+  std::optional<OutgoingTransfer> outgoing_;
+  std::optional<IncomingTransfer> incoming_;
+  uint32_t next_transfer_id_ = 1;
+  std::chrono::steady_clock::time_point spin_until_;
+  std::optional<Status> close_after_drain_;
+  boost::asio::steady_timer close_timer_;
+};
+
+}  // namespace rdmarpc::transport::rdma
+
+#endif  // RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_

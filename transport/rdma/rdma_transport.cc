@@ -1,0 +1,203 @@
+#include "transport/rdma/rdma_transport.h"
+
+#include <arpa/inet.h>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "base/log.h"
+#include "transport/rdma/rdma_connection.h"
+#include "transport/rdma/verbs.h"
+
+namespace rdmarpc::transport::rdma {
+
+namespace asio = boost::asio;
+
+namespace {
+
+class RdmaListener final : public Listener {
+ public:
+  // Shared with the pending wait, which may outlive the Listener object.
+  struct State {
+    explicit State(asio::io_context& context) : fd(context) {}
+    ~State() {
+      if (fd.is_open()) fd.release();  // rdma-core owns the descriptor.
+    }
+    EventChannel events;
+    CmId id;
+    asio::posix::stream_descriptor fd;
+    TransportOptions options;
+    ContextPicker pick;
+    AcceptHandler on_accept;
+    std::string uri;
+    bool closed = false;
+  };
+
+  explicit RdmaListener(std::shared_ptr<State> state)
+      : state_(std::move(state)) {}
+  ~RdmaListener() override { Close(); }
+
+  const std::string& uri() const override { return state_->uri; }
+  void Close() override {
+    asio::post(state_->fd.get_executor(), [state = state_] {
+      if (state->closed) return;
+      state->closed = true;
+      boost::system::error_code ignored;
+      state->fd.cancel(ignored);
+      state->id.reset();  // Stops listening.
+    });
+  }
+
+  static void Watch(const std::shared_ptr<State>& state) {
+    state->fd.async_wait(
+        asio::posix::stream_descriptor::wait_read,
+        [state](const boost::system::error_code& error) {
+          if (error || state->closed) return;
+          rdma_cm_event* event = nullptr;
+          while (rdma_get_cm_event(state->events.get(), &event) == 0) {
+            OnEvent(state, event);
+          }
+          Watch(state);
+        });
+  }
+
+ private:
+  static void OnEvent(const std::shared_ptr<State>& state,
+                      rdma_cm_event* event) {
+    if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+      // Events of accepted ids arrive on their own channels once migrated.
+      rdma_ack_cm_event(event);
+      return;
+    }
+    rdma_cm_id* child = event->id;
+    ConnParams peer;
+    const bool valid =
+        event->param.conn.private_data_len >= sizeof(ConnParams) &&
+        (std::memcpy(&peer, event->param.conn.private_data, sizeof(peer)),
+         peer.magic == kConnMagic && peer.version == kConnVersion &&
+             peer.receive_depth >= 2 &&
+             peer.receive_buffer_size >= tunables::kFramePrefixSize + 64);
+    rdma_ack_cm_event(event);
+    if (!valid) {
+      Log().warn("{}: rejected a connection request that is not rdmarpc",
+                 state->uri);
+      rdma_reject(child, nullptr, 0);
+      rdma_destroy_id(child);
+      return;
+    }
+    // The connection keeps itself alive through its pending operations
+    // until established; then the acceptor takes it.
+    auto holder = std::make_shared<std::shared_ptr<RdmaConnection>>();
+    *holder = RdmaConnection::Accept(
+        state->pick(), CmId(child), peer, state->options,
+        [on_accept = state->on_accept, holder,
+         uri = state->uri](const Status& status) {
+          auto connection = std::move(*holder);
+          if (!connection) return;
+          if (!status.ok()) {
+            Log().info("{}: connection from {} failed: {}", uri,
+                       connection->peer(), status.message());
+            return;
+          }
+          on_accept(std::move(connection));
+        });
+  }
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
+                                           const std::string& host,
+                                           uint16_t port,
+                                           const TransportOptions& options,
+                                           ContextPicker pick,
+                                           AcceptHandler on_accept) {
+  Status available = CheckRdmaAvailable();
+  if (!available.ok()) {
+    return Status(available.code(), "cannot listen on rdma://" + host + ":" +
+                                        std::to_string(port) + ": " +
+                                        available.message());
+  }
+  auto state = std::make_shared<RdmaListener::State>(accept_context);
+  state->events.reset(rdma_create_event_channel());
+  if (!state->events) return ErrnoStatus("rdma_create_event_channel", errno);
+  Status status = SetNonBlocking(state->events->fd);
+  if (!status.ok()) return status;
+  rdma_cm_id* raw = nullptr;
+  if (rdma_create_id(state->events.get(), &raw, nullptr, RDMA_PS_TCP) != 0) {
+    return ErrnoStatus("rdma_create_id", errno);
+  }
+  state->id.reset(raw);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  "rdma listen address '" + host + "' is not an IPv4 address");
+  }
+  const std::string where = "rdma://" + host + ":" + std::to_string(port);
+  if (rdma_bind_addr(state->id.get(), reinterpret_cast<sockaddr*>(&address)) !=
+      0) {
+    return ErrnoStatus(
+        "bind " + where + " (is the address on an RDMA-capable netdev?)",
+        errno);
+  }
+  if (rdma_listen(state->id.get(), 128) != 0) {
+    return ErrnoStatus("rdma_listen " + where, errno);
+  }
+  const uint16_t bound = ntohs(rdma_get_src_port(state->id.get()));
+  state->uri = "rdma://" + host + ":" + std::to_string(bound);
+  state->options = options;
+  state->pick = std::move(pick);
+  state->on_accept = std::move(on_accept);
+  state->fd.assign(state->events->fd);
+  RdmaListener::Watch(state);
+  return std::unique_ptr<Listener>(new RdmaListener(std::move(state)));
+}
+
+void Connect(asio::io_context& context, const std::string& host, uint16_t port,
+             const TransportOptions& options, ConnectHandler done) {
+  Status available = CheckRdmaAvailable();
+  if (!available.ok()) {
+    asio::post(context, [done = std::move(done), available, host, port] {
+      done(Status(available.code(), "cannot connect to rdma://" + host + ":" +
+                                        std::to_string(port) + ": " +
+                                        available.message()));
+    });
+    return;
+  }
+  // The connection answers exactly once; the timer bounds the whole setup.
+  struct Attempt {
+    explicit Attempt(asio::io_context& context) : timer(context) {}
+    asio::steady_timer timer;
+    ConnectHandler done;
+    std::shared_ptr<RdmaConnection> connection;
+    void Finish(StatusOr<std::shared_ptr<Connection>> result) {
+      timer.cancel();
+      if (auto d = std::move(done)) d(std::move(result));
+    }
+  };
+  auto attempt = std::make_shared<Attempt>(context);
+  attempt->done = std::move(done);
+  attempt->connection = RdmaConnection::Connect(
+      context, host, port, options, [attempt](const Status& status) {
+        auto connection = std::move(attempt->connection);
+        if (!status.ok()) return attempt->Finish(status);
+        attempt->Finish(std::shared_ptr<Connection>(std::move(connection)));
+      });
+  attempt->timer.expires_after(options.connect_timeout);
+  attempt->timer.async_wait(
+      [attempt, host, port](const boost::system::error_code& e) {
+        if (e || !attempt->connection) return;
+        attempt->connection->Close(Status(
+            StatusCode::kUnavailable, "connect to rdma://" + host + ":" +
+                                          std::to_string(port) + " timed out"));
+      });
+}
+
+}  // namespace rdmarpc::transport::rdma

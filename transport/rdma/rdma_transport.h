@@ -1,0 +1,36 @@
+// Listening for and opening RDMA connections (rdma://host:port).
+#ifndef RDMARPC_TRANSPORT_RDMA_RDMA_TRANSPORT_H_
+#define RDMARPC_TRANSPORT_RDMA_RDMA_TRANSPORT_H_
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/status_or.h"
+#include "transport/connection.h"
+
+namespace rdmarpc::transport::rdma {
+
+using ContextPicker = std::function<boost::asio::io_context&()>;
+using AcceptHandler = std::function<void(std::shared_ptr<Connection>)>;
+using ConnectHandler =
+    std::function<void(StatusOr<std::shared_ptr<Connection>>)>;
+
+// Binds host:port (an IP address of an RDMA-capable netdev; port 0 picks a
+// free one). Connection requests are handled on `accept_context`; each
+// connection lives on the context `pick` returns, and is handed to
+// `on_accept` once established.
+StatusOr<std::unique_ptr<Listener>> Listen(
+    boost::asio::io_context& accept_context, const std::string& host,
+    uint16_t port, const TransportOptions& options, ContextPicker pick,
+    AcceptHandler on_accept);
+
+// Resolves, connects, and runs `done` once on `context`.
+void Connect(boost::asio::io_context& context, const std::string& host,
+             uint16_t port, const TransportOptions& options,
+             ConnectHandler done);
+
+}  // namespace rdmarpc::transport::rdma
+
+#endif  // RDMARPC_TRANSPORT_RDMA_RDMA_TRANSPORT_H_

@@ -1,0 +1,70 @@
+#include "transport/rdma/verbs.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace rdmarpc::transport::rdma {
+
+Status ErrnoStatus(std::string_view what, int error) {
+  return Status(StatusCode::kUnavailable,
+                std::string(what) + ": " + std::strerror(error));
+}
+
+StatusOr<RegisteredMemory> RegisteredMemory::Allocate(ibv_pd* pd, size_t size,
+                                                      int access) {
+  RegisteredMemory memory;
+  memory.memory_.reset(new std::byte[size]);
+  memory.size_ = size;
+  memory.mr_.reset(ibv_reg_mr(pd, memory.memory_.get(), size, access));
+  if (!memory.mr_) return ErrnoStatus("ibv_reg_mr", errno);
+  return memory;
+}
+
+Status CheckRdmaAvailable() {
+  int count = 0;
+  ibv_device** devices = ibv_get_device_list(&count);
+  if (devices == nullptr || count == 0) {
+    if (devices != nullptr) ibv_free_device_list(devices);
+    return Status(StatusCode::kFailedPrecondition,
+                  "no RDMA device found (no RDMA NIC, or its driver or "
+                  "rdma_rxe is not loaded; ibv_devices lists none)");
+  }
+  std::string inactive;
+  bool usable = false;
+  for (int i = 0; i < count && !usable; ++i) {
+    ibv_context* context = ibv_open_device(devices[i]);
+    if (context == nullptr) continue;
+    ibv_device_attr device{};
+    if (ibv_query_device(context, &device) == 0) {
+      for (uint8_t port = 1; port <= device.phys_port_cnt; ++port) {
+        ibv_port_attr attr{};
+        if (ibv_query_port(context, port, &attr) == 0 &&
+            attr.state == IBV_PORT_ACTIVE) {
+          usable = true;
+        }
+      }
+    }
+    if (!usable) inactive += std::string(" ") + ibv_get_device_name(devices[i]);
+    ibv_close_device(context);
+  }
+  ibv_free_device_list(devices);
+  if (!usable) {
+    return Status(
+        StatusCode::kFailedPrecondition,
+        "no RDMA device has an active port (devices:" + inactive + ")");
+  }
+  return Status();
+}
+
+Status SetNonBlocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return ErrnoStatus("fcntl(O_NONBLOCK)", errno);
+  }
+  return Status();
+}
+
+}  // namespace rdmarpc::transport::rdma

@@ -1,0 +1,86 @@
+// RAII for every rdma-core resource rdmarpc uses, and small verbs helpers.
+//
+// Each handle is a unique_ptr with the matching destroy call, so ownership
+// is explicit and no cleanup path is written by hand. Destruction order is
+// the caller's member order: QP (inside the CmId) before CQ before the
+// completion channel; MRs before the PD.
+#ifndef RDMARPC_TRANSPORT_RDMA_VERBS_H_
+#define RDMARPC_TRANSPORT_RDMA_VERBS_H_
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+#include "base/status_or.h"
+
+namespace rdmarpc::transport::rdma {
+
+struct EventChannelDeleter {
+  void operator()(rdma_event_channel* channel) const {
+    rdma_destroy_event_channel(channel);
+  }
+};
+using EventChannel = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
+
+// Destroys the id's QP (if any) and then the id.
+struct CmIdDeleter {
+  void operator()(rdma_cm_id* id) const {
+    if (id->qp != nullptr) rdma_destroy_qp(id);
+    rdma_destroy_id(id);
+  }
+};
+using CmId = std::unique_ptr<rdma_cm_id, CmIdDeleter>;
+
+struct PdDeleter {
+  void operator()(ibv_pd* pd) const { ibv_dealloc_pd(pd); }
+};
+using ProtectionDomain = std::unique_ptr<ibv_pd, PdDeleter>;
+
+struct CompChannelDeleter {
+  void operator()(ibv_comp_channel* channel) const {
+    ibv_destroy_comp_channel(channel);
+  }
+};
+using CompletionChannel = std::unique_ptr<ibv_comp_channel, CompChannelDeleter>;
+
+struct CqDeleter {
+  void operator()(ibv_cq* cq) const { ibv_destroy_cq(cq); }
+};
+using CompletionQueue = std::unique_ptr<ibv_cq, CqDeleter>;
+
+struct MrDeleter {
+  void operator()(ibv_mr* mr) const { ibv_dereg_mr(mr); }
+};
+using MemoryRegion = std::unique_ptr<ibv_mr, MrDeleter>;
+
+// "WHAT: strerror(errno)" as UNAVAILABLE.
+Status ErrnoStatus(std::string_view what, int error);
+
+// Owned, registered memory.
+class RegisteredMemory {
+ public:
+  static StatusOr<RegisteredMemory> Allocate(ibv_pd* pd, size_t size,
+                                             int access);
+  std::byte* data() const { return memory_.get(); }
+  size_t size() const { return size_; }
+  uint32_t lkey() const { return mr_->lkey; }
+
+ private:
+  std::unique_ptr<std::byte[]> memory_;
+  size_t size_ = 0;
+  MemoryRegion mr_;  // Destroyed before memory_.
+};
+
+// OK when this host has at least one RDMA device with an active port;
+// otherwise a FAILED_PRECONDITION naming the cause.
+Status CheckRdmaAvailable();
+
+// Sets O_NONBLOCK on a verbs or rdma_cm file descriptor.
+Status SetNonBlocking(int fd);
+
+}  // namespace rdmarpc::transport::rdma
+
+#endif  // RDMARPC_TRANSPORT_RDMA_VERBS_H_
