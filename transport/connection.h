@@ -97,7 +97,7 @@ struct ConnectionStats {
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};     // WRITE WITH IMMEDIATE transfers.
-  std::atomic<uint64_t> credit_stalls{0};   // Sends that waited for credits.
+  std::atomic<uint64_t> credit_stalls{0};   // Flushes held back by credits.
   std::atomic<uint64_t> credit_messages{0}; // Explicit CREDIT messages sent.
   std::atomic<uint64_t> rnr_errors{0};
   std::atomic<uint64_t> cq_events{0};       // Completion-channel wake-ups.

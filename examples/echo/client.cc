@@ -12,7 +12,7 @@
 int main(int argc, char** argv) {
   using namespace rdmarpc;
   const examples::Flags flags(argc, argv);
-  const std::string uri = flags.Get("uri", "tcp://127.0.0.1:5000");
+  const std::string uri = flags.Get("uri", "auto://127.0.0.1:5000");
   const long long count = flags.GetInt("count", 10);
   const long long size = flags.GetInt("size", 16);
   if (count < 1 || size < 0) {

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   examples::EchoImpl echo;
   rpc::Server server;
   server.RegisterService(&echo);
-  const auto uri = server.Listen(flags.Get("uri", "tcp://127.0.0.1:5000"));
+  const auto uri = server.Listen(flags.Get("uri", "auto://127.0.0.1:5000"));
   if (!uri.ok()) {
     std::fprintf(stderr, "echo server: %s\n", uri.status().ToString().c_str());
     return 1;

@@ -39,7 +39,7 @@ class Cli {
     options.transport.max_payload_size = kMaxMessageSize;
     options.max_request_size = kMaxMessageSize;
     stub_ = std::make_unique<KeyValue::Stub>(std::make_shared<rpc::Channel>(
-        flags.Get("uri", "tcp://127.0.0.1:5001"), options));
+        flags.Get("uri", "auto://127.0.0.1:5001"), options));
   }
 
   int Run(const std::vector<std::string>& args) {

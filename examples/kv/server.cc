@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   options.max_response_size = kMaxMessageSize;
   rpc::Server server(options);
   server.RegisterService(&kv);
-  const auto uri = server.Listen(flags.Get("uri", "tcp://127.0.0.1:5001"));
+  const auto uri = server.Listen(flags.Get("uri", "auto://127.0.0.1:5001"));
   if (!uri.ok()) {
     std::fprintf(stderr, "kv server: %s\n", uri.status().ToString().c_str());
     return 1;
