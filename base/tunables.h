@@ -55,9 +55,10 @@ inline constexpr uint32_t kRdmaSignalEvery = 32;
 inline constexpr uint32_t kRdmaRepostBatch = 8;
 // CQ events are acknowledged in batches (ibv_ack_cq_events takes a lock).
 inline constexpr uint32_t kRdmaCqEventAckBatch = 16;
-// RNR never happens while credits are honoured; a small retry count turns a
-// bug into a visible error instead of a stall.
-inline constexpr uint8_t kRdmaRnrRetry = 1;
+// RNR never happens while credits are honoured. With no RNR retry at all, a
+// single RNR NAK would fail the connection and be counted (rnr_errors), so
+// tests asserting zero RNR errors prove no RNR ever occurred.
+inline constexpr uint8_t kRdmaRnrRetry = 0;
 inline constexpr int kRdmaCmTimeoutMs = 5000;
 // Largest gather list: a header and every payload slice.
 inline constexpr uint32_t kRdmaMaxSendSge = 1 + kMaxPayloadSlices;

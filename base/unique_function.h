@@ -61,6 +61,16 @@ class UniqueFunction<R(Args...)> {
   }
 
  private:
+  // Calls `f`, discarding a result the signature does not return.
+  template <typename Fn>
+  static R Call(Fn& f, Args&&... args) {
+    if constexpr (std::is_void_v<R>) {
+      f(std::forward<Args>(args)...);
+    } else {
+      return f(std::forward<Args>(args)...);
+    }
+  }
+
   struct Ops {
     R (*invoke)(void* storage, Args&&... args);
     void (*move)(void* from, void* to) noexcept;  // Leaves `from` destroyed.
@@ -71,11 +81,7 @@ class UniqueFunction<R(Args...)> {
     static Fn* Get(void* s) { return std::launder(static_cast<Fn*>(s)); }
     static constexpr Ops kOps = {
         [](void* s, Args&&... args) -> R {
-          if constexpr (std::is_void_v<R>) {
-            (*Get(s))(std::forward<Args>(args)...);
-          } else {
-            return (*Get(s))(std::forward<Args>(args)...);
-          }
+          return Call(*Get(s), std::forward<Args>(args)...);
         },
         [](void* from, void* to) noexcept {
           ::new (to) Fn(std::move(*Get(from)));
@@ -89,11 +95,7 @@ class UniqueFunction<R(Args...)> {
     static Fn*& Get(void* s) { return *static_cast<Fn**>(s); }
     static constexpr Ops kOps = {
         [](void* s, Args&&... args) -> R {
-          if constexpr (std::is_void_v<R>) {
-            (*Get(s))(std::forward<Args>(args)...);
-          } else {
-            return (*Get(s))(std::forward<Args>(args)...);
-          }
+          return Call(*Get(s), std::forward<Args>(args)...);
         },
         [](void* from, void* to) noexcept {
           *static_cast<Fn**>(to) = Get(from);

@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/io_context.hpp>
 #include <cassert>
 #include <chrono>
 #include <cstdint>
@@ -26,6 +27,7 @@
 
 #include "base/buffer.h"
 #include "base/status.h"
+#include "base/status_or.h"
 #include "base/tunables.h"
 #include "transport/frame.h"
 
@@ -96,12 +98,12 @@ struct ConnectionStats {
   std::atomic<uint64_t> oversized_frames_dropped{0};
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
-  std::atomic<uint64_t> rdma_writes{0};     // WRITE WITH IMMEDIATE transfers.
-  std::atomic<uint64_t> credit_stalls{0};   // Flushes held back by credits.
-  std::atomic<uint64_t> credit_messages{0}; // Explicit CREDIT messages sent.
+  std::atomic<uint64_t> rdma_writes{0};      // WRITE WITH IMMEDIATE transfers.
+  std::atomic<uint64_t> credit_stalls{0};    // Flushes held back by credits.
+  std::atomic<uint64_t> credit_messages{0};  // Explicit CREDIT messages sent.
   std::atomic<uint64_t> rnr_errors{0};
-  std::atomic<uint64_t> cq_events{0};       // Completion-channel wake-ups.
-  std::atomic<uint64_t> cq_polls{0};        // ibv_poll_cq calls.
+  std::atomic<uint64_t> cq_events{0};  // Completion-channel wake-ups.
+  std::atomic<uint64_t> cq_polls{0};   // ibv_poll_cq calls.
 };
 
 class ConnectionObserver {
@@ -155,6 +157,12 @@ struct TransportOptions {
   PollMode poll_mode = PollMode::kEvent;
   std::chrono::microseconds hybrid_spin{50};
 };
+
+// Picks the io_context that will own the next accepted connection.
+using ContextPicker = std::function<boost::asio::io_context&()>;
+using AcceptHandler = std::function<void(std::shared_ptr<Connection>)>;
+using ConnectHandler =
+    std::function<void(StatusOr<std::shared_ptr<Connection>>)>;
 
 class Listener {
  public:

@@ -16,11 +16,6 @@
 
 namespace rdmarpc::transport {
 
-using ContextPicker = std::function<boost::asio::io_context&()>;
-using AcceptHandler = std::function<void(std::shared_ptr<Connection>)>;
-using ConnectHandler =
-    std::function<void(StatusOr<std::shared_ptr<Connection>>)>;
-
 // Binds the URI and accepts on `accept_context`; each accepted connection
 // lives on the context `pick` returns (a server's workers, round robin).
 StatusOr<std::unique_ptr<Listener>> Listen(

@@ -12,11 +12,6 @@
 
 namespace rdmarpc::transport::rdma {
 
-using ContextPicker = std::function<boost::asio::io_context&()>;
-using AcceptHandler = std::function<void(std::shared_ptr<Connection>)>;
-using ConnectHandler =
-    std::function<void(StatusOr<std::shared_ptr<Connection>>)>;
-
 // Binds host:port (an IP address of an RDMA-capable netdev; port 0 picks a
 // free one). Connection requests are handled on `accept_context`; each
 // connection lives on the context `pick` returns, and is handed to

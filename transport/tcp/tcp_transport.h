@@ -12,12 +12,6 @@
 
 namespace rdmarpc::transport::tcp {
 
-// Picks the io_context that will own the next accepted connection.
-using ContextPicker = std::function<boost::asio::io_context&()>;
-using AcceptHandler = std::function<void(std::shared_ptr<Connection>)>;
-using ConnectHandler =
-    std::function<void(StatusOr<std::shared_ptr<Connection>>)>;
-
 // Binds host:port (port 0 picks a free one) and accepts on `accept_context`.
 // Each accepted connection lives on the context `pick` returns.
 StatusOr<std::unique_ptr<Listener>> Listen(

@@ -1,0 +1,42 @@
+// Serving from an example's main(): listen, say where, run until SIGINT or
+// SIGTERM, then shut down gracefully.
+#ifndef RDMARPC_EXAMPLES_COMMON_SERVE_H_
+#define RDMARPC_EXAMPLES_COMMON_SERVE_H_
+
+#include <pthread.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "rpc/server.h"
+
+namespace rdmarpc::examples {
+
+// Prints "NAME listening on URI" (the bound URI) on stdout; returns the exit
+// status for main().
+inline int ServeUntilSignal(rpc::Server& server, const std::string& uri,
+                            const char* name) {
+  // Block the signals first, so every thread the server starts inherits it.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const auto bound = server.Listen(uri);
+  if (!bound.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name, bound.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%s listening on %s\n", name, bound->c_str());
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&signals, &signal);
+  server.Shutdown(std::chrono::seconds(5));
+  return 0;
+}
+
+}  // namespace rdmarpc::examples
+
+#endif  // RDMARPC_EXAMPLES_COMMON_SERVE_H_
