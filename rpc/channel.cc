@@ -52,11 +52,6 @@ class Channel::Impl final : public transport::ConnectionObserver,
   }
   const std::string& target() const { return target_; }
 
-  static void InvokeOrphan(ResponseCallback& done, const Status& status) {
-    Invoke(done, status, Buffer());
-  }
-
- private:
   // Runs a user callback; an exception it throws is logged, not propagated
   // into the transport (where it would stall the connection).
   static void Invoke(ResponseCallback& done, const Status& status,
@@ -67,6 +62,8 @@ class Channel::Impl final : public transport::ConnectionObserver,
       Log().error("a call's completion callback threw: {}", e.what());
     }
   }
+
+ private:
   void Complete(ResponseCallback done, const Status& status, Buffer response) {
     asio::post(context_, [done = std::move(done), status,
                           response = std::move(response)]() mutable {
@@ -381,7 +378,7 @@ Channel::~Channel() {
     // there): this thread is the loop's, so it cannot join itself. Complete
     // the calls here, and let another thread stop and free the loop once
     // this handler has returned.
-    for (auto& [id, done] : orphans) Impl::InvokeOrphan(done, destroyed);
+    for (auto& [id, done] : orphans) Impl::Invoke(done, destroyed, Buffer());
     std::thread([loop = std::move(loop_), impl = std::move(impl_)]() mutable {
       loop->Stop();
       loop->RunPending();
@@ -394,7 +391,7 @@ Channel::~Channel() {
   // Completions already posted (cancels, early failures, typed callbacks
   // dispatched to the loop) run now, on this thread: none is lost.
   loop_->RunPending();
-  for (auto& [id, done] : orphans) Impl::InvokeOrphan(done, destroyed);
+  for (auto& [id, done] : orphans) Impl::Invoke(done, destroyed, Buffer());
 }
 
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,

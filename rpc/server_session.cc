@@ -226,7 +226,6 @@ void ServerSession::OnClose(const Status& reason) {
   std::vector<std::shared_ptr<ServerCall>> orphans;
   {
     std::lock_guard lock(mu_);
-    closed_ = true;
     for (auto& [id, weak] : live_) {
       if (auto call = weak.lock()) orphans.push_back(std::move(call));
     }

@@ -68,7 +68,6 @@ class ServerSession final : public transport::ConnectionObserver,
   const std::shared_ptr<transport::Connection> connection_;
   std::mutex mu_;
   std::unordered_map<uint64_t, std::weak_ptr<ServerCall>> live_;  // Guarded.
-  bool closed_ = false;                                           // Guarded.
   std::function<void()> on_closed_;
 };
 

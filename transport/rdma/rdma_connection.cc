@@ -177,7 +177,6 @@ Status RdmaConnection::CreateResources() {
     return Status(StatusCode::kUnavailable,
                   "rdma_cm id for " + peer_ + " has no device");
   }
-  Log().debug("{}: resources on context {}", peer_, static_cast<void*>(verbs));
   pd_.reset(ibv_alloc_pd(verbs));
   if (!pd_) return ErrnoStatus("ibv_alloc_pd", errno);
   completion_channel_.reset(ibv_create_comp_channel(verbs));
@@ -245,11 +244,7 @@ void RdmaConnection::WatchCm() {
 }
 
 void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
-  Log().debug("{}: cm event {} on id {} (ours {}), verbs {} (ours {})", peer_,
-              rdma_event_str(event->event), static_cast<void*>(event->id),
-              static_cast<void*>(id_.get()),
-              static_cast<void*>(event->id ? event->id->verbs : nullptr),
-              static_cast<void*>(id_ ? id_->verbs : nullptr));
+  Log().debug("{}: {}", peer_, rdma_event_str(event->event));
   const rdma_cm_event_type type = event->event;
   const int status = event->status;
   ConnParams params;
@@ -583,8 +578,7 @@ void RdmaConnection::Repost(uint32_t slot) {
   wr.wr_id = WrId(kRecvTag, slot);
   wr.num_sge = 1;
   repost_wrs_.push_back(wr);
-  if (repost_wrs_.size() >= tunables::kRdmaRepostBatch &&
-      !repost_wrs_.empty() && established_) {
+  if (repost_wrs_.size() >= tunables::kRdmaRepostBatch && established_) {
     FlushReposts();
   }
 }
@@ -688,14 +682,13 @@ void RdmaConnection::Flush() {
   Post();
 }
 
-bool RdmaConnection::PostControl(const ControlMessage& message) {
+void RdmaConnection::PostControl(const ControlMessage& message) {
   OutgoingFrame frame;
   frame.type = FrameType::kControl;
-  return PostSmall(frame, FrameType::kControl,
-                   std::as_bytes(std::span(&message, 1)));
+  PostSmall(frame, FrameType::kControl, std::as_bytes(std::span(&message, 1)));
 }
 
-bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
+void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
                                std::span<const std::byte> body) {
   const uint64_t seq = ++posted_;
   std::byte* slot = send_ring_->data() +
@@ -746,7 +739,6 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   --credits_;
   stats_.bytes_sent += length;
   if (type == FrameType::kRpc) stats_.frames_sent++;
-  return true;
 }
 
 bool RdmaConnection::PostWrite() {

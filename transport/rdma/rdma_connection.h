@@ -105,9 +105,9 @@ class RdmaConnection final
 
   // Sending.
   void Flush();
-  bool PostSmall(const OutgoingFrame& frame, FrameType type,
+  void PostSmall(const OutgoingFrame& frame, FrameType type,
                  std::span<const std::byte> body);
-  bool PostControl(const ControlMessage& message);
+  void PostControl(const ControlMessage& message);
   bool PostWrite();
   bool SendSlotFree() const {
     return posted_ - completed_ < tunables::kRdmaSendDepth;
