@@ -62,6 +62,11 @@ inline constexpr uint8_t kRdmaRnrRetry = 0;
 inline constexpr int kRdmaCmTimeoutMs = 5000;
 // Largest gather list: a header and every payload slice.
 inline constexpr uint32_t kRdmaMaxSendSge = 1 + kMaxPayloadSlices;
+// Large payload bytes outside every MemoryRegistration are copied into a
+// registered bounce pool (allocated on a connection's first such send) and
+// written from there, this many chunks in flight at once.
+inline constexpr uint32_t kRdmaBounceChunkSize = 1 << 20;
+inline constexpr uint32_t kRdmaBounceChunks = 4;
 
 static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
               "credits travel in a u16; one is held back for CREDIT");
@@ -71,6 +76,10 @@ static_assert(kRdmaSignalEvery <= kRdmaSendDepth / 2,
               "every window of the send queue must hold a signaled send");
 static_assert(kRdmaReceiveBufferSize >= kFramePrefixSize + 64,
               "a receive buffer must hold any control message");
+static_assert(kRdmaBounceChunkSize > kRdmaReceiveBufferSize,
+              "runs that fit a send-ring slot are staged there");
+static_assert(kRdmaBounceChunks >= 2 && kRdmaBounceChunks < kRdmaSendDepth,
+              "copying the next chunk overlaps writing the last");
 
 // --- RPC ---------------------------------------------------------------------
 // Status messages longer than this are truncated, so a response header

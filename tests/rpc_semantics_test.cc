@@ -2,6 +2,7 @@
 #include <spdlog/sinks/base_sink.h>
 
 #include <array>
+#include <cstring>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -18,6 +19,7 @@
 #include "rpc/wire_codec.h"
 #include "tests/test_support.h"
 #include "transport/factory/factory.h"
+#include "transport/memory.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::testing {
@@ -371,6 +373,36 @@ TEST_CASE("payloads: 0 B to 64 MiB round-trip intact") {
     REQUIRE(response.size() == size);
     CHECK(std::equal(request.span().begin(), request.span().end(),
                      response.span().begin()));
+  }
+}
+
+TEST_CASE("payloads: requests straight from registered memory arrive intact") {
+  TestServer server;
+  Channel channel(server.uri);
+  auto arena = transport::MemoryRegistration::Allocate(9 << 20);
+  REQUIRE(arena.ok());
+  for (size_t i = 0; i < (9 << 20); ++i) {
+    (*arena)->data()[i] = std::byte(i * 13 + 1);
+  }
+  // Overlapping slices of one registration, all in flight at once.
+  const std::vector<std::pair<size_t, size_t>> slices = {
+      {0, 1 << 20}, {12345, 8 << 20}, {100, 20000}, {0, 9 << 20}};
+  std::vector<std::promise<std::pair<Status, Buffer>>> results(slices.size());
+  for (size_t k = 0; k < slices.size(); ++k) {
+    channel.Call("test.Test", "Echo",
+                 (*arena)->Slice(slices[k].first, slices[k].second),
+                 CallOptions::WithTimeout(120s),
+                 [&, k](const Status& status, Buffer response) {
+                   results[k].set_value({status, std::move(response)});
+                 });
+  }
+  for (size_t k = 0; k < slices.size(); ++k) {
+    auto [status, response] = results[k].get_future().get();
+    INFO("slice " << k);
+    REQUIRE(status.ok());
+    REQUIRE(response.size() == slices[k].second);
+    CHECK(std::memcmp(response.data(), (*arena)->data() + slices[k].first,
+                      slices[k].second) == 0);
   }
 }
 

@@ -99,6 +99,12 @@ struct ConnectionStats {
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};      // WRITE WITH IMMEDIATE transfers.
+  // Bytes of those transfers written straight from a MemoryRegistration, and
+  // bytes copied into registered staging memory first.
+  std::atomic<uint64_t> zero_copy_bytes{0};
+  std::atomic<uint64_t> staged_bytes{0};
+  // ibv_reg_mr calls for MemoryRegistrations (registration-cache misses).
+  std::atomic<uint64_t> registrations{0};
   std::atomic<uint64_t> credit_stalls{0};    // Flushes held back by credits.
   std::atomic<uint64_t> credit_messages{0};  // Explicit CREDIT messages sent.
   std::atomic<uint64_t> rnr_errors{0};

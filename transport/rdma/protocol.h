@@ -16,10 +16,15 @@
 //      (this connection's PD only) and answers GRANT {transfer, addr, rkey,
 //      length}; a payload over the receiver's maximum is not granted:
 //      length covers the header alone and `dropped` is set
-//   3. sender -> RDMA WRITE WITH IMMEDIATE of header+payload into the grant,
-//      immediate = transfer id; it consumes a credit like a SEND
-//   4. receiver checks the immediate and the length against the one open
-//      grant, deregisters it, and delivers the block without a copy
+//   3. sender -> header+payload into the grant as one or more RDMA WRITEs
+//      (write_plan.h: registered memory is gathered in place, the rest is
+//      staged through registered memory); the last is a WRITE WITH
+//      IMMEDIATE, immediate = transfer id, and consumes a credit like a SEND
+//   4. receiver checks the immediate against the one open grant, deregisters
+//      it, and delivers the block without a copy
+// A grant starts zero-filled: the receiver cannot tell which bytes one-sided
+// WRITEs covered, so a peer that skips some delivers zeros, never this
+// process's old memory. The grant's memory region bounds every WRITE.
 // A sender runs one transfer at a time and sends nothing else meanwhile, so
 // frames arrive in order.
 #ifndef RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_

@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/mman.h>
 
+#include <array>
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -45,6 +47,27 @@ std::string AddressString(const sockaddr* address) {
     return "[" + std::string(host) + "]:" + std::to_string(port);
   }
   return "?";
+}
+
+// Memory for a grant, zero-filled: a transfer may arrive as several WRITEs
+// and the receiver cannot verify which bytes a one-sided WRITE covered, so a
+// peer that skips bytes must deliver zeros, never this process's old memory.
+// Large blocks come straight from mmap, whose fresh pages are zero already.
+void Unmap(void* length, std::byte* block) noexcept {
+  munmap(block, reinterpret_cast<size_t>(length));
+}
+Buffer ZeroedBlock(size_t size) {
+  constexpr size_t kMmapFrom = 64 * 1024;
+  if (size < kMmapFrom) {
+    auto* block = new std::byte[std::max<size_t>(size, 1)]();
+    return Buffer(block, size,
+                  [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
+  }
+  void* block = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (block == MAP_FAILED) return Buffer();
+  return Buffer(static_cast<std::byte*>(block), size, &Unmap,
+                reinterpret_cast<void*>(size));
 }
 
 ConnParams LocalParams() {
@@ -179,6 +202,7 @@ Status RdmaConnection::CreateResources() {
   }
   pd_.reset(ibv_alloc_pd(verbs));
   if (!pd_) return ErrnoStatus("ibv_alloc_pd", errno);
+  registrations_.emplace(pd_.get());
   completion_channel_.reset(ibv_create_comp_channel(verbs));
   if (!completion_channel_)
     return ErrnoStatus("ibv_create_comp_channel", errno);
@@ -435,12 +459,14 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
       return OnReceive(static_cast<uint32_t>(value), wc.byte_len);
     case kSendTag:
       completed_ = std::max(completed_, value);
+      ReleaseBounceChunks(completed_);
       return MaybeFinishClose();
-    case kWriteTag:
+    case kWriteTag:  // The last WRITE of a transfer.
       completed_ = std::max(completed_, value);
+      ReleaseBounceChunks(completed_);
       stats_.rdma_writes++;
       stats_.frames_sent++;
-      outgoing_.reset();  // Releases the caller's buffers and their MRs.
+      outgoing_.reset();  // Releases the caller's buffers and registrations.
       return MaybeFinishClose();
   }
 }
@@ -513,7 +539,12 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
       const size_t length =
           message.header_size + (dropped ? 0 : size_t{message.payload_size});
       // At least one byte, so there is always something to register.
-      transfer.block = Buffer::Allocate(std::max<size_t>(length, 1));
+      transfer.block = ZeroedBlock(std::max<size_t>(length, 1));
+      if (transfer.block.empty()) {
+        return CloseNow(Status(StatusCode::kResourceExhausted,
+                               "cannot allocate " + std::to_string(length) +
+                                   " bytes for a transfer from " + peer_));
+      }
       transfer.block.Truncate(length);
       // Remote write into this block only, for this connection only.
       transfer.region.reset(ibv_reg_mr(
@@ -544,14 +575,15 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
       if (message.length != want) return ProtocolError("grant of wrong length");
       outgoing_->granted = true;
       outgoing_->grant = message;
-      return;
+      return StartWrites();
     }
   }
 }
 
 void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
                                    uint32_t bytes) {
-  if (!incoming_ || imm != incoming_->id || bytes != incoming_->block.size()) {
+  // `bytes` counts the last WRITE only (the grant bounds the others).
+  if (!incoming_ || imm != incoming_->id || bytes > incoming_->block.size()) {
     return ProtocolError("unexpected RDMA write (immediate " +
                          std::to_string(imm) + ", " + std::to_string(bytes) +
                          " bytes)");
@@ -560,7 +592,7 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   IncomingTransfer transfer = std::move(*incoming_);
   incoming_.reset();
   transfer.region.reset();  // No remote access once the data has landed.
-  stats_.bytes_received += bytes;
+  stats_.bytes_received += transfer.block.size();
   stats_.frames_received++;
   observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(transfer.block),
                                    transfer.header_size,
@@ -636,8 +668,8 @@ void RdmaConnection::Flush() {
     PostControl(control_queue_.front());
     control_queue_.pop_front();
   }
-  if (outgoing_ && outgoing_->granted && outgoing_->regions.empty()) {
-    if (!PostWrite()) stats_.credit_stalls++;
+  while (outgoing_ && outgoing_->granted &&
+         outgoing_->next_write < outgoing_->plan.writes.size() && PostWrite()) {
   }
   const size_t small_limit =
       std::min(kRdmaReceiveBufferSize, peer_params_.receive_buffer_size);
@@ -741,49 +773,134 @@ void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   if (type == FrameType::kRpc) stats_.frames_sent++;
 }
 
-bool RdmaConnection::PostWrite() {
-  if (credits_ < 1 || !SendSlotFree()) return false;
+void RdmaConnection::StartWrites() {
   OutgoingTransfer& transfer = *outgoing_;
-  const size_t index = send_wrs_.size();
-  ibv_sge* sges = &send_sges_[index * tunables::kRdmaMaxSendSge];
-  int count = 0;
-  // The caller's buffers go out as they are: registered for this transfer.
-  auto add = [&](const Buffer& buffer) -> bool {
-    if (buffer.empty()) return true;
-    MemoryRegion region(ibv_reg_mr(pd_.get(),
-                                   const_cast<std::byte*>(buffer.data()),
-                                   buffer.size(), IBV_ACCESS_LOCAL_WRITE));
-    if (!region) return false;
-    sges[count].addr = reinterpret_cast<uint64_t>(buffer.data());
-    sges[count].length = static_cast<uint32_t>(buffer.size());
-    sges[count].lkey = region->lkey;
-    ++count;
-    transfer.regions.push_back(std::move(region));
-    return true;
-  };
-  bool ok = add(transfer.frame.header);
-  if (!transfer.grant.dropped) {
-    for (size_t i = 0; ok && i < transfer.frame.payload_slices; ++i) {
-      ok = add(transfer.frame.payload[i]);
+  std::array<WriteSource, 1 + tunables::kMaxPayloadSlices> sources;
+  size_t count = 0;
+  sources[count++] = {transfer.frame.header.span(), std::nullopt};
+  const uint64_t registrations_before = registrations_->registrations();
+  for (size_t i = 0; !transfer.grant.dropped &&
+                     i < transfer.frame.payload_slices;
+       ++i) {
+    const Buffer& slice = transfer.frame.payload[i];
+    WriteSource& source = sources[count++];
+    source.bytes = slice.span();
+    auto registration = MemoryRegistration::Find(slice.span());
+    if (!registration) continue;  // Staged: copied through the bounce pool.
+    source.lkey = registrations_->Lkey(*registration);
+    if (!source.lkey) {
+      Log().warn("{}: ibv_reg_mr of a {}-byte registration failed ({}); "
+                 "copying its payload instead",
+                 peer_, registration->size(), std::strerror(errno));
+      continue;
     }
+    transfer.pins.push_back(std::move(registration));
   }
-  if (!ok) {
-    CloseNow(ErrnoStatus("ibv_reg_mr (send)", errno));
+  stats_.registrations += registrations_->registrations() - registrations_before;
+  transfer.plan = PlanWrites(std::span(sources.data(), count),
+                             tunables::kRdmaMaxSendSge,
+                             tunables::kRdmaBounceChunkSize);
+}
+
+bool RdmaConnection::PostWrite() {
+  OutgoingTransfer& transfer = *outgoing_;
+  const PlannedWrite& write = transfer.plan.writes[transfer.next_write];
+  const bool last = transfer.next_write + 1 == transfer.plan.writes.size();
+  if (!SendSlotFree()) return false;
+  // Only the last WRITE carries an immediate and so consumes a receive.
+  if (last && credits_ < 1) {
+    stats_.credit_stalls++;
     return false;
   }
-  const uint64_t seq = ++posted_;
+  const uint64_t seq = posted_ + 1;
+  std::byte* staging = nullptr;
+  uint32_t staging_lkey = 0;
+  bool chunk = false;
+  if (write.staged_bytes > 0) {
+    if (write.staged_bytes <= kRdmaReceiveBufferSize) {
+      // This work request's own send-ring slot is free (SendSlotFree).
+      staging = send_ring_->data() +
+                size_t(seq % kRdmaSendDepth) * kRdmaReceiveBufferSize;
+      staging_lkey = send_ring_->lkey();
+    } else {
+      staging = AcquireBounceChunk(seq);
+      if (staging == nullptr) return false;  // Wait for a WRITE to complete.
+      staging_lkey = bounce_pool_->lkey();
+      chunk = true;
+    }
+  }
+  posted_ = seq;
+  ibv_sge* sges = &send_sges_[send_wrs_.size() * tunables::kRdmaMaxSendSge];
+  int count = 0;
+  uint32_t staged = 0;
+  for (uint32_t i = 0; i < write.segments; ++i) {
+    const WriteSegment& segment =
+        transfer.plan.segments[write.first_segment + i];
+    if (!segment.staged) {
+      sges[count++] = {reinterpret_cast<uint64_t>(segment.data), segment.size,
+                       segment.lkey};
+      stats_.zero_copy_bytes += segment.size;
+      continue;
+    }
+    if (staged == 0) {
+      sges[count++] = {reinterpret_cast<uint64_t>(staging), write.staged_bytes,
+                       staging_lkey};
+    }
+    std::memcpy(staging + staged, segment.data, segment.size);
+    staged += segment.size;
+  }
+  stats_.staged_bytes += staged;
   ibv_send_wr wr{};
-  wr.wr_id = WrId(kWriteTag, seq);
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.imm_data = htonl(transfer.id);
   wr.num_sge = count;
-  wr.send_flags = IBV_SEND_SIGNALED;  // Its completion frees the buffers.
-  wr.wr.rdma.remote_addr = transfer.grant.addr;
+  wr.wr.rdma.remote_addr = transfer.grant.addr + transfer.remote_offset;
   wr.wr.rdma.rkey = transfer.grant.rkey;
+  if (last) {
+    wr.wr_id = WrId(kWriteTag, seq);
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(transfer.id);
+    wr.send_flags = IBV_SEND_SIGNALED;  // Its completion frees the buffers.
+    unsignaled_ = 0;
+    --credits_;
+  } else {
+    wr.wr_id = WrId(kSendTag, seq);
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    if (chunk || ++unsignaled_ >= tunables::kRdmaSignalEvery) {
+      wr.send_flags = IBV_SEND_SIGNALED;  // A chunk is free once it is done.
+      unsignaled_ = 0;
+    }
+  }
   send_wrs_.push_back(wr);
-  --credits_;
-  stats_.bytes_sent += transfer.grant.length;
+  transfer.remote_offset += write.length;
+  ++transfer.next_write;
+  stats_.bytes_sent += write.length;
   return true;
+}
+
+std::byte* RdmaConnection::AcquireBounceChunk(uint64_t seq) {
+  if (!bounce_pool_) {
+    auto pool = RegisteredMemory::Allocate(
+        pd_.get(),
+        size_t{tunables::kRdmaBounceChunks} * tunables::kRdmaBounceChunkSize,
+        IBV_ACCESS_LOCAL_WRITE);
+    if (!pool.ok()) {
+      CloseNow(pool.status());
+      return nullptr;
+    }
+    bounce_pool_ = std::move(*pool);
+    bounce_chunks_.resize(tunables::kRdmaBounceChunks);
+  }
+  for (size_t i = 0; i < bounce_chunks_.size(); ++i) {
+    if (bounce_chunks_[i].busy) continue;
+    bounce_chunks_[i] = {true, seq};
+    return bounce_pool_->data() + i * size_t{tunables::kRdmaBounceChunkSize};
+  }
+  return nullptr;
+}
+
+void RdmaConnection::ReleaseBounceChunks(uint64_t completed) {
+  for (BounceChunk& chunk : bounce_chunks_) {
+    if (chunk.busy && chunk.seq <= completed) chunk.busy = false;
+  }
 }
 
 void RdmaConnection::Post() {

@@ -11,8 +11,10 @@
 // a large frame lands by WRITE WITH IMMEDIATE in a block granted for it and
 // is delivered without a copy.
 // Send: small frames are copied into the send ring and posted as one chain
-// per flush (a single doorbell), inline when they fit; large frames are
-// written straight from the caller's buffers, registered for the transfer.
+// per flush (a single doorbell), inline when they fit. Large frames are
+// written (write_plan.h) straight from the caller's memory when it lies in a
+// MemoryRegistration (its memory region cached per connection), and through
+// a registered bounce pool when it does not.
 #ifndef RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 #define RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 
@@ -28,8 +30,11 @@
 #include <vector>
 
 #include "transport/connection.h"
+#include "transport/memory.h"
 #include "transport/rdma/protocol.h"
+#include "transport/rdma/registration_cache.h"
 #include "transport/rdma/verbs.h"
+#include "transport/rdma/write_plan.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -60,6 +65,11 @@ class RdmaConnection final
   const std::string& peer() const override { return peer_; }
   const ConnectionStats& stats() const override { return stats_; }
 
+  // Memory regions this connection holds for MemoryRegistrations.
+  size_t cached_registrations() const {
+    return registrations_ ? registrations_->size() : 0;
+  }
+
   // Test hook: moves the QP to the error state, as a fabric failure would.
   void ForceQpErrorForTesting();
 
@@ -71,9 +81,19 @@ class RdmaConnection final
   struct OutgoingTransfer {
     uint32_t id = 0;
     OutgoingFrame frame;
-    std::vector<MemoryRegion> regions;  // Of the header and payload slices.
     bool granted = false;
     ControlMessage grant;
+    // Set when the grant arrives.
+    WritePlan plan;
+    size_t next_write = 0;      // Index into plan.writes.
+    uint64_t remote_offset = 0;  // Where the next WRITE lands in the grant.
+    // The registrations the plan reads from stay alive until it is done.
+    std::vector<std::shared_ptr<MemoryRegistration>> pins;
+  };
+  // A chunk of the bounce pool, busy until the WRITE `seq` completes.
+  struct BounceChunk {
+    bool busy = false;
+    uint64_t seq = 0;
   };
   // A grant of ours: where the peer's large frame will land.
   struct IncomingTransfer {
@@ -108,7 +128,10 @@ class RdmaConnection final
   void PostSmall(const OutgoingFrame& frame, FrameType type,
                  std::span<const std::byte> body);
   void PostControl(const ControlMessage& message);
-  bool PostWrite();
+  void StartWrites();  // The grant arrived: plan the WRITEs.
+  bool PostWrite();    // Posts the next planned WRITE; false if blocked.
+  std::byte* AcquireBounceChunk(uint64_t seq);  // Null when all are busy.
+  void ReleaseBounceChunks(uint64_t completed);
   bool SendSlotFree() const {
     return posted_ - completed_ < tunables::kRdmaSendDepth;
   }
@@ -138,6 +161,9 @@ class RdmaConnection final
   CompletionQueue cq_;
   std::optional<RegisteredMemory> receive_ring_;
   std::optional<RegisteredMemory> send_ring_;
+  std::optional<RegistrationCache> registrations_;
+  std::optional<RegisteredMemory> bounce_pool_;  // Allocated on first use.
+  std::vector<BounceChunk> bounce_chunks_;
   CmId id_;  // Owns the QP.
   boost::asio::posix::stream_descriptor cm_fd_;
   boost::asio::posix::stream_descriptor cq_fd_;

@@ -1,0 +1,55 @@
+#include "transport/rdma/write_plan.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace rdmarpc::transport::rdma {
+
+WritePlan PlanWrites(std::span<const WriteSource> sources, uint32_t max_sge,
+                     uint32_t staging_size) {
+  assert(max_sge >= 1 && staging_size >= 1);
+  WritePlan plan;
+  PlannedWrite current;
+  bool staging_open = false;  // The last segment is staged and may grow.
+  auto close = [&] {
+    if (current.segments > 0) plan.writes.push_back(current);
+    current = PlannedWrite{};
+    current.first_segment = static_cast<uint32_t>(plan.segments.size());
+    staging_open = false;
+  };
+  for (const WriteSource& source : sources) {
+    size_t offset = 0;
+    while (offset < source.bytes.size()) {
+      const size_t rest = source.bytes.size() - offset;
+      WriteSegment segment;
+      segment.data = source.bytes.data() + offset;
+      if (source.lkey) {
+        if (current.sges == max_sge) close();
+        segment.size = static_cast<uint32_t>(rest);
+        segment.lkey = *source.lkey;
+        ++current.sges;
+        staging_open = false;
+      } else {
+        if (!staging_open || current.staged_bytes == staging_size) {
+          // One staging buffer per WRITE: a second run starts a new WRITE.
+          if (current.staged_bytes > 0 || current.sges == max_sge) close();
+          ++current.sges;
+          staging_open = true;
+        }
+        segment.size = static_cast<uint32_t>(
+            std::min<size_t>(rest, staging_size - current.staged_bytes));
+        segment.staged = true;
+        current.staged_bytes += segment.size;
+      }
+      plan.segments.push_back(segment);
+      ++current.segments;
+      current.length += segment.size;
+      offset += segment.size;
+    }
+  }
+  close();
+  if (plan.writes.empty()) plan.writes.push_back(PlannedWrite{});
+  return plan;
+}
+
+}  // namespace rdmarpc::transport::rdma
