@@ -67,6 +67,8 @@ inline constexpr uint32_t kRdmaMaxSendSge = 1 + kMaxPayloadSlices;
 // written from there, this many chunks in flight at once.
 inline constexpr uint32_t kRdmaBounceChunkSize = 1 << 20;
 inline constexpr uint32_t kRdmaBounceChunks = 4;
+// Bytes in one RDMA WRITE: below any port's max_msg_sz (at least 2^31).
+inline constexpr uint32_t kRdmaMaxWriteSize = 1u << 30;
 
 static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
               "credits travel in a u16; one is held back for CREDIT");
@@ -80,6 +82,7 @@ static_assert(kRdmaBounceChunkSize > kRdmaReceiveBufferSize,
               "runs that fit a send-ring slot are staged there");
 static_assert(kRdmaBounceChunks >= 2 && kRdmaBounceChunks < kRdmaSendDepth,
               "copying the next chunk overlaps writing the last");
+static_assert(kRdmaMaxWriteSize >= kRdmaBounceChunkSize);
 
 // --- RPC ---------------------------------------------------------------------
 // Status messages longer than this are truncated, so a response header

@@ -24,14 +24,52 @@ class Server::Impl {
     }
   }
 
-  void RegisterService(Service* service) {
+  void RegisterService(Service* service,
+                       std::unique_ptr<Service> owned = nullptr) {
     std::lock_guard lock(mu_);
     if (serving_) {
       Log().error("RegisterService({}) after Listen is ignored",
                   service->name());
       return;
     }
-    core_->services[service->name()] = service;
+    ServiceEntry entry;
+    entry.service = service;
+    for (const std::string& name : service->method_names()) {
+      auto method = std::make_unique<MethodEntry>();
+      method->handler = service->FindMethod(name);
+      entry.methods.emplace(name, std::move(method));
+    }
+    core_->services.insert_or_assign(service->name(), std::move(entry));
+    if (owned) owned_services_.push_back(std::move(owned));
+  }
+
+  std::vector<const Service*> services() const {
+    std::vector<const Service*> out;
+    for (const auto& [name, entry] : core_->services) {
+      out.push_back(entry.service);
+    }
+    return out;
+  }
+
+  void ForEachMethod(const std::function<void(const std::string&,
+                                              const std::string&,
+                                              const MethodMetrics&)>& visit)
+      const {
+    for (const auto& [service, entry] : core_->services) {
+      for (const auto& [method, method_entry] : entry.methods) {
+        visit(service, method, method_entry->metrics);
+      }
+    }
+  }
+
+  void ForEachConnection(
+      const std::function<void(const transport::Connection&)>& visit) const {
+    std::vector<std::shared_ptr<ServerSession>> sessions;
+    {
+      std::lock_guard lock(mu_);
+      sessions.assign(sessions_.begin(), sessions_.end());
+    }
+    for (const auto& session : sessions) visit(session->connection());
   }
 
   StatusOr<std::string> Listen(std::string_view uri) {
@@ -104,6 +142,7 @@ class Server::Impl {
     out.calls_started = core_->calls_started;
     out.responses_dropped = core_->responses_dropped;
     out.protocol_errors = core_->protocol_errors;
+    out.unknown_method_calls = core_->unknown_method_calls;
     return out;
   }
 
@@ -139,6 +178,7 @@ class Server::Impl {
   bool shut_down_ = false;  // Guarded by mu_.
   std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
   std::set<std::shared_ptr<ServerSession>> sessions_;            // Guarded.
+  std::vector<std::unique_ptr<Service>> owned_services_;          // Guarded.
 };
 
 Server::Server(ServerOptions options)
@@ -153,6 +193,22 @@ StatusOr<std::string> Server::Listen(std::string_view uri) {
 void Server::Shutdown(std::chrono::milliseconds grace) {
   impl_->Shutdown(grace);
 }
+void Server::RegisterService(std::unique_ptr<Service> service) {
+  Service* raw = service.get();
+  impl_->RegisterService(raw, std::move(service));
+}
 ServerStats Server::stats() const { return impl_->stats(); }
+std::vector<const Service*> Server::services() const {
+  return impl_->services();
+}
+void Server::ForEachMethod(
+    const std::function<void(const std::string&, const std::string&,
+                             const MethodMetrics&)>& visit) const {
+  impl_->ForEachMethod(visit);
+}
+void Server::ForEachConnection(
+    const std::function<void(const transport::Connection&)>& visit) const {
+  impl_->ForEachConnection(visit);
+}
 
 }  // namespace rdmarpc::rpc

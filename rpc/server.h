@@ -15,12 +15,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status_or.h"
 #include "base/tunables.h"
+#include "rpc/metrics.h"
 #include "rpc/service.h"
 #include "transport/connection.h"
 
@@ -40,6 +43,7 @@ struct ServerStats {
   uint64_t calls_started = 0;
   uint64_t responses_dropped = 0;  // Finished after cancel or deadline.
   uint64_t protocol_errors = 0;    // Connections closed for malformed input.
+  uint64_t unknown_method_calls = 0;  // Answered UNIMPLEMENTED.
 };
 
 class Server {
@@ -51,6 +55,8 @@ class Server {
 
   // Before the first Listen. The service must outlive the server.
   void RegisterService(Service* service);
+  // Before the first Listen; the server owns the service.
+  void RegisterService(std::unique_ptr<Service> service);
 
   // Starts listening; returns the bound URI (port 0 becomes a real port).
   StatusOr<std::string> Listen(std::string_view uri);
@@ -61,6 +67,17 @@ class Server {
       std::chrono::milliseconds grace = tunables::kDefaultShutdownGrace);
 
   ServerStats stats() const;
+
+  // Registered services, in name order.
+  std::vector<const Service*> services() const;
+  // Each registered method's metrics, in name order.
+  void ForEachMethod(const std::function<void(const std::string& service,
+                                              const std::string& method,
+                                              const MethodMetrics&)>& visit)
+      const;
+  // Each open connection, with its peer URI and transport counters.
+  void ForEachConnection(
+      const std::function<void(const transport::Connection&)>& visit) const;
 
  private:
   class Impl;

@@ -22,12 +22,14 @@
 namespace rdmarpc::rpc {
 
 class ServerSession;
+struct MethodMetrics;
 
 class ServerCall {
  public:
   ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
              std::string service, std::string method, Buffer request,
-             std::optional<Clock::time_point> deadline);
+             std::optional<Clock::time_point> deadline,
+             MethodMetrics* metrics = nullptr);
   ~ServerCall();
   ServerCall(const ServerCall&) = delete;
   ServerCall& operator=(const ServerCall&) = delete;
@@ -60,6 +62,8 @@ class ServerCall {
   const std::string method_;
   const Buffer request_;
   const std::optional<Clock::time_point> deadline_;
+  MethodMetrics* const metrics_;  // Lives in the server's core.
+  const Clock::time_point started_ = Clock::now();
   std::atomic<bool> finished_{false};
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;

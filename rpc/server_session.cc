@@ -13,13 +13,15 @@ namespace rdmarpc::rpc {
 
 ServerCall::ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
                        std::string service, std::string method, Buffer request,
-                       std::optional<Clock::time_point> deadline)
+                       std::optional<Clock::time_point> deadline,
+                       MethodMetrics* metrics)
     : session_(std::move(session)),
       id_(id),
       service_(std::move(service)),
       method_(std::move(method)),
       request_(std::move(request)),
-      deadline_(deadline) {}
+      deadline_(deadline),
+      metrics_(metrics) {}
 
 ServerCall::~ServerCall() {
   if (!finished_) {
@@ -120,16 +122,24 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
   const auto service = core_->services.find(header.service());
   if (service == core_->services.end()) {
+    core_->unknown_method_calls++;
     return Reply(id, Status(StatusCode::kUnimplemented,
                             "unknown service '" + header.service() + "'"));
   }
-  const MethodHandler* handler = service->second->FindMethod(header.method());
-  if (handler == nullptr) {
+  const auto method = service->second.methods.find(header.method());
+  if (method == service->second.methods.end()) {
+    core_->unknown_method_calls++;
     return Reply(id, Status(StatusCode::kUnimplemented,
                             "unknown method '" + header.method() +
                                 "' of service '" + header.service() + "'"));
   }
+  MethodEntry& entry = *method->second;
+  const MethodHandler* handler = entry.handler;
   if (frame.dropped_payload_size() > 0) {
+    entry.metrics.started.fetch_add(1, std::memory_order_relaxed);
+    entry.metrics.Record(StatusCode::kResourceExhausted,
+                         std::chrono::nanoseconds(0),
+                         frame.dropped_payload_size(), 0);
     return Reply(id, Status(StatusCode::kResourceExhausted,
                             "request of " +
                                 std::to_string(frame.dropped_payload_size()) +
@@ -150,7 +160,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   auto call = std::make_shared<ServerCall>(
       shared_from_this(), id, std::move(*header.mutable_service()),
       std::move(*header.mutable_method()), std::move(frame).TakePayload(),
-      deadline);
+      deadline, &entry.metrics);
   {
     std::lock_guard lock(mu_);
     if (!live_.emplace(id, call).second) {
@@ -178,6 +188,11 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     ++core_->live_calls;
   }
   core_->calls_started++;
+  entry.metrics.started.fetch_add(1, std::memory_order_relaxed);
+  if (Log().should_log(spdlog::level::debug)) {
+    Log().debug("{}: call {} {}/{} started ({} bytes)", connection_->peer(), id,
+                service->first, method->first, call->request().size());
+  }
   try {
     (*handler)(std::move(call));
   } catch (const std::exception& e) {
@@ -193,33 +208,48 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
     std::lock_guard lock(mu_);
     live_.erase(call.id_);
   }
-  Send(call, status, std::move(response));
+  const uint64_t response_size = response.size();
+  const StatusCode sent = Send(call, status, std::move(response));
+  if (call.metrics_ != nullptr) {
+    const auto elapsed = Clock::now() - call.started_;
+    call.metrics_->Record(sent, elapsed, call.request_.size(),
+                          sent == StatusCode::kOk ? response_size : 0);
+    if (Log().should_log(spdlog::level::debug)) {
+      Log().debug("{}: call {} {}/{} finished {} in {} us", connection_->peer(),
+                  call.id_, call.service_, call.method_, StatusCodeName(sent),
+                  std::chrono::duration_cast<std::chrono::microseconds>(elapsed)
+                      .count());
+    }
+  }
   // Only now is the call over: a graceful shutdown waiting for it may close
   // the connection, and the response is already queued ahead of the close.
   std::lock_guard lock(core_->mu);
   if (--core_->live_calls == 0) core_->idle.notify_all();
 }
 
-void ServerSession::Send(ServerCall& call, const Status& status,
-                         Buffer response) {
+StatusCode ServerSession::Send(ServerCall& call, const Status& status,
+                               Buffer response) {
   if (call.IsCancelled()) {
     core_->responses_dropped++;
     Log().debug("{}: dropping response to cancelled call {}",
                 connection_->peer(), call.id_);
-    return;
+    return call.cancelled_ ? StatusCode::kCancelled
+                           : StatusCode::kDeadlineExceeded;
   }
   if (status.ok() && response.size() > core_->max_response_size) {
     Log().warn("{}/{}: response of {} bytes exceeds the maximum of {}",
                call.service_, call.method_, response.size(),
                core_->max_response_size);
-    return Reply(call.id_,
-                 Status(StatusCode::kResourceExhausted,
-                        "response of " + std::to_string(response.size()) +
-                            " bytes exceeds the server's maximum of " +
-                            std::to_string(core_->max_response_size)));
+    Reply(call.id_,
+          Status(StatusCode::kResourceExhausted,
+                 "response of " + std::to_string(response.size()) +
+                     " bytes exceeds the server's maximum of " +
+                     std::to_string(core_->max_response_size)));
+    return StatusCode::kResourceExhausted;
   }
   connection_->Send(MakeResponseFrame(call.id_, status, std::move(response)))
       .IgnoreError();
+  return status.code();
 }
 
 void ServerSession::OnClose(const Status& reason) {

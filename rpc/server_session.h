@@ -14,15 +14,27 @@
 #include <string>
 #include <unordered_map>
 
+#include "rpc/metrics.h"
 #include "rpc/server_call.h"
 #include "rpc/service.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
 
+// A registered method: its handler and what the server counts for it.
+struct MethodEntry {
+  const MethodHandler* handler = nullptr;  // Owned by the Service.
+  MethodMetrics metrics;
+};
+struct ServiceEntry {
+  Service* service = nullptr;
+  std::map<std::string, std::unique_ptr<MethodEntry>, std::less<>> methods;
+};
+
 // State every session of a server shares.
 struct ServerCore {
-  std::map<std::string, Service*, std::less<>> services;  // Fixed once serving.
+  // Fixed once serving.
+  std::map<std::string, ServiceEntry, std::less<>> services;
   uint64_t max_response_size = 0;
   std::atomic<bool> draining{false};
 
@@ -33,6 +45,7 @@ struct ServerCore {
   std::atomic<uint64_t> calls_started{0};
   std::atomic<uint64_t> responses_dropped{0};  // Cancelled or late.
   std::atomic<uint64_t> protocol_errors{0};
+  std::atomic<uint64_t> unknown_method_calls{0};
 };
 
 class ServerSession final : public transport::ConnectionObserver,
@@ -59,7 +72,8 @@ class ServerSession final : public transport::ConnectionObserver,
   void Complete(ServerCall& call, const Status& status, Buffer response);
 
  private:
-  void Send(ServerCall& call, const Status& status, Buffer response);
+  // Returns the status the client gets (CANCELLED when it stopped waiting).
+  StatusCode Send(ServerCall& call, const Status& status, Buffer response);
   void Reply(uint64_t id, const Status& status);
   void ProtocolError(const Status& error);
 

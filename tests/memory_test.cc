@@ -48,10 +48,11 @@ TEST_CASE("memory: registering a range inside a registration is a cache hit") {
 
 TEST_CASE("memory: ending a registration forgets it and tells observers") {
   struct Seen : MemoryRegistration::Observer {
+    Seen() { MemoryRegistration::AddObserver(this); }
+    ~Seen() { MemoryRegistration::RemoveObserver(this); }
     void OnUnregistered(uint64_t id) noexcept override { ids.push_back(id); }
     std::vector<uint64_t> ids;
   } seen;
-  MemoryRegistration::AddObserver(&seen);
   std::vector<std::byte> memory(4096);
   const size_t live = MemoryRegistration::LiveCount();
   uint64_t id = 0;
@@ -69,7 +70,13 @@ TEST_CASE("memory: ending a registration forgets it and tells observers") {
   auto again = MemoryRegistration::Register(memory);
   REQUIRE(again.ok());
   CHECK((*again)->id() != id);
-  MemoryRegistration::RemoveObserver(&seen);
+}
+
+TEST_CASE("memory: impossible sizes are refused, not wrapped") {
+  CHECK(MemoryRegistration::Allocate(0).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(MemoryRegistration::Allocate(SIZE_MAX - 10).status().code() ==
+        StatusCode::kResourceExhausted);
 }
 
 TEST_CASE("memory: slices keep an allocated registration alive") {
@@ -97,7 +104,8 @@ using rdma::WriteSource;
 // Every byte of every source appears once, in order, and each WRITE keeps
 // to the limits.
 void CheckPlan(const WritePlan& plan, std::span<const WriteSource> sources,
-               uint32_t max_sge, uint32_t staging) {
+               uint32_t max_sge, uint32_t staging,
+               uint32_t max_length = 1u << 30) {
   std::vector<const std::byte*> expected, planned;
   for (const auto& source : sources) {
     for (const std::byte& b : source.bytes) expected.push_back(&b);
@@ -107,10 +115,18 @@ void CheckPlan(const WritePlan& plan, std::span<const WriteSource> sources,
     CHECK(write.first_segment == next);
     CHECK(write.sges <= max_sge);
     CHECK(write.staged_bytes <= staging);
+    CHECK(write.length <= max_length);
     uint64_t length = 0, staged = 0;
     uint32_t direct = 0;
+    int staged_runs = 0;
     for (uint32_t i = 0; i < write.segments; ++i) {
       const auto& segment = plan.segments[write.first_segment + i];
+      CHECK(segment.size > 0);
+      // The staging buffer is one gather entry: its bytes must be one run.
+      if (segment.staged &&
+          (i == 0 || !plan.segments[write.first_segment + i - 1].staged)) {
+        ++staged_runs;
+      }
       for (uint32_t b = 0; b < segment.size; ++b) {
         planned.push_back(segment.data + b);
       }
@@ -124,6 +140,7 @@ void CheckPlan(const WritePlan& plan, std::span<const WriteSource> sources,
     CHECK(write.length == length);
     CHECK(write.staged_bytes == staged);
     CHECK(write.sges == direct + (staged > 0 ? 1 : 0));
+    CHECK(staged_runs <= 1);
     next += write.segments;
   }
   CHECK(next == plan.segments.size());
@@ -133,7 +150,7 @@ void CheckPlan(const WritePlan& plan, std::span<const WriteSource> sources,
 TEST_CASE("write plan: registered memory goes direct in one WRITE") {
   std::vector<std::byte> header(100), payload(5 << 20);
   const WriteSource sources[] = {{header, std::nullopt}, {payload, 42u}};
-  const WritePlan plan = PlanWrites(sources, 5, 1 << 20);
+  const WritePlan plan = PlanWrites(sources, 5, 1 << 20, 1u << 30);
   REQUIRE(plan.writes.size() == 1);
   CHECK(plan.writes[0].staged_bytes == 100);
   CHECK(plan.writes[0].sges == 2);
@@ -145,7 +162,7 @@ TEST_CASE("write plan: unregistered memory is staged chunk by chunk") {
   std::vector<std::byte> header(100), payload((5 << 20) + 7);
   const WriteSource sources[] = {{header, std::nullopt},
                                  {payload, std::nullopt}};
-  const WritePlan plan = PlanWrites(sources, 5, 1 << 20);
+  const WritePlan plan = PlanWrites(sources, 5, 1 << 20, 1u << 30);
   // 100 + 5 MiB + 7 bytes in 1 MiB staging buffers: 6 WRITEs.
   CHECK(plan.writes.size() == 6);
   for (const auto& write : plan.writes) CHECK(write.sges == 1);
@@ -162,14 +179,24 @@ TEST_CASE("write plan: mixed slices respect the gather limit") {
   }
   for (uint32_t max_sge : {1u, 2u, 5u}) {
     for (uint32_t staging : {1u, 64u, 100u, 4096u}) {
-      CheckPlan(PlanWrites(sources, max_sge, staging), sources, max_sge,
-                staging);
+      for (uint32_t max_length : {staging, staging + 150, 1u << 30}) {
+        CheckPlan(PlanWrites(sources, max_sge, staging, max_length), sources,
+                  max_sge, staging, max_length);
+      }
     }
   }
 }
 
+TEST_CASE("write plan: no WRITE exceeds the maximum length") {
+  std::vector<std::byte> header(10), payload(10000);
+  const WriteSource sources[] = {{header, std::nullopt}, {payload, 3u}};
+  const WritePlan plan = PlanWrites(sources, 5, 64, 1000);
+  CHECK(plan.writes.size() == 11);  // 10 + 10000 bytes, 1000 at a time.
+  CheckPlan(plan, sources, 5, 64, 1000);
+}
+
 TEST_CASE("write plan: an empty frame is one empty WRITE") {
-  const WritePlan plan = PlanWrites({}, 5, 1 << 20);
+  const WritePlan plan = PlanWrites({}, 5, 1 << 20, 1u << 30);
   REQUIRE(plan.writes.size() == 1);
   CHECK(plan.writes[0].length == 0);
   CHECK(plan.writes[0].sges == 0);

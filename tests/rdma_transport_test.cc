@@ -1,7 +1,11 @@
 // The RDMA transport on its own, on a real device (run in the Soft-RoCE VM by
 // tools/test; without a device every case fails: there is no silent skip).
+#include <sys/mman.h>
+
 #include <catch2/catch_test_macros.hpp>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -125,6 +129,15 @@ struct Pair {
   std::shared_ptr<Recorder> client_recorder = std::make_shared<Recorder>();
 };
 
+bool WaitUntil(const std::function<bool()>& done) {
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
 void ExchangeMix(Pair& pair) {
   // Far more small frames than the peer has receives posted: credits must
   // flow back (explicitly: the receiver sends nothing else), and no send may
@@ -146,7 +159,9 @@ void ExchangeMix(Pair& pair) {
   }
   const ConnectionStats& sent = pair.client->stats();
   const ConnectionStats& received = pair.server->stats();
-  CHECK(sent.rdma_writes == large.size());
+  // The sender counts a transfer when its own completion arrives, which may
+  // be after the receiver has the data.
+  CHECK(WaitUntil([&] { return sent.rdma_writes == large.size(); }));
   // Heap payloads are not registered: copied through the bounce pool.
   CHECK(sent.zero_copy_bytes == 0);
   CHECK(sent.staged_bytes == (64 * 1024 + (1 << 20) + (5 << 20)) + 3 * 3);
@@ -256,15 +271,6 @@ void Fill(std::byte* data, size_t size, size_t offset) {
   for (size_t i = 0; i < size; ++i) data[i] = std::byte((offset + i) % 251);
 }
 
-bool WaitUntil(const std::function<bool()>& done) {
-  const auto until = std::chrono::steady_clock::now() + 30s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
 TEST_CASE("rdma: registered payloads are written without a copy") {
   Pair pair(PollMode::kEvent);
   auto client = std::dynamic_pointer_cast<rdma::RdmaConnection>(pair.client);
@@ -302,7 +308,7 @@ TEST_CASE("rdma: registered payloads are written without a copy") {
   CHECK(sent.registrations == 1);
   CHECK(sent.zero_copy_bytes == (5 << 20) + a + c + 16);
   CHECK(sent.staged_bytes == 3 + 3 + b);
-  CHECK(sent.rdma_writes == 2);
+  CHECK(WaitUntil([&] { return sent.rdma_writes == 2; }));
   {
     std::lock_guard lock(pair.recorder->mu);
     CHECK(pair.recorder->intact);
@@ -314,43 +320,51 @@ TEST_CASE("rdma: registered payloads are written without a copy") {
   CHECK(WaitUntil([&] { return client->cached_registrations() == 0; }));
 }
 
-// A registration cache keyed by address would hand the new memory the old
-// registration's region, which maps the old pages: the peer would receive
-// stale bytes.
-TEST_CASE("rdma: memory registered anew after a registration ended is sent "
-          "from its own pages") {
+// A registration cache keyed by address would hand new memory at the old
+// address the old registration's memory region, which still maps the old
+// pages: the peer would receive stale bytes. The test maps fresh pages at
+// exactly the old address to make that happen.
+TEST_CASE("rdma: memory registered anew at the same address is sent from "
+          "its own pages") {
   Pair pair(PollMode::kEvent);
+  auto client = std::dynamic_pointer_cast<rdma::RdmaConnection>(pair.client);
+  REQUIRE(client);
   constexpr size_t kSize = 2 << 20;
-  std::byte* first_address = nullptr;
-  {
-    auto first = MemoryRegistration::Allocate(kSize);
-    REQUIRE(first.ok());
-    first_address = (*first)->data();
-    std::memset((*first)->data(), 0xee, kSize);  // Not the pattern.
+  void* address = mmap(nullptr, kSize, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(address != MAP_FAILED);
+  auto* bytes = static_cast<std::byte*>(address);
+  auto send = [&](size_t frames) {
+    auto registration = MemoryRegistration::Register(std::span(bytes, kSize));
+    REQUIRE(registration.ok());
     OutgoingFrame frame;
     frame.header = Buffer::CopyOf(std::string_view("hdr"));
-    frame.AddPayload((*first)->Slice(0, kSize));
+    frame.AddPayload((*registration)->Slice(0, kSize));
     REQUIRE(pair.client->Send(std::move(frame)).ok());
-    REQUIRE(pair.WaitFor(1));
-    REQUIRE(WaitUntil([&] { return pair.client->stats().frames_sent == 1; }));
-  }
+    REQUIRE(pair.WaitFor(frames));
+  };
+  std::memset(bytes, 0xee, kSize);  // Not the pattern.
+  send(1);
+  // The transfer is done and the registration gone: so is the region.
+  REQUIRE(WaitUntil([&] { return client->cached_registrations() == 0; }));
   {
     std::lock_guard lock(pair.recorder->mu);
-    REQUIRE_FALSE(pair.recorder->intact);  // 0xee is not the pattern.
+    REQUIRE_FALSE(pair.recorder->intact);
     pair.recorder->intact = true;
   }
-  auto second = MemoryRegistration::Allocate(kSize);
-  REQUIRE(second.ok());
-  INFO("same address reused: " << ((*second)->data() == first_address));
-  Fill((*second)->data(), kSize, 0);
-  OutgoingFrame frame;
-  frame.header = Buffer::CopyOf(std::string_view("hdr"));
-  frame.AddPayload((*second)->Slice(0, kSize));
-  REQUIRE(pair.client->Send(std::move(frame)).ok());
-  REQUIRE(pair.WaitFor(2));
-  std::lock_guard lock(pair.recorder->mu);
-  CHECK(pair.recorder->intact);
+  // New pages at the same address.
+  REQUIRE(munmap(address, kSize) == 0);
+  REQUIRE(mmap(address, kSize, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
+               0) == address);
+  Fill(bytes, kSize, 0);
+  send(2);
+  {
+    std::lock_guard lock(pair.recorder->mu);
+    CHECK(pair.recorder->intact);
+  }
   CHECK(pair.client->stats().registrations == 2);
+  munmap(address, kSize);
 }
 
 }  // namespace

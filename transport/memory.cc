@@ -10,10 +10,14 @@
 #include <vector>
 
 namespace rdmarpc::transport {
-namespace {
 
 // Every live registration by start address, and who to tell when one ends.
-struct Registry {
+class Registry {
+ public:
+  static StatusOr<std::shared_ptr<MemoryRegistration>> Add(std::byte* data,
+                                                           size_t size,
+                                                           bool owned);
+
   struct Entry {
     uintptr_t end;
     MemoryRegistration* registration;
@@ -25,6 +29,8 @@ struct Registry {
   uint64_t next_id = 1;
 };
 
+namespace {
+
 Registry& TheRegistry() {
   static auto* registry = new Registry;  // Never destroyed: no exit order.
   return *registry;
@@ -34,8 +40,11 @@ void ReleaseSlice(void* context, std::byte* /*block*/) noexcept {
   delete static_cast<std::shared_ptr<MemoryRegistration>*>(context);
 }
 
-StatusOr<std::shared_ptr<MemoryRegistration>> Add(std::byte* data, size_t size,
-                                                  bool owned) {
+}  // namespace
+
+StatusOr<std::shared_ptr<MemoryRegistration>> Registry::Add(std::byte* data,
+                                                            size_t size,
+                                                            bool owned) {
   if (size == 0 || data == nullptr) {
     return Status(StatusCode::kInvalidArgument,
                   "cannot register an empty range of memory");
@@ -50,7 +59,9 @@ StatusOr<std::shared_ptr<MemoryRegistration>> Add(std::byte* data, size_t size,
     // (Never let a locked shared_ptr die here: its destructor takes the
     // lock this function holds.)
     if (before->second.end > start && !before->second.weak.expired()) {
-      if (before->second.end < end) {
+      // Fresh memory inside a live registration: someone freed registered
+      // memory while it was registered.
+      if (before->second.end < end || owned) {
         return Status(StatusCode::kInvalidArgument,
                       "memory overlaps a registration only partly");
       }
@@ -64,24 +75,20 @@ StatusOr<std::shared_ptr<MemoryRegistration>> Add(std::byte* data, size_t size,
     }
     it = registry.entries.erase(it);  // Ending right now: forget it here.
   }
-  auto registration = std::make_shared<MemoryRegistration>(data, size, owned);
+  auto registration = std::make_shared<MemoryRegistration>(
+      MemoryRegistration::Key(), data, size, owned, registry.next_id++);
   registry.entries.insert_or_assign(
       start, Registry::Entry{end, registration.get(), registration});
   return registration;
 }
 
-}  // namespace
-
-MemoryRegistration::MemoryRegistration(std::byte* data, size_t size,
-                                       bool owned)
-    : data_(data), size_(size), owned_(owned) {
-  // Called by Add with the registry's lock held.
-  id_ = TheRegistry().next_id++;
-}
+MemoryRegistration::MemoryRegistration(Key, std::byte* data, size_t size,
+                                       bool owned, uint64_t id)
+    : data_(data), size_(size), owned_(owned), id_(id) {}
 
 StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistration::Register(
     std::span<std::byte> memory) {
-  return Add(memory.data(), memory.size(), /*owned=*/false);
+  return Registry::Add(memory.data(), memory.size(), /*owned=*/false);
 }
 
 StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistration::Allocate(
@@ -92,6 +99,10 @@ StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistration::Allocate(
   }
   // Page-aligned and page-sized: the pages pinned are exactly its own.
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (size > SIZE_MAX - page) {
+    return Status(StatusCode::kResourceExhausted,
+                  "cannot allocate " + std::to_string(size) + " bytes");
+  }
   const size_t rounded = (size + page - 1) / page * page;
   auto* data = static_cast<std::byte*>(std::aligned_alloc(page, rounded));
   if (data == nullptr) {
@@ -99,7 +110,7 @@ StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistration::Allocate(
                   "cannot allocate " + std::to_string(size) +
                       " bytes of registered memory");
   }
-  auto registration = Add(data, size, /*owned=*/true);
+  auto registration = Registry::Add(data, size, /*owned=*/true);
   if (!registration.ok()) std::free(data);
   return registration;
 }

@@ -83,8 +83,13 @@ class MemoryRegistration
   // Live registrations in the process (for tests and statistics).
   static size_t LiveCount();
 
-  // Use Register or Allocate.
-  MemoryRegistration(std::byte* data, size_t size, bool owned);
+  // Only the registry constructs: use Register or Allocate.
+  class Key {
+    friend class Registry;
+    Key() = default;
+  };
+  MemoryRegistration(Key, std::byte* data, size_t size, bool owned,
+                     uint64_t id);
 
  private:
   std::byte* data_;

@@ -10,14 +10,17 @@
 #include <cstdio>
 #include <string>
 
+#include "rpc/introspection.h"
 #include "rpc/server.h"
 
 namespace rdmarpc::examples {
 
-// Prints "NAME listening on URI" (the bound URI) on stdout; returns the exit
-// status for main().
+// Enables rdmarpc.Introspection (so tools/rpc can list, describe, call and
+// show stats), prints "NAME listening on URI" (the bound URI) on stdout;
+// returns the exit status for main().
 inline int ServeUntilSignal(rpc::Server& server, const std::string& uri,
                             const char* name) {
+  rpc::EnableIntrospection(server);
   // Block the signals first, so every thread the server starts inherits it.
   sigset_t signals;
   sigemptyset(&signals);

@@ -9,6 +9,7 @@
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "base/log.h"
 
@@ -59,7 +60,8 @@ void Unmap(void* length, std::byte* block) noexcept {
 Buffer ZeroedBlock(size_t size) {
   constexpr size_t kMmapFrom = 64 * 1024;
   if (size < kMmapFrom) {
-    auto* block = new std::byte[std::max<size_t>(size, 1)]();
+    auto* block = new (std::nothrow) std::byte[std::max<size_t>(size, 1)]();
+    if (block == nullptr) return Buffer();
     return Buffer(block, size,
                   [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
   }
@@ -799,7 +801,8 @@ void RdmaConnection::StartWrites() {
   stats_.registrations += registrations_->registrations() - registrations_before;
   transfer.plan = PlanWrites(std::span(sources.data(), count),
                              tunables::kRdmaMaxSendSge,
-                             tunables::kRdmaBounceChunkSize);
+                             tunables::kRdmaBounceChunkSize,
+                             tunables::kRdmaMaxWriteSize);
 }
 
 bool RdmaConnection::PostWrite() {
@@ -974,6 +977,10 @@ void RdmaConnection::CloseNow(const Status& reason) {
     queue_.clear();
   }
   close_timer_.cancel();
+  // A transfer with nothing posted yet (its grant never came) lets go of the
+  // caller's buffers and registrations now; one under way keeps them until
+  // the QP is destroyed, since its WRITEs may still be reading them.
+  if (outgoing_ && outgoing_->next_write == 0) outgoing_.reset();
   if (id_ && established_) rdma_disconnect(id_.get());
   if (auto done = std::move(on_established_)) done(reason);
   boost::system::error_code ignored;

@@ -6,8 +6,8 @@
 namespace rdmarpc::transport::rdma {
 
 WritePlan PlanWrites(std::span<const WriteSource> sources, uint32_t max_sge,
-                     uint32_t staging_size) {
-  assert(max_sge >= 1 && staging_size >= 1);
+                     uint32_t staging_size, uint32_t max_length) {
+  assert(max_sge >= 1 && staging_size >= 1 && max_length >= staging_size);
   WritePlan plan;
   PlannedWrite current;
   bool staging_open = false;  // The last segment is staged and may grow.
@@ -21,11 +21,13 @@ WritePlan PlanWrites(std::span<const WriteSource> sources, uint32_t max_sge,
     size_t offset = 0;
     while (offset < source.bytes.size()) {
       const size_t rest = source.bytes.size() - offset;
+      if (current.length == max_length) close();
       WriteSegment segment;
       segment.data = source.bytes.data() + offset;
       if (source.lkey) {
         if (current.sges == max_sge) close();
-        segment.size = static_cast<uint32_t>(rest);
+        segment.size = static_cast<uint32_t>(
+            std::min<uint64_t>(rest, max_length - current.length));
         segment.lkey = *source.lkey;
         ++current.sges;
         staging_open = false;
@@ -37,7 +39,8 @@ WritePlan PlanWrites(std::span<const WriteSource> sources, uint32_t max_sge,
           staging_open = true;
         }
         segment.size = static_cast<uint32_t>(
-            std::min<size_t>(rest, staging_size - current.staged_bytes));
+            std::min<uint64_t>({rest, staging_size - current.staged_bytes,
+                                max_length - current.length}));
         segment.staged = true;
         current.staged_bytes += segment.size;
       }

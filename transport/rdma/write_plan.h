@@ -5,8 +5,9 @@
 // where they are (one scatter/gather entry each); runs of unregistered bytes
 // are copied into one staging buffer per WRITE (a send-ring slot when small,
 // else a bounce-pool chunk) and sent from there. A WRITE has at most
-// `max_sge` entries and at most one staging buffer of at most
-// `staging_size` bytes; the last WRITE carries the immediate.
+// `max_sge` entries, at most one staging buffer of at most `staging_size`
+// bytes, and at most `max_length` bytes in all (below the port's maximum
+// message size); the last WRITE carries the immediate.
 #ifndef RDMARPC_TRANSPORT_RDMA_WRITE_PLAN_H_
 #define RDMARPC_TRANSPORT_RDMA_WRITE_PLAN_H_
 
@@ -45,7 +46,7 @@ struct WritePlan {
 
 // Each source is at most 4 GiB - 1 (the grant length is a u32).
 WritePlan PlanWrites(std::span<const WriteSource> sources, uint32_t max_sge,
-                     uint32_t staging_size);
+                     uint32_t staging_size, uint32_t max_length);
 
 }  // namespace rdmarpc::transport::rdma
 

@@ -1,0 +1,193 @@
+// Metrics (histogram, per-method counts by status, per-connection counters)
+// and the rdmarpc.Introspection service, over the configured transport.
+#include <google/protobuf/descriptor.h>
+
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <cmath>
+#include <random>
+
+#include "proto/introspection.rdmarpc.h"
+#include "rpc/introspection.h"
+#include "rpc/metrics.h"
+#include "tests/proto/multi.rdmarpc.h"
+#include "tests/test_support.h"
+
+namespace rdmarpc::test {
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using rpc::LatencyHistogram;
+
+TEST_CASE("histogram: every latency lies inside its bucket") {
+  for (int64_t ns : {int64_t{0}, int64_t{1}, int64_t{999}, int64_t{1000},
+                     int64_t{1124}, int64_t{1125}, int64_t{2000},
+                     int64_t{123456789}, int64_t{1} << 50}) {
+    const int bucket = LatencyHistogram::BucketOf(std::chrono::nanoseconds(ns));
+    INFO(ns << " ns -> bucket " << bucket);
+    REQUIRE(bucket >= 0);
+    REQUIRE(bucket < LatencyHistogram::kBuckets);
+    if (bucket < LatencyHistogram::kBuckets - 1) {
+      CHECK(ns / 1000.0 < LatencyHistogram::UpperBoundUs(bucket));
+    }
+    if (bucket > 0) CHECK(ns / 1000.0 >= LatencyHistogram::UpperBoundUs(bucket - 1));
+  }
+  for (int b = 1; b < LatencyHistogram::kBuckets; ++b) {
+    REQUIRE(LatencyHistogram::UpperBoundUs(b) >
+            LatencyHistogram::UpperBoundUs(b - 1));
+  }
+}
+
+TEST_CASE("histogram: percentiles are within one bucket (12.5%)") {
+  LatencyHistogram histogram;
+  std::mt19937_64 random(7);
+  std::lognormal_distribution<double> distribution(std::log(20000.0), 1.0);
+  std::vector<int64_t> values;
+  for (int i = 0; i < 100000; ++i) {
+    values.push_back(static_cast<int64_t>(distribution(random)));
+    histogram.Record(std::chrono::nanoseconds(values.back()));
+  }
+  std::sort(values.begin(), values.end());
+  const auto snapshot = histogram.Read();
+  CHECK(snapshot.total == values.size());
+  CHECK(snapshot.max_ns == static_cast<uint64_t>(values.back()));
+  for (double q : {0.5, 0.9, 0.99, 0.999}) {
+    const double exact =
+        values[static_cast<size_t>(std::ceil(q * values.size())) - 1] / 1000.0;
+    const double estimate = snapshot.PercentileUs(q);
+    INFO("q " << q << " exact " << exact << " estimate " << estimate);
+    CHECK(estimate >= exact);
+    CHECK(estimate <= exact * 1.125 + 0.001);
+  }
+}
+
+class CalculatorImpl : public Calculator::Service {
+ public:
+  void Add(std::shared_ptr<rpc::TypedCall<Pair, Number>> call) override {
+    if (call->request().a() < 0) {
+      return call->Finish(Status(StatusCode::kOutOfRange, "negative"));
+    }
+    call->response().set_value(call->request().a() + call->request().b());
+    call->Finish();
+  }
+};
+
+struct Fixture {
+  Fixture() {
+    server.RegisterService(&calculator);
+    server.RegisterService(&generic);
+    rpc::EnableIntrospection(server);
+    uri = *server.Listen(testing::ListenUri());
+    channel = std::make_shared<rpc::Channel>(uri);
+  }
+  CalculatorImpl calculator;
+  testing::TestService generic;  // Built by hand: no descriptor.
+  rpc::Server server;
+  std::string uri;
+  std::shared_ptr<rpc::Channel> channel;
+};
+
+Status Add(Fixture& f, int64_t a, int64_t b) {
+  Pair pair;
+  pair.set_a(a);
+  pair.set_b(b);
+  Calculator::Stub stub(f.channel);
+  return std::get<0>(stub.async_Add(pair, asio::use_future).get());
+}
+
+TEST_CASE("metrics: calls are counted per method, by status, with latency") {
+  Fixture f;
+  for (int i = 0; i < 7; ++i) REQUIRE(Add(f, i, 1).ok());
+  for (int i = 0; i < 3; ++i) {
+    CHECK(Add(f, -1, 1).code() == StatusCode::kOutOfRange);
+  }
+  CHECK(testing::CallSync(*f.channel, "Nope", "").status.code() ==
+        StatusCode::kUnimplemented);
+  const ServerMetrics metrics = rpc::GetMetrics(f.server);
+  const MethodMetrics* add = nullptr;
+  for (const auto& m : metrics.methods()) {
+    if (m.service() == "rdmarpc.test.Calculator" && m.method() == "Add") {
+      add = &m;
+    }
+  }
+  REQUIRE(add != nullptr);
+  CHECK(add->started() == 10);
+  std::map<std::string, uint64_t> by_status;
+  uint64_t in_histogram = 0;
+  for (const auto& s : add->finished()) by_status[s.name()] = s.count();
+  for (const auto& b : add->latency()) in_histogram += b.count();
+  CHECK(by_status == std::map<std::string, uint64_t>{{"OK", 7},
+                                                     {"OUT_OF_RANGE", 3}});
+  CHECK(in_histogram == 10);
+  CHECK(add->p50_us() > 0);
+  CHECK(add->p50_us() <= add->p99_us());
+  CHECK(add->p99_us() <= add->max_us());
+  CHECK(add->request_bytes() > 0);
+  CHECK(metrics.unknown_method_calls() == 1);
+  // This connection, seen from the server.
+  REQUIRE(metrics.connections_size() == 1);
+  const ConnectionMetrics& connection = metrics.connections(0);
+  CHECK(connection.frames_received() == 11);
+  CHECK(connection.frames_sent() >= 10);
+  CHECK(connection.bytes_received() > 0);
+  if (f.uri.rfind("rdma://", 0) == 0) {
+    CHECK(connection.peer().rfind("rdma://", 0) == 0);
+    CHECK(connection.inline_sends() > 0);
+    CHECK(connection.rnr_errors() == 0);
+  } else {
+    CHECK(connection.peer().rfind("tcp://", 0) == 0);
+    CHECK(connection.write_calls() > 0);
+  }
+}
+
+TEST_CASE("introspection: lists services, reflects descriptors, over RPC") {
+  Fixture f;
+  Introspection::Stub stub(f.channel);
+  auto [status, list] =
+      stub.async_ListServices({}, asio::use_future).get();
+  REQUIRE(status.ok());
+  std::map<std::string, const ServiceInfo*> services;
+  for (const auto& s : list.services()) services[s.name()] = &s;
+  REQUIRE(services.count("rdmarpc.test.Calculator"));
+  REQUIRE(services.count("test.Test"));
+  REQUIRE(services.count("rdmarpc.Introspection"));
+  CHECK(services["rdmarpc.test.Calculator"]->has_descriptor());
+  CHECK_FALSE(services["test.Test"]->has_descriptor());
+  CHECK(services["rdmarpc.test.Calculator"]->methods_size() == 3);
+
+  // The descriptors build a pool in which the service and its message
+  // types (with their imports) resolve.
+  GetFileDescriptorsRequest request;
+  request.set_service("rdmarpc.test.Calculator");
+  auto [got, files] =
+      stub.async_GetFileDescriptors(request, asio::use_future).get();
+  REQUIRE(got.ok());
+  google::protobuf::DescriptorPool pool;
+  for (const auto& file : files.files().file()) {
+    REQUIRE(pool.BuildFile(file) != nullptr);
+  }
+  const auto* calculator = pool.FindServiceByName("rdmarpc.test.Calculator");
+  REQUIRE(calculator != nullptr);
+  CHECK(calculator->FindMethodByName("Add")->input_type()->full_name() ==
+        "rdmarpc.test.Pair");
+  CHECK(pool.FindMessageTypeByName("google.protobuf.Timestamp") != nullptr);
+
+  request.set_service("test.Test");
+  CHECK(std::get<0>(
+            stub.async_GetFileDescriptors(request, asio::use_future).get())
+            .code() == StatusCode::kFailedPrecondition);
+  request.set_service("no.Such");
+  CHECK(std::get<0>(
+            stub.async_GetFileDescriptors(request, asio::use_future).get())
+            .code() == StatusCode::kNotFound);
+
+  auto [metrics_status, metrics] =
+      stub.async_GetMetrics({}, asio::use_future).get();
+  REQUIRE(metrics_status.ok());
+  CHECK(metrics.calls_started() >= 4);
+  CHECK(metrics.connections_size() == 1);
+}
+
+}  // namespace
+}  // namespace rdmarpc::test

@@ -1,0 +1,297 @@
+// rpc: a command-line client for any rdmarpc server that enables
+// rdmarpc.Introspection (rpc::EnableIntrospection), in the spirit of grpc_cli.
+//
+//   rpc list URI                           services and their methods
+//   rpc describe URI SERVICE               the service's .proto definitions
+//   rpc call URI SERVICE/METHOD 'TEXT'     one call; TEXT is the request in
+//                                          protobuf text format
+//   rpc stats URI                          per-method and per-connection table
+// Options: --timeout MS (default 30000).
+//
+// Exit status: 0 on success; a failed call exits with its status code (5 for
+// NOT_FOUND, 14 for UNAVAILABLE, ...); 64 for bad usage.
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/dynamic_message.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <boost/asio/use_future.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "examples/common/flags.h"
+#include "proto/introspection.rdmarpc.h"
+#include "rpc/channel.h"
+
+namespace rdmarpc {
+namespace {
+
+namespace pb = google::protobuf;
+using namespace std::chrono_literals;
+
+constexpr int kUsage = 64;
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: rpc list URI\n"
+               "       rpc describe URI SERVICE\n"
+               "       rpc call URI SERVICE/METHOD 'TEXT-FORMAT REQUEST'\n"
+               "       rpc stats URI\n"
+               "options: --timeout MS (default 30000)\n");
+  return kUsage;
+}
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "rpc: %s\n", status.ToString().c_str());
+  return status.ok() ? 1 : static_cast<int>(status.code());
+}
+
+class Client {
+ public:
+  Client(const std::string& uri, std::chrono::milliseconds timeout)
+      : channel_(std::make_shared<rpc::Channel>(uri)),
+        stub_(channel_),
+        options_(rpc::CallOptions::WithTimeout(timeout)) {}
+
+  rpc::Channel& channel() { return *channel_; }
+  const rpc::CallOptions& options() const { return options_; }
+
+  StatusOr<ListServicesResponse> List() {
+    auto [status, response] =
+        stub_.async_ListServices({}, options_, boost::asio::use_future).get();
+    if (!status.ok()) return status;
+    return response;
+  }
+
+  StatusOr<ServerMetrics> Metrics() {
+    auto [status, response] =
+        stub_.async_GetMetrics({}, options_, boost::asio::use_future).get();
+    if (!status.ok()) return status;
+    return response;
+  }
+
+  // Builds `pool_` from the server's descriptors of `service`.
+  StatusOr<const pb::ServiceDescriptor*> Describe(const std::string& service) {
+    GetFileDescriptorsRequest request;
+    request.set_service(service);
+    auto [status, response] =
+        stub_.async_GetFileDescriptors(request, options_,
+                                       boost::asio::use_future)
+            .get();
+    if (!status.ok()) return status;
+    for (const pb::FileDescriptorProto& file : response.files().file()) {
+      if (pool_.FindFileByName(file.name()) != nullptr) continue;
+      if (pool_.BuildFile(file) == nullptr) {
+        return Status(StatusCode::kInternal,
+                      "the server's descriptor of " + file.name() +
+                          " does not build");
+      }
+    }
+    const pb::ServiceDescriptor* descriptor =
+        pool_.FindServiceByName(service);
+    if (descriptor == nullptr) {
+      return Status(StatusCode::kInternal,
+                    "the server's descriptors lack service " + service);
+    }
+    return descriptor;
+  }
+
+ private:
+  std::shared_ptr<rpc::Channel> channel_;
+  Introspection::Stub stub_;
+  rpc::CallOptions options_;
+  pb::DescriptorPool pool_;
+};
+
+int List(Client& client) {
+  auto services = client.List();
+  if (!services.ok()) return Fail(services.status());
+  for (const ServiceInfo& service : services->services()) {
+    std::printf("%s%s\n", service.name().c_str(),
+                service.has_descriptor() ? "" : "  (no descriptor)");
+    for (const std::string& method : service.methods()) {
+      std::printf("  %s\n", method.c_str());
+    }
+  }
+  return 0;
+}
+
+int Describe(Client& client, const std::string& service) {
+  auto descriptor = client.Describe(service);
+  if (!descriptor.ok()) return Fail(descriptor.status());
+  std::printf("// %s\n%s", (*descriptor)->file()->name().c_str(),
+              (*descriptor)->DebugString().c_str());
+  // The request and response types, each once.
+  std::set<const pb::Descriptor*> printed;
+  for (int i = 0; i < (*descriptor)->method_count(); ++i) {
+    const pb::MethodDescriptor* method = (*descriptor)->method(i);
+    for (const pb::Descriptor* type :
+         {method->input_type(), method->output_type()}) {
+      if (printed.insert(type).second) {
+        std::printf("\n%s", type->DebugString().c_str());
+      }
+    }
+  }
+  return 0;
+}
+
+int Call(Client& client, const std::string& target, const std::string& text) {
+  const size_t slash = target.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == target.size()) {
+    std::fprintf(stderr, "rpc: expected SERVICE/METHOD, got '%s'\n",
+                 target.c_str());
+    return kUsage;
+  }
+  const std::string service = target.substr(0, slash);
+  const std::string method_name = target.substr(slash + 1);
+  auto descriptor = client.Describe(service);
+  if (!descriptor.ok()) return Fail(descriptor.status());
+  const pb::MethodDescriptor* method =
+      (*descriptor)->FindMethodByName(method_name);
+  if (method == nullptr) {
+    return Fail(Status(StatusCode::kUnimplemented,
+                       "service " + service + " has no method " + method_name));
+  }
+  pb::DynamicMessageFactory factory;
+  std::unique_ptr<pb::Message> request(
+      factory.GetPrototype(method->input_type())->New());
+  struct Collector : pb::io::ErrorCollector {
+    void AddError(int line, int column, const std::string& message) override {
+      errors += std::to_string(line + 1) + ":" + std::to_string(column + 1) +
+                ": " + message + "\n";
+    }
+    std::string errors;
+  } collector;
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&collector);
+  if (!parser.ParseFromString(text, request.get())) {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       "request is not a text-format " +
+                           method->input_type()->full_name() + ":\n" +
+                           collector.errors));
+  }
+  std::promise<std::pair<Status, Buffer>> done;
+  client.channel().Call(
+      service, method_name, Buffer::CopyOf(request->SerializeAsString()),
+      client.options(), [&](const Status& status, Buffer response) {
+        done.set_value({status, std::move(response)});
+      });
+  auto [status, bytes] = done.get_future().get();
+  if (!status.ok()) return Fail(status);
+  std::unique_ptr<pb::Message> response(
+      factory.GetPrototype(method->output_type())->New());
+  if (!response->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Fail(Status(StatusCode::kInternal,
+                       "response is not a " +
+                           method->output_type()->full_name()));
+  }
+  std::string printed;
+  pb::TextFormat::Printer printer;
+  printer.SetUseUtf8StringEscaping(true);
+  printer.PrintToString(*response, &printed);
+  std::fputs(printed.c_str(), stdout);
+  return 0;
+}
+
+std::string Bytes(uint64_t n) {
+  char out[32];
+  if (n >= (1ull << 30)) {
+    std::snprintf(out, sizeof(out), "%.1fG", n / double(1ull << 30));
+  } else if (n >= (1ull << 20)) {
+    std::snprintf(out, sizeof(out), "%.1fM", n / double(1ull << 20));
+  } else if (n >= (1ull << 10)) {
+    std::snprintf(out, sizeof(out), "%.1fK", n / double(1ull << 10));
+  } else {
+    std::snprintf(out, sizeof(out), "%llu", static_cast<unsigned long long>(n));
+  }
+  return out;
+}
+
+int Stats(Client& client) {
+  auto metrics = client.Metrics();
+  if (!metrics.ok()) return Fail(metrics.status());
+  std::printf("calls started %llu, live %lld, unknown method %llu, "
+              "protocol errors %llu, responses dropped %llu\n\n",
+              static_cast<unsigned long long>(metrics->calls_started()),
+              static_cast<long long>(metrics->live_calls()),
+              static_cast<unsigned long long>(metrics->unknown_method_calls()),
+              static_cast<unsigned long long>(metrics->protocol_errors()),
+              static_cast<unsigned long long>(metrics->responses_dropped()));
+  std::printf("%-40s %8s %8s %8s %9s %9s %9s %9s  %s\n", "METHOD", "CALLS",
+              "OK", "ERRORS", "P50_US", "P99_US", "P999_US", "MAX_US",
+              "ERRORS BY STATUS");
+  for (const MethodMetrics& m : metrics->methods()) {
+    uint64_t ok = 0, errors = 0;
+    std::string by_status;
+    for (const StatusCount& count : m.finished()) {
+      if (count.code() == 0) {
+        ok = count.count();
+        continue;
+      }
+      errors += count.count();
+      by_status += count.name() + "=" + std::to_string(count.count()) + " ";
+    }
+    const std::string name = m.service() + "/" + m.method();
+    std::printf("%-40s %8llu %8llu %8llu %9.1f %9.1f %9.1f %9.1f  %s\n",
+                name.c_str(), static_cast<unsigned long long>(m.started()),
+                static_cast<unsigned long long>(ok),
+                static_cast<unsigned long long>(errors), m.p50_us(),
+                m.p99_us(), m.p999_us(), m.max_us(), by_status.c_str());
+  }
+  std::printf("\n%-28s %9s %9s %8s %8s %7s %7s %8s %8s %7s %4s %9s %9s\n",
+              "CONNECTION", "FRAMES_IN", "FRAMES_OUT", "BYTES_IN", "BYTES_OUT",
+              "INLINE", "WR_IMM", "ZCOPY", "STAGED", "STALLS", "RNR",
+              "CQ_EVENTS", "CQ_POLLS");
+  for (const ConnectionMetrics& c : metrics->connections()) {
+    std::printf(
+        "%-28s %9llu %9llu %8s %8s %7llu %7llu %8s %8s %7llu %4llu %9llu "
+        "%9llu\n",
+        c.peer().c_str(), static_cast<unsigned long long>(c.frames_received()),
+        static_cast<unsigned long long>(c.frames_sent()),
+        Bytes(c.bytes_received()).c_str(), Bytes(c.bytes_sent()).c_str(),
+        static_cast<unsigned long long>(c.inline_sends()),
+        static_cast<unsigned long long>(c.rdma_writes()),
+        Bytes(c.zero_copy_bytes()).c_str(), Bytes(c.staged_bytes()).c_str(),
+        static_cast<unsigned long long>(c.credit_stalls()),
+        static_cast<unsigned long long>(c.rnr_errors()),
+        static_cast<unsigned long long>(c.cq_events()),
+        static_cast<unsigned long long>(c.cq_polls()));
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  // Connection chatter would mix with the output: warnings only, unless
+  // RDMARPC_LOG asks for more.
+  if (std::getenv("RDMARPC_LOG") == nullptr) {
+    Log().set_level(spdlog::level::warn);
+  }
+  const examples::Flags flags(argc, argv);
+  const auto& args = flags.positional();
+  if (args.size() < 2) return Usage();
+  const std::string& command = args[0];
+  Client client(args[1],
+                std::chrono::milliseconds(flags.GetInt("timeout", 30000)));
+  if (command == "list" && args.size() == 2) return List(client);
+  if (command == "describe" && args.size() == 3) {
+    return Describe(client, args[2]);
+  }
+  if (command == "call" && args.size() == 4) {
+    return Call(client, args[2], args[3]);
+  }
+  if (command == "stats" && args.size() == 2) return Stats(client);
+  return Usage();
+}
+
+}  // namespace
+}  // namespace rdmarpc
+
+int main(int argc, char** argv) { return rdmarpc::Main(argc, argv); }
