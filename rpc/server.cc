@@ -18,6 +18,7 @@ class Server::Impl {
   explicit Impl(ServerOptions options)
       : options_(std::move(options)), core_(std::make_shared<ServerCore>()) {
     core_->max_response_size = options_.max_response_size;
+    core_->metrics = options_.enable_metrics;
     const int workers = options_.workers > 0 ? options_.workers : 1;
     for (int i = 0; i < workers; ++i) {
       workers_->push_back(std::make_unique<EventLoop>());

@@ -35,6 +35,8 @@ struct ServerOptions {
   transport::TransportOptions transport;
   // Larger responses are replaced by RESOURCE_EXHAUSTED.
   uint64_t max_response_size = tunables::kDefaultMaxPayloadSize;
+  // Per-method metrics (rpc/metrics.h); cheap enough to leave on.
+  bool enable_metrics = true;
 };
 
 struct ServerStats {

@@ -135,11 +135,14 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
   MethodEntry& entry = *method->second;
   const MethodHandler* handler = entry.handler;
+  MethodMetrics* const metrics = core_->metrics ? &entry.metrics : nullptr;
   if (frame.dropped_payload_size() > 0) {
-    entry.metrics.started.fetch_add(1, std::memory_order_relaxed);
-    entry.metrics.Record(StatusCode::kResourceExhausted,
-                         std::chrono::nanoseconds(0),
-                         frame.dropped_payload_size(), 0);
+    if (metrics != nullptr) {
+      metrics->started.fetch_add(1, std::memory_order_relaxed);
+      metrics->Record(StatusCode::kResourceExhausted,
+                      std::chrono::nanoseconds(0),
+                      frame.dropped_payload_size(), 0);
+    }
     return Reply(id, Status(StatusCode::kResourceExhausted,
                             "request of " +
                                 std::to_string(frame.dropped_payload_size()) +
@@ -160,7 +163,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   auto call = std::make_shared<ServerCall>(
       shared_from_this(), id, std::move(*header.mutable_service()),
       std::move(*header.mutable_method()), std::move(frame).TakePayload(),
-      deadline, &entry.metrics);
+      deadline, metrics);
   {
     std::lock_guard lock(mu_);
     if (!live_.emplace(id, call).second) {
@@ -188,7 +191,9 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     ++core_->live_calls;
   }
   core_->calls_started++;
-  entry.metrics.started.fetch_add(1, std::memory_order_relaxed);
+  if (metrics != nullptr) {
+    metrics->started.fetch_add(1, std::memory_order_relaxed);
+  }
   if (Log().should_log(spdlog::level::debug)) {
     Log().debug("{}: call {} {}/{} started ({} bytes)", connection_->peer(), id,
                 service->first, method->first, call->request().size());

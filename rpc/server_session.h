@@ -36,6 +36,7 @@ struct ServerCore {
   // Fixed once serving.
   std::map<std::string, ServiceEntry, std::less<>> services;
   uint64_t max_response_size = 0;
+  bool metrics = true;
   std::atomic<bool> draining{false};
 
   std::mutex mu;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "base/log.h"
 #include "proto/introspection.rdmarpc.h"
 #include "rpc/introspection.h"
 #include "rpc/metrics.h"
@@ -187,6 +188,29 @@ TEST_CASE("introspection: lists services, reflects descriptors, over RPC") {
   REQUIRE(metrics_status.ok());
   CHECK(metrics.calls_started() >= 4);
   CHECK(metrics.connections_size() == 1);
+}
+
+TEST_CASE("logs: connection lifecycle at info, calls at debug only") {
+  const auto level = Log().level();
+  for (const auto at : {spdlog::level::info, spdlog::level::debug}) {
+    Log().set_level(at);
+    testing::LogCapture logs;
+    {
+      Fixture f;
+      REQUIRE(Add(f, 1, 2).ok());
+    }  // Channel, then server, go away: the connection closes.
+    INFO("level " << spdlog::level::to_string_view(at).data());
+    CHECK(logs.Contains(spdlog::level::info, "server listening on"));
+    CHECK(logs.Contains(spdlog::level::info, ": accepted"));
+    CHECK(logs.Contains(spdlog::level::info, ": connected ("));
+    CHECK(logs.Contains(spdlog::level::info, "connection closed: "));
+    // Per call: debug, and only when debug is on.
+    const bool per_call =
+        logs.Contains(spdlog::level::debug, "rdmarpc.test.Calculator/Add finished OK");
+    CHECK(per_call == (at == spdlog::level::debug));
+    CHECK_FALSE(logs.Contains(spdlog::level::info, "Calculator/Add"));
+  }
+  Log().set_level(level);
 }
 
 }  // namespace

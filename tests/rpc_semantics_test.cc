@@ -1,6 +1,4 @@
 // The RPC core's semantics, over the transport under test (tcp by default).
-#include <spdlog/sinks/base_sink.h>
-
 #include <array>
 #include <cstring>
 #include <atomic>
@@ -27,51 +25,6 @@ namespace {
 
 using rpc::CallOptions;
 using rpc::Channel;
-
-// Collects what the rdmarpc logger prints, to check that errors are logged.
-// spdlog's sink list must not change while other threads log, so the sink is
-// installed once, before main(), and only cleared afterwards.
-class CaptureSink final : public spdlog::sinks::base_sink<std::mutex> {
- public:
-  void Clear() {
-    std::lock_guard lock(mutex_);
-    lines_.clear();
-  }
-  bool Contains(std::string_view text) {
-    std::lock_guard lock(mutex_);
-    for (const auto& line : lines_) {
-      if (line.find(text) != std::string::npos) return true;
-    }
-    return false;
-  }
-
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
-    lines_.emplace_back(msg.payload.data(), msg.payload.size());
-  }
-  void flush_() override {}
-
- private:
-  std::vector<std::string> lines_;  // Guarded by base_sink's mutex_.
-};
-
-CaptureSink& Captured() {
-  static const auto sink = [] {
-    auto s = std::make_shared<CaptureSink>();
-    Log().sinks().push_back(s);
-    return s;
-  }();
-  return *sink;
-}
-[[maybe_unused]] const bool kCaptureInstalled = (Captured(), true);
-
-class LogCapture {
- public:
-  LogCapture() { Captured().Clear(); }
-  bool Contains(std::string_view text) const {
-    return Captured().Contains(text);
-  }
-};
 
 TEST_CASE("echo: a call round-trips its payload") {
   TestServer server;

@@ -1,13 +1,71 @@
 #include "tests/test_support.h"
 
+#include <spdlog/sinks/base_sink.h>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "base/log.h"
 #include <future>
 #include <stdexcept>
 #include <thread>
 
 namespace rdmarpc::testing {
+namespace {
+
+class CaptureSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  void Clear() {
+    std::lock_guard lock(mutex_);
+    lines_.clear();
+  }
+  bool Contains(std::optional<spdlog::level::level_enum> level,
+                std::string_view text) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [at, line] : lines_) {
+      if ((!level || at == *level) && line.find(text) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    lines_.emplace_back(msg.level,
+                        std::string(msg.payload.data(), msg.payload.size()));
+  }
+  void flush_() override {}
+
+ private:
+  // Guarded by base_sink's mutex_.
+  std::vector<std::pair<spdlog::level::level_enum, std::string>> lines_;
+};
+
+CaptureSink& Captured() {
+  static const auto sink = [] {
+    auto s = std::make_shared<CaptureSink>();
+    Log().sinks().push_back(s);
+    return s;
+  }();
+  return *sink;
+}
+[[maybe_unused]] const bool kCaptureInstalled = (Captured(), true);
+
+}  // namespace
+
+LogCapture::LogCapture() { Captured().Clear(); }
+bool LogCapture::Contains(std::string_view text) const {
+  return Captured().Contains(std::nullopt, text);
+}
+bool LogCapture::Contains(spdlog::level::level_enum level,
+                          std::string_view text) const {
+  return Captured().Contains(level, text);
+}
 
 std::string ListenUri() {
   const char* transport = std::getenv("RDMARPC_TEST_TRANSPORT");

@@ -10,6 +10,10 @@
 #include <string>
 #include <utility>
 
+#include <spdlog/common.h>
+
+#include <string_view>
+
 #include "rpc/channel.h"
 #include "rpc/event_loop.h"
 #include "rpc/server.h"
@@ -18,6 +22,17 @@
 namespace rdmarpc::testing {
 
 using namespace std::chrono_literals;
+
+// What the rdmarpc logger printed since this object was made (one capture at
+// a time). The sink is installed once, before main(): spdlog's sink list
+// must not change while other threads log.
+class LogCapture {
+ public:
+  LogCapture();
+  bool Contains(std::string_view text) const;
+  // Printed at exactly `level`.
+  bool Contains(spdlog::level::level_enum level, std::string_view text) const;
+};
 
 // "tcp://127.0.0.1:0", or the rdma equivalent on the VM's RXE_IP.
 std::string ListenUri();

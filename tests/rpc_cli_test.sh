@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tools/rpc's contract against the KV example server (introspection on):
+# list, describe, call through reflection with text-format requests and
+# responses, exit codes from the status, and the stats table.
+set -uo pipefail
+server=$1
+rpc=$2
+work=${TEST_TMPDIR:-$(mktemp -d)}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$server" --uri tcp://127.0.0.1:0 >"$work/server.out" 2>"$work/server.err" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+for _ in $(seq 100); do grep -q 'listening on' "$work/server.out" && break; sleep 0.1; done
+uri=$(sed -n 's/^kv server listening on //p' "$work/server.out")
+[[ -n $uri ]] || fail "server did not start: $(cat "$work/server.out")"
+kv=rdmarpc.examples.kv.KeyValue
+
+"$rpc" list "$uri" >"$work/list" || fail "list exited $?"
+grep -qx "$kv" "$work/list" || fail "list lacks $kv: $(cat "$work/list")"
+grep -qx "  Put" "$work/list" || fail "list lacks Put"
+grep -qx "rdmarpc.Introspection" "$work/list" || fail "list lacks Introspection"
+
+"$rpc" describe "$uri" "$kv" >"$work/describe" || fail "describe exited $?"
+grep -q '^service KeyValue {' "$work/describe" || fail "describe: $(cat "$work/describe")"
+grep -q 'rpc Get(.rdmarpc.examples.kv.GetRequest) returns (.rdmarpc.examples.kv.GetReply);' \
+  "$work/describe" || fail "describe lacks Get"
+grep -q '^message GetReply {' "$work/describe" || fail "describe lacks GetReply"
+
+"$rpc" call "$uri" "$kv/Put" 'key: "k" value: "a\000b"' || fail "put exited $?"
+out=$("$rpc" call "$uri" "$kv/Get" 'key: "k"') || fail "get exited $?"
+[[ $out == 'value: "a\000b"' ]] || fail "get printed '$out'"
+
+"$rpc" call "$uri" "$kv/Get" 'key: "missing"' >"$work/out" 2>"$work/err"
+rc=$?
+[[ $rc -eq 5 ]] || fail "missing key exited $rc, not 5 (NOT_FOUND)"
+grep -q "NOT_FOUND: key 'missing' not found" "$work/err" || fail "stderr: $(cat "$work/err")"
+[[ ! -s $work/out ]] || fail "an error wrote to stdout"
+
+"$rpc" call "$uri" "$kv/Get" 'nope: 1' 2>"$work/err"
+rc=$?
+[[ $rc -eq 3 ]] || fail "bad text exited $rc, not 3 (INVALID_ARGUMENT)"
+grep -q 'has no field named "nope"' "$work/err" || fail "stderr: $(cat "$work/err")"
+
+"$rpc" call "$uri" "$kv/Nope" '' 2>/dev/null
+rc=$?
+[[ $rc -eq 12 ]] || fail "unknown method exited $rc, not 12 (UNIMPLEMENTED)"
+"$rpc" describe "$uri" no.Such 2>/dev/null
+rc=$?
+[[ $rc -eq 5 ]] || fail "unknown service exited $rc, not 5"
+"$rpc" list tcp://127.0.0.1:1 2>/dev/null
+rc=$?
+[[ $rc -eq 14 ]] || fail "no server exited $rc, not 14 (UNAVAILABLE)"
+"$rpc" frobnicate "$uri" 2>/dev/null
+rc=$?
+[[ $rc -eq 64 ]] || fail "bad usage exited $rc, not 64"
+
+"$rpc" stats "$uri" >"$work/stats" || fail "stats exited $?"
+# Get: 2 calls, 1 OK, 1 error (NOT_FOUND).
+grep -Eq "^$kv/Get +2 +1 +1 .*NOT_FOUND=1" "$work/stats" || fail "stats: $(cat "$work/stats")"
+grep -Eq "^$kv/Put +1 +1 +0 " "$work/stats" || fail "stats Put: $(cat "$work/stats")"
+grep -Eq '^tcp://127\.0\.0\.1:[0-9]+ ' "$work/stats" || fail "stats lacks the connection"
+echo PASS
