@@ -32,9 +32,9 @@ class IntrospectionService final : public Introspection::Service {
  public:
   explicit IntrospectionService(const Server& server) : server_(server) {}
 
-  void ListServices(std::shared_ptr<
-                    TypedCall<ListServicesRequest, ListServicesResponse>>
-                        call) override {
+  void ListServices(
+      std::shared_ptr<TypedCall<ListServicesRequest, ListServicesResponse>>
+          call) override {
     call->response() = rpc::ListServices(server_);
     call->Finish();
   }
@@ -49,9 +49,8 @@ class IntrospectionService final : public Introspection::Service {
     call->Finish();
   }
 
-  void GetMetrics(
-      std::shared_ptr<TypedCall<GetMetricsRequest, ServerMetrics>> call)
-      override {
+  void GetMetrics(std::shared_ptr<TypedCall<GetMetricsRequest, ServerMetrics>>
+                      call) override {
     call->response() = rpc::GetMetrics(server_);
     call->Finish();
   }
@@ -141,9 +140,8 @@ ServerMetrics GetMetrics(const Server& server) {
     out->set_p99_us(latency.PercentileUs(0.99));
     out->set_p999_us(latency.PercentileUs(0.999));
     out->set_max_us(latency.max_ns / 1000.0);
-    out->set_mean_us(latency.total == 0
-                         ? 0
-                         : latency.sum_ns / 1000.0 / latency.total);
+    out->set_mean_us(
+        latency.total == 0 ? 0 : latency.sum_ns / 1000.0 / latency.total);
   });
   server.ForEachConnection([&](const transport::Connection& connection) {
     const transport::ConnectionStats& s = connection.stats();

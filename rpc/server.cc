@@ -52,10 +52,9 @@ class Server::Impl {
     return out;
   }
 
-  void ForEachMethod(const std::function<void(const std::string&,
-                                              const std::string&,
-                                              const MethodMetrics&)>& visit)
-      const {
+  void ForEachMethod(
+      const std::function<void(const std::string&, const std::string&,
+                               const MethodMetrics&)>& visit) const {
     for (const auto& [service, entry] : core_->services) {
       for (const auto& [method, method_entry] : entry.methods) {
         visit(service, method, method_entry->metrics);
@@ -179,7 +178,7 @@ class Server::Impl {
   bool shut_down_ = false;  // Guarded by mu_.
   std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
   std::set<std::shared_ptr<ServerSession>> sessions_;            // Guarded.
-  std::vector<std::unique_ptr<Service>> owned_services_;          // Guarded.
+  std::vector<std::unique_ptr<Service>> owned_services_;         // Guarded.
 };
 
 Server::Server(ServerOptions options)

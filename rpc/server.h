@@ -43,8 +43,8 @@ struct ServerStats {
   uint64_t connections = 0;  // Open now.
   int64_t live_calls = 0;    // Started and not yet finished.
   uint64_t calls_started = 0;
-  uint64_t responses_dropped = 0;  // Finished after cancel or deadline.
-  uint64_t protocol_errors = 0;    // Connections closed for malformed input.
+  uint64_t responses_dropped = 0;     // Finished after cancel or deadline.
+  uint64_t protocol_errors = 0;       // Connections closed for malformed input.
   uint64_t unknown_method_calls = 0;  // Answered UNIMPLEMENTED.
 };
 
@@ -73,10 +73,9 @@ class Server {
   // Registered services, in name order.
   std::vector<const Service*> services() const;
   // Each registered method's metrics, in name order.
-  void ForEachMethod(const std::function<void(const std::string& service,
-                                              const std::string& method,
-                                              const MethodMetrics&)>& visit)
-      const;
+  void ForEachMethod(const std::function<
+                     void(const std::string& service, const std::string& method,
+                          const MethodMetrics&)>& visit) const;
   // Each open connection, with its peer URI and transport counters.
   void ForEachConnection(
       const std::function<void(const transport::Connection&)>& visit) const;

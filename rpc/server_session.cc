@@ -140,8 +140,8 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     if (metrics != nullptr) {
       metrics->started.fetch_add(1, std::memory_order_relaxed);
       metrics->Record(StatusCode::kResourceExhausted,
-                      std::chrono::nanoseconds(0),
-                      frame.dropped_payload_size(), 0);
+                      std::chrono::nanoseconds(0), frame.dropped_payload_size(),
+                      0);
     }
     return Reply(id, Status(StatusCode::kResourceExhausted,
                             "request of " +
@@ -245,11 +245,10 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
     Log().warn("{}/{}: response of {} bytes exceeds the maximum of {}",
                call.service_, call.method_, response.size(),
                core_->max_response_size);
-    Reply(call.id_,
-          Status(StatusCode::kResourceExhausted,
-                 "response of " + std::to_string(response.size()) +
-                     " bytes exceeds the server's maximum of " +
-                     std::to_string(core_->max_response_size)));
+    Reply(call.id_, Status(StatusCode::kResourceExhausted,
+                           "response of " + std::to_string(response.size()) +
+                               " bytes exceeds the server's maximum of " +
+                               std::to_string(core_->max_response_size)));
     return StatusCode::kResourceExhausted;
   }
   connection_->Send(MakeResponseFrame(call.id_, status, std::move(response)))

@@ -1,5 +1,7 @@
 // Metrics (histogram, per-method counts by status, per-connection counters)
 // and the rdmarpc.Introspection service, over the configured transport.
+#include "rpc/introspection.h"
+
 #include <google/protobuf/descriptor.h>
 
 #include <boost/asio/use_future.hpp>
@@ -9,7 +11,6 @@
 
 #include "base/log.h"
 #include "proto/introspection.rdmarpc.h"
-#include "rpc/introspection.h"
 #include "rpc/metrics.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/test_support.h"
@@ -22,9 +23,9 @@ using namespace std::chrono_literals;
 using rpc::LatencyHistogram;
 
 TEST_CASE("histogram: every latency lies inside its bucket") {
-  for (int64_t ns : {int64_t{0}, int64_t{1}, int64_t{999}, int64_t{1000},
-                     int64_t{1124}, int64_t{1125}, int64_t{2000},
-                     int64_t{123456789}, int64_t{1} << 50}) {
+  for (int64_t ns :
+       {int64_t{0}, int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{1124},
+        int64_t{1125}, int64_t{2000}, int64_t{123456789}, int64_t{1} << 50}) {
     const int bucket = LatencyHistogram::BucketOf(std::chrono::nanoseconds(ns));
     INFO(ns << " ns -> bucket " << bucket);
     REQUIRE(bucket >= 0);
@@ -32,7 +33,8 @@ TEST_CASE("histogram: every latency lies inside its bucket") {
     if (bucket < LatencyHistogram::kBuckets - 1) {
       CHECK(ns / 1000.0 < LatencyHistogram::UpperBoundUs(bucket));
     }
-    if (bucket > 0) CHECK(ns / 1000.0 >= LatencyHistogram::UpperBoundUs(bucket - 1));
+    if (bucket > 0)
+      CHECK(ns / 1000.0 >= LatencyHistogram::UpperBoundUs(bucket - 1));
   }
   for (int b = 1; b < LatencyHistogram::kBuckets; ++b) {
     REQUIRE(LatencyHistogram::UpperBoundUs(b) >
@@ -118,8 +120,8 @@ TEST_CASE("metrics: calls are counted per method, by status, with latency") {
   uint64_t in_histogram = 0;
   for (const auto& s : add->finished()) by_status[s.name()] = s.count();
   for (const auto& b : add->latency()) in_histogram += b.count();
-  CHECK(by_status == std::map<std::string, uint64_t>{{"OK", 7},
-                                                     {"OUT_OF_RANGE", 3}});
+  CHECK(by_status ==
+        std::map<std::string, uint64_t>{{"OK", 7}, {"OUT_OF_RANGE", 3}});
   CHECK(in_histogram == 10);
   CHECK(add->p50_us() > 0);
   CHECK(add->p50_us() <= add->p99_us());
@@ -145,8 +147,7 @@ TEST_CASE("metrics: calls are counted per method, by status, with latency") {
 TEST_CASE("introspection: lists services, reflects descriptors, over RPC") {
   Fixture f;
   Introspection::Stub stub(f.channel);
-  auto [status, list] =
-      stub.async_ListServices({}, asio::use_future).get();
+  auto [status, list] = stub.async_ListServices({}, asio::use_future).get();
   REQUIRE(status.ok());
   std::map<std::string, const ServiceInfo*> services;
   for (const auto& s : list.services()) services[s.name()] = &s;
@@ -205,8 +206,8 @@ TEST_CASE("logs: connection lifecycle at info, calls at debug only") {
     CHECK(logs.Contains(spdlog::level::info, ": connected ("));
     CHECK(logs.Contains(spdlog::level::info, "connection closed: "));
     // Per call: debug, and only when debug is on.
-    const bool per_call =
-        logs.Contains(spdlog::level::debug, "rdmarpc.test.Calculator/Add finished OK");
+    const bool per_call = logs.Contains(
+        spdlog::level::debug, "rdmarpc.test.Calculator/Add finished OK");
     CHECK(per_call == (at == spdlog::level::debug));
     CHECK_FALSE(logs.Contains(spdlog::level::info, "Calculator/Add"));
   }

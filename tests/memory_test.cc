@@ -1,11 +1,12 @@
 // MemoryRegistration (the registry behind zero-copy sends) and the plan that
 // cuts a large frame into RDMA WRITEs. Neither needs a device.
+#include "transport/memory.h"
+
 #include <catch2/catch_test_macros.hpp>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
-#include "transport/memory.h"
 #include "transport/rdma/write_plan.h"
 
 namespace rdmarpc::transport {

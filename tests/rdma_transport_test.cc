@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "rpc/event_loop.h"
-#include "transport/memory.h"
 #include "transport/factory/factory.h"
+#include "transport/memory.h"
 #include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport {
@@ -312,7 +312,8 @@ TEST_CASE("rdma: registered payloads are written without a copy") {
   {
     std::lock_guard lock(pair.recorder->mu);
     CHECK(pair.recorder->intact);
-    CHECK(pair.recorder->sizes == std::vector<uint64_t>{5 << 20, a + b + c + 16});
+    CHECK(pair.recorder->sizes ==
+          std::vector<uint64_t>{5 << 20, a + b + c + 16});
   }
   CHECK(client->cached_registrations() == 1);
   // The registration ends: the connection deregisters its region at once.
@@ -324,8 +325,9 @@ TEST_CASE("rdma: registered payloads are written without a copy") {
 // address the old registration's memory region, which still maps the old
 // pages: the peer would receive stale bytes. The test maps fresh pages at
 // exactly the old address to make that happen.
-TEST_CASE("rdma: memory registered anew at the same address is sent from "
-          "its own pages") {
+TEST_CASE(
+    "rdma: memory registered anew at the same address is sent from "
+    "its own pages") {
   Pair pair(PollMode::kEvent);
   auto client = std::dynamic_pointer_cast<rdma::RdmaConnection>(pair.client);
   REQUIRE(client);

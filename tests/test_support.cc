@@ -5,14 +5,14 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdlib>
+#include <future>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "base/log.h"
-#include <future>
-#include <stdexcept>
-#include <thread>
 
 namespace rdmarpc::testing {
 namespace {

@@ -4,15 +4,14 @@
 #ifndef RDMARPC_TESTS_TEST_SUPPORT_H_
 #define RDMARPC_TESTS_TEST_SUPPORT_H_
 
+#include <spdlog/common.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
-#include <utility>
-
-#include <spdlog/common.h>
-
 #include <string_view>
+#include <utility>
 
 #include "rpc/channel.h"
 #include "rpc/event_loop.h"

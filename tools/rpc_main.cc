@@ -83,20 +83,20 @@ class Client {
     GetFileDescriptorsRequest request;
     request.set_service(service);
     auto [status, response] =
-        stub_.async_GetFileDescriptors(request, options_,
-                                       boost::asio::use_future)
+        stub_
+            .async_GetFileDescriptors(request, options_,
+                                      boost::asio::use_future)
             .get();
     if (!status.ok()) return status;
     for (const pb::FileDescriptorProto& file : response.files().file()) {
       if (pool_.FindFileByName(file.name()) != nullptr) continue;
       if (pool_.BuildFile(file) == nullptr) {
-        return Status(StatusCode::kInternal,
-                      "the server's descriptor of " + file.name() +
-                          " does not build");
+        return Status(
+            StatusCode::kInternal,
+            "the server's descriptor of " + file.name() + " does not build");
       }
     }
-    const pb::ServiceDescriptor* descriptor =
-        pool_.FindServiceByName(service);
+    const pb::ServiceDescriptor* descriptor = pool_.FindServiceByName(service);
     if (descriptor == nullptr) {
       return Status(StatusCode::kInternal,
                     "the server's descriptors lack service " + service);
@@ -189,9 +189,9 @@ int Call(Client& client, const std::string& target, const std::string& text) {
   std::unique_ptr<pb::Message> response(
       factory.GetPrototype(method->output_type())->New());
   if (!response->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return Fail(Status(StatusCode::kInternal,
-                       "response is not a " +
-                           method->output_type()->full_name()));
+    return Fail(
+        Status(StatusCode::kInternal,
+               "response is not a " + method->output_type()->full_name()));
   }
   std::string printed;
   pb::TextFormat::Printer printer;
@@ -218,13 +218,14 @@ std::string Bytes(uint64_t n) {
 int Stats(Client& client) {
   auto metrics = client.Metrics();
   if (!metrics.ok()) return Fail(metrics.status());
-  std::printf("calls started %llu, live %lld, unknown method %llu, "
-              "protocol errors %llu, responses dropped %llu\n\n",
-              static_cast<unsigned long long>(metrics->calls_started()),
-              static_cast<long long>(metrics->live_calls()),
-              static_cast<unsigned long long>(metrics->unknown_method_calls()),
-              static_cast<unsigned long long>(metrics->protocol_errors()),
-              static_cast<unsigned long long>(metrics->responses_dropped()));
+  std::printf(
+      "calls started %llu, live %lld, unknown method %llu, "
+      "protocol errors %llu, responses dropped %llu\n\n",
+      static_cast<unsigned long long>(metrics->calls_started()),
+      static_cast<long long>(metrics->live_calls()),
+      static_cast<unsigned long long>(metrics->unknown_method_calls()),
+      static_cast<unsigned long long>(metrics->protocol_errors()),
+      static_cast<unsigned long long>(metrics->responses_dropped()));
   std::printf("%-40s %8s %8s %8s %9s %9s %9s %9s  %s\n", "METHOD", "CALLS",
               "OK", "ERRORS", "P50_US", "P99_US", "P999_US", "MAX_US",
               "ERRORS BY STATUS");
@@ -243,8 +244,8 @@ int Stats(Client& client) {
     std::printf("%-40s %8llu %8llu %8llu %9.1f %9.1f %9.1f %9.1f  %s\n",
                 name.c_str(), static_cast<unsigned long long>(m.started()),
                 static_cast<unsigned long long>(ok),
-                static_cast<unsigned long long>(errors), m.p50_us(),
-                m.p99_us(), m.p999_us(), m.max_us(), by_status.c_str());
+                static_cast<unsigned long long>(errors), m.p50_us(), m.p99_us(),
+                m.p999_us(), m.max_us(), by_status.c_str());
   }
   std::printf("\n%-28s %9s %9s %8s %8s %7s %7s %8s %8s %7s %4s %9s %9s\n",
               "CONNECTION", "FRAMES_IN", "FRAMES_OUT", "BYTES_IN", "BYTES_OUT",

@@ -27,8 +27,9 @@ int main(int argc, char** argv) {
   rpc::Channel channel(*uri);
   for (long long i = 0; i < calls; ++i) {
     std::promise<Status> done;
-    channel.Call("bench.Echo", "Say", Buffer::CopyOf(std::string_view("16 bytes payload")),
-                 {}, [&](const Status& status, Buffer) { done.set_value(status); });
+    channel.Call("bench.Echo", "Say",
+                 Buffer::CopyOf(std::string_view("16 bytes payload")), {},
+                 [&](const Status& status, Buffer) { done.set_value(status); });
     if (!done.get_future().get().ok()) return 1;
   }
   std::printf("%lld calls, metrics %s\n", calls,

@@ -4,8 +4,8 @@
 #include <netdb.h>
 #include <sys/mman.h>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
@@ -62,8 +62,8 @@ Buffer ZeroedBlock(size_t size) {
   if (size < kMmapFrom) {
     auto* block = new (std::nothrow) std::byte[std::max<size_t>(size, 1)]();
     if (block == nullptr) return Buffer();
-    return Buffer(block, size,
-                  [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
+    return Buffer(
+        block, size, [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
   }
   void* block = mmap(nullptr, size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -781,9 +781,8 @@ void RdmaConnection::StartWrites() {
   size_t count = 0;
   sources[count++] = {transfer.frame.header.span(), std::nullopt};
   const uint64_t registrations_before = registrations_->registrations();
-  for (size_t i = 0; !transfer.grant.dropped &&
-                     i < transfer.frame.payload_slices;
-       ++i) {
+  for (size_t i = 0;
+       !transfer.grant.dropped && i < transfer.frame.payload_slices; ++i) {
     const Buffer& slice = transfer.frame.payload[i];
     WriteSource& source = sources[count++];
     source.bytes = slice.span();
@@ -791,18 +790,19 @@ void RdmaConnection::StartWrites() {
     if (!registration) continue;  // Staged: copied through the bounce pool.
     source.lkey = registrations_->Lkey(*registration);
     if (!source.lkey) {
-      Log().warn("{}: ibv_reg_mr of a {}-byte registration failed ({}); "
-                 "copying its payload instead",
-                 peer_, registration->size(), std::strerror(errno));
+      Log().warn(
+          "{}: ibv_reg_mr of a {}-byte registration failed ({}); "
+          "copying its payload instead",
+          peer_, registration->size(), std::strerror(errno));
       continue;
     }
     transfer.pins.push_back(std::move(registration));
   }
-  stats_.registrations += registrations_->registrations() - registrations_before;
-  transfer.plan = PlanWrites(std::span(sources.data(), count),
-                             tunables::kRdmaMaxSendSge,
-                             tunables::kRdmaBounceChunkSize,
-                             tunables::kRdmaMaxWriteSize);
+  stats_.registrations +=
+      registrations_->registrations() - registrations_before;
+  transfer.plan =
+      PlanWrites(std::span(sources.data(), count), tunables::kRdmaMaxSendSge,
+                 tunables::kRdmaBounceChunkSize, tunables::kRdmaMaxWriteSize);
 }
 
 bool RdmaConnection::PostWrite() {

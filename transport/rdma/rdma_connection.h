@@ -85,7 +85,7 @@ class RdmaConnection final
     ControlMessage grant;
     // Set when the grant arrives.
     WritePlan plan;
-    size_t next_write = 0;      // Index into plan.writes.
+    size_t next_write = 0;       // Index into plan.writes.
     uint64_t remote_offset = 0;  // Where the next WRITE lands in the grant.
     // The registrations the plan reads from stay alive until it is done.
     std::vector<std::shared_ptr<MemoryRegistration>> pins;

@@ -1,0 +1,711 @@
+// The rdmarpc echo benchmark, measured against the raw link in the same run.
+//
+//   bench --mode latency|throughput|bandwidth [--uri URI] [--sizes 16,4096]
+//         [--iters N] [--warmup N] [--outstanding K] [--connections C]
+//         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
+//         [--plot FILE.png] [--raw 0]
+//   bench --serve URI      a standalone server for another machine's bench
+//
+// A URI whose port is 0 (the default, tcp://127.0.0.1:0) starts a server in
+// this process; any other URI targets a running `bench --serve`. The raw
+// baseline runs on the same link: a TCP ping-pong (latency) or one-way
+// stream (bandwidth) between two threads for tcp://, the raw-verbs SEND/RECV
+// ping-pong and RDMA WRITE bandwidth (verbs_baseline) for rdma://.
+//
+// Modes:
+//   latency     one call outstanding, closed loop: p50, p99, p999, max
+//   throughput  K calls outstanding on each of C connections (each with its
+//               own client event loop) for S seconds: calls/s
+//   bandwidth   sizes up to 64 MiB sent from registered memory to a method
+//               that answers with nothing, 2 outstanding: GB/s one way
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <valgrind/callgrind.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/log.h"
+#include "examples/common/flags.h"
+#include "rpc/channel.h"
+#include "rpc/server.h"
+#include "transport/memory.h"
+#include "transport/uri.h"
+
+namespace rdmarpc::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr char kService[] = "rdmarpc.bench.Bench";
+
+// Echo answers with the request's own buffer (no copy); Sink with nothing.
+// Window switches callgrind's instrumentation in this process (bench-cpu).
+class BenchService : public rpc::Service {
+ public:
+  BenchService() : rpc::Service(kService) {
+    AddMethod("Echo", [](std::shared_ptr<rpc::ServerCall> call) {
+      call->Finish(Status(), Buffer::Borrow(call->request().span()));
+    });
+    AddMethod("Sink", [](std::shared_ptr<rpc::ServerCall> call) {
+      call->Finish(Status());
+    });
+    AddMethod("Window", [](std::shared_ptr<rpc::ServerCall> call) {
+      if (call->request().view() == "start") {
+        CALLGRIND_START_INSTRUMENTATION;
+      } else {
+        CALLGRIND_STOP_INSTRUMENTATION;
+      }
+      call->Finish(Status());
+    });
+  }
+};
+
+struct Options {
+  std::string uri = "tcp://127.0.0.1:0";
+  std::string mode = "latency";
+  std::vector<size_t> sizes;
+  int iters = 0;
+  int warmup = 0;
+  int outstanding = 1;
+  int connections = 1;
+  double seconds = 3;
+  transport::PollMode poll = transport::PollMode::kEvent;
+  bool raw = true;
+  std::string json;
+  std::string plot;
+};
+
+struct Result {
+  std::string mode;
+  size_t size = 0;
+  // latency (µs)
+  double p50 = 0, p99 = 0, p999 = 0, max = 0;
+  double raw_p50 = 0, raw_p99 = 0;
+  std::vector<double> samples;  // For the CDF plot.
+  // throughput
+  double calls_per_s = 0;
+  // bandwidth (GB/s)
+  double gbps = 0, raw_gbps = 0;
+  uint64_t errors = 0;
+};
+
+// ---------------------------------------------------------------- helpers --
+
+bool Tty() { return isatty(STDERR_FILENO) == 1; }
+
+void Progress(const std::string& what, uint64_t done, uint64_t total) {
+  if (!Tty()) return;
+  std::fprintf(stderr, "\r  %-34s %10llu / %llu", what.c_str(),
+               static_cast<unsigned long long>(done),
+               static_cast<unsigned long long>(total));
+  if (done == total) std::fprintf(stderr, "\r%70s\r", "");
+}
+
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const size_t rank = static_cast<size_t>(std::ceil(q * sorted.size()));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+std::string HostOf(const std::string& uri) {
+  auto parsed = transport::ParseUri(uri);
+  return parsed.ok() ? parsed->host : "127.0.0.1";
+}
+
+// A registered arena the payloads come from, so RDMA sends are zero-copy.
+std::shared_ptr<transport::MemoryRegistration> Arena(size_t size) {
+  auto arena =
+      transport::MemoryRegistration::Allocate(std::max<size_t>(size, 1));
+  if (!arena.ok()) {
+    std::fprintf(stderr, "bench: %s\n", arena.status().ToString().c_str());
+    std::exit(1);
+  }
+  std::memset((*arena)->data(), 0x5a, (*arena)->size());
+  return *arena;
+}
+
+Buffer Payload(const transport::MemoryRegistration& arena, size_t size) {
+  // Borrow, not Slice: no allocation per call; the transport finds the
+  // registration by address.
+  return Buffer::Borrow(std::span(arena.data(), size));
+}
+
+// ------------------------------------------------------------ raw TCP ----
+
+// A connected loopback TCP pair, TCP_NODELAY both ways.
+struct TcpPair {
+  int client = -1, server = -1;
+  TcpPair() {
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        listen(listener, 1) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) !=
+            0) {
+      std::perror("bench: raw tcp listen");
+      std::exit(1);
+    }
+    client = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(client, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+      std::perror("bench: raw tcp connect");
+      std::exit(1);
+    }
+    server = accept(listener, nullptr, nullptr);
+    close(listener);
+    const int one = 1;
+    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  ~TcpPair() {
+    close(client);
+    close(server);
+  }
+};
+
+bool ReadAll(int fd, std::byte* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = read(fd, data, size);
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+bool WriteAll(int fd, const std::byte* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = write(fd, data, size);
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Round trips of `size` bytes each way, in µs, sorted.
+std::vector<double> RawTcpPingPong(size_t size, int warmup, int iters) {
+  TcpPair pair;
+  std::vector<std::byte> out(std::max<size_t>(size, 1)), in(out.size());
+  std::thread echo([&] {
+    std::vector<std::byte> buffer(out.size());
+    for (int i = 0; i < warmup + iters; ++i) {
+      if (!ReadAll(pair.server, buffer.data(), size) ||
+          !WriteAll(pair.server, buffer.data(), size)) {
+        return;
+      }
+    }
+  });
+  std::vector<double> rtt;
+  rtt.reserve(iters);
+  for (int i = 0; i < warmup + iters; ++i) {
+    const auto t0 = Clock::now();
+    WriteAll(pair.client, out.data(), size);
+    ReadAll(pair.client, in.data(), size);
+    if (i >= warmup) {
+      rtt.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+  }
+  echo.join();
+  std::sort(rtt.begin(), rtt.end());
+  return rtt;
+}
+
+// `size` bytes one way then a 1-byte answer, `iters` times: GB/s.
+double RawTcpBandwidth(size_t size, int iters) {
+  TcpPair pair;
+  std::vector<std::byte> out(std::max<size_t>(size, 1));
+  std::thread sink([&] {
+    std::vector<std::byte> buffer(out.size());
+    const std::byte ack{1};
+    for (int i = 0; i < iters; ++i) {
+      if (!ReadAll(pair.server, buffer.data(), size) ||
+          !WriteAll(pair.server, &ack, 1)) {
+        return;
+      }
+    }
+  });
+  std::byte ack;
+  const auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    WriteAll(pair.client, out.data(), size);
+    ReadAll(pair.client, &ack, 1);
+  }
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  sink.join();
+  return static_cast<double>(size) * iters / seconds / 1e9;
+}
+
+// ----------------------------------------------------------- raw verbs ---
+
+// Runs verbs_baseline (next to this binary) and returns its first number
+// after `key` ("p50 " or "outstanding: "), or NaN.
+double RawVerbs(const std::string& self, const std::string& ip,
+                const std::string& mode, size_t size, int iters,
+                const std::string& key) {
+  const std::string dir = self.substr(0, self.rfind('/') + 1);
+  const std::string command = dir + "verbs_baseline --ip " + ip + " --mode " +
+                              mode + " --size " + std::to_string(size) +
+                              " --iters " + std::to_string(iters) + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return NAN;
+  std::string output;
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) output += line;
+  if (pclose(pipe) != 0) {
+    std::fprintf(stderr, "bench: raw verbs baseline failed: %s",
+                 output.c_str());
+    return NAN;
+  }
+  const size_t at = output.find(key);
+  return at == std::string::npos
+             ? NAN
+             : std::strtod(output.c_str() + at + key.size(), nullptr);
+}
+
+// --------------------------------------------------------------- RPC -----
+
+rpc::ChannelOptions ChannelOptionsFor(const Options& options) {
+  rpc::ChannelOptions channel;
+  channel.transport.poll_mode = options.poll;
+  channel.transport.max_payload_size = 1ull << 30;
+  channel.max_request_size = 1ull << 30;
+  return channel;
+}
+
+// Closed loop on the channel's own thread: each completion starts the next
+// call, as a ping-pong does, with no thread hand-off in between.
+std::vector<double> RpcLatency(rpc::Channel& channel,
+                               const transport::MemoryRegistration& arena,
+                               size_t size, int warmup, int iters,
+                               uint64_t& errors) {
+  struct Loop {
+    rpc::Channel* channel = nullptr;
+    const transport::MemoryRegistration* arena = nullptr;
+    size_t size = 0;
+    int total = 0, warmup = 0, done = 0;
+    uint64_t errors = 0;
+    std::vector<double> rtt;
+    Clock::time_point t0;
+    std::promise<void> finished;
+    std::string what;
+    void Next() {
+      t0 = Clock::now();
+      channel->Call(
+          kService, "Echo", Payload(*arena, size), {},
+          [this](const Status& status, Buffer response) {
+            const auto t1 = Clock::now();
+            if (!status.ok() || response.size() != size) ++errors;
+            if (done >= warmup) {
+              rtt.push_back(
+                  std::chrono::duration<double, std::micro>(t1 - t0).count());
+            }
+            if (++done % 1000 == 0) Progress(what, done, total);
+            if (done == total) return finished.set_value();
+            Next();
+          });
+    }
+  } loop;
+  loop.channel = &channel;
+  loop.arena = &arena;
+  loop.size = size;
+  loop.total = warmup + iters;
+  loop.warmup = warmup;
+  loop.rtt.reserve(iters);
+  loop.what = "latency " + std::to_string(size) + " B";
+  boost::asio::post(channel.executor(), [&] { loop.Next(); });
+  loop.finished.get_future().wait();
+  Progress(loop.what, loop.total, loop.total);
+  errors += loop.errors;
+  std::sort(loop.rtt.begin(), loop.rtt.end());
+  return loop.rtt;
+}
+
+// K outstanding on each of C channels for `seconds`: calls/s.
+double RpcThroughput(const Options& options,
+                     const transport::MemoryRegistration& arena, size_t size,
+                     uint64_t& errors) {
+  std::vector<std::unique_ptr<rpc::Channel>> channels;
+  for (int c = 0; c < options.connections; ++c) {
+    channels.push_back(std::make_unique<rpc::Channel>(
+        options.uri, ChannelOptionsFor(options)));
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> completed{0}, failed{0};
+  std::atomic<int> running{0};
+  std::promise<void> drained;
+  std::function<void(rpc::Channel*)> issue = [&](rpc::Channel* channel) {
+    channel->Call(kService, "Echo", Payload(arena, size), {},
+                  [&, channel](const Status& status, Buffer) {
+                    if (status.ok()) {
+                      completed.fetch_add(1, std::memory_order_relaxed);
+                    } else {
+                      failed.fetch_add(1, std::memory_order_relaxed);
+                    }
+                    if (!stop.load(std::memory_order_relaxed)) {
+                      return issue(channel);
+                    }
+                    if (running.fetch_sub(1) == 1) drained.set_value();
+                  });
+  };
+  // Warm up: connect every channel.
+  for (auto& channel : channels) {
+    std::promise<void> ready;
+    channel->Call(kService, "Sink", Buffer(), {},
+                  [&](const Status&, Buffer) { ready.set_value(); });
+    ready.get_future().wait();
+  }
+  running = options.connections * options.outstanding;
+  const auto start = Clock::now();
+  for (auto& channel : channels) {
+    for (int k = 0; k < options.outstanding; ++k) issue(channel.get());
+  }
+  const auto until = start + std::chrono::duration<double>(options.seconds);
+  const std::string what = "throughput " + std::to_string(size) + " B";
+  while (Clock::now() < until) {
+    std::this_thread::sleep_for(100ms);
+    Progress(
+        what,
+        static_cast<uint64_t>(
+            std::chrono::duration<double>(Clock::now() - start).count() * 10),
+        static_cast<uint64_t>(options.seconds * 10));
+  }
+  const uint64_t counted = completed.load();
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  stop = true;
+  drained.get_future().wait();
+  Progress(what, 1, 1);
+  errors += failed.load();
+  return counted / seconds;
+}
+
+// `iters` Sink calls of `size` bytes, 2 outstanding: GB/s one way.
+double RpcBandwidth(rpc::Channel& channel,
+                    const transport::MemoryRegistration& arena, size_t size,
+                    int iters, uint64_t& errors) {
+  std::atomic<int> issued{0}, done{0};
+  std::atomic<uint64_t> failed{0};
+  std::promise<void> finished;
+  const std::string what = "bandwidth " + std::to_string(size) + " B";
+  std::function<void()> issue = [&] {
+    if (issued.fetch_add(1) >= iters) return;
+    channel.Call(kService, "Sink", Payload(arena, size),
+                 rpc::CallOptions::WithTimeout(600s),
+                 [&](const Status& status, Buffer) {
+                   if (!status.ok()) failed++;
+                   const int n = ++done;
+                   Progress(what, n, iters);
+                   if (n == iters) return finished.set_value();
+                   issue();
+                 });
+  };
+  // One call first, so connecting and registering are not timed.
+  std::promise<void> ready;
+  channel.Call(kService, "Sink", Payload(arena, size), {},
+               [&](const Status&, Buffer) { ready.set_value(); });
+  ready.get_future().wait();
+  const auto start = Clock::now();
+  boost::asio::post(channel.executor(), [&] {
+    issue();
+    issue();
+  });
+  finished.get_future().wait();
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  errors += failed.load();
+  return static_cast<double>(size) * iters / seconds / 1e9;
+}
+
+// ------------------------------------------------------------- report ----
+
+std::string SizeName(size_t size) {
+  if (size >= (1u << 20) && size % (1u << 20) == 0) {
+    return std::to_string(size >> 20) + " MiB";
+  }
+  if (size >= 1024 && size % 1024 == 0) {
+    return std::to_string(size >> 10) + " KiB";
+  }
+  return std::to_string(size) + " B";
+}
+
+void WriteJson(const Options& options, const std::vector<Result>& results) {
+  std::ofstream out(options.json);
+  out << "{\"uri\": \"" << options.uri << "\", \"results\": [";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    out << (i ? ",\n  " : "\n  ") << "{\"mode\": \"" << r.mode
+        << "\", \"size\": " << r.size;
+    auto number = [&](const char* name, double value) {
+      out << ", \"" << name << "\": ";
+      if (std::isfinite(value)) {
+        out << value;
+      } else {
+        out << "null";
+      }
+    };
+    if (r.mode == "latency") {
+      number("p50_us", r.p50);
+      number("p99_us", r.p99);
+      number("p999_us", r.p999);
+      number("max_us", r.max);
+      number("raw_p50_us", r.raw_p50);
+      number("ratio_p50", r.p50 / r.raw_p50);
+    } else if (r.mode == "throughput") {
+      number("calls_per_s", r.calls_per_s);
+      out << ", \"outstanding\": " << options.outstanding
+          << ", \"connections\": " << options.connections;
+    } else {
+      number("gbps", r.gbps);
+      number("raw_gbps", r.raw_gbps);
+      number("ratio", r.gbps / r.raw_gbps);
+    }
+    out << ", \"errors\": " << r.errors << "}";
+  }
+  out << "\n]}\n";
+}
+
+void Plot(const Options& options, const std::vector<Result>& results) {
+  const std::string base = options.plot + ".data";
+  std::ofstream script(base + ".gp");
+  script << "set terminal png size 1200,500\nset output '" << options.plot
+         << "'\nset multiplot layout 1,2\n";
+  // Left: latency CDF of every size; right: the size sweep.
+  std::string cdf_plot, sweep_plot;
+  int index = 0;
+  std::ofstream sweep(base + ".sweep");
+  for (const Result& r : results) {
+    if (r.mode == "latency") {
+      const std::string file = base + "." + std::to_string(index++);
+      std::ofstream cdf(file);
+      for (size_t i = 0; i < r.samples.size(); ++i) {
+        cdf << r.samples[i] << " " << (i + 1.0) / r.samples.size() << "\n";
+      }
+      cdf_plot += std::string(cdf_plot.empty() ? "plot " : ", ") + "'" + file +
+                  "' with lines title '" + SizeName(r.size) + "'";
+      sweep << r.size << " " << r.p50 << " " << r.raw_p50 << "\n";
+    } else if (r.mode == "bandwidth") {
+      sweep << r.size << " " << r.gbps << " " << r.raw_gbps << "\n";
+    }
+  }
+  const bool latency = options.mode == "latency";
+  script << "set title 'Latency CDF (" << options.uri << ")'\n"
+         << "set xlabel 'round trip (us)'\nset ylabel 'fraction'\n"
+         << "set logscale x\n"
+         << (cdf_plot.empty() ? "plot 0 notitle" : cdf_plot) << "\n"
+         << "set title 'Size sweep'\nset xlabel 'size (bytes)'\n"
+         << "set ylabel '" << (latency ? "p50 round trip (us)" : "GB/s")
+         << "'\nset logscale xy\n"
+         << "plot '" << base << ".sweep' using 1:2 with linespoints title "
+         << "'rdmarpc', '' using 1:3 with linespoints title 'raw'\n"
+         << "unset multiplot\n";
+  script.close();
+  sweep.close();
+  if (std::system(("gnuplot '" + base + ".gp'").c_str()) != 0) {
+    std::fprintf(stderr, "bench: gnuplot failed (script %s.gp)\n",
+                 base.c_str());
+  } else {
+    std::printf("plot: %s\n", options.plot.c_str());
+  }
+}
+
+// --------------------------------------------------------------- main ----
+
+int Serve(const std::string& uri) {
+  rpc::ServerOptions server_options;
+  server_options.workers = 1;
+  server_options.transport.max_payload_size = 1ull << 30;
+  server_options.max_response_size = 1ull << 30;
+  rpc::Server server(server_options);
+  BenchService service;
+  server.RegisterService(&service);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  auto bound = server.Listen(uri);
+  if (!bound.ok()) {
+    std::fprintf(stderr, "bench: %s\n", bound.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("bench server listening on %s\n", bound->c_str());
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&signals, &signal);
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  const examples::Flags flags(argc, argv);
+  if (std::getenv("RDMARPC_LOG") == nullptr) {
+    Log().set_level(spdlog::level::warn);
+  }
+  if (flags.Get("serve", "") != "") return Serve(flags.Get("serve", ""));
+  Options options;
+  options.uri = flags.Get("uri", options.uri);
+  options.mode = flags.Get("mode", options.mode);
+  const bool bandwidth = options.mode == "bandwidth";
+  std::string sizes = flags.Get(
+      "sizes", bandwidth ? "65536,1048576,4194304,67108864" : "16,4096,65536");
+  for (std::stringstream in(sizes); std::getline(in, sizes, ',');) {
+    options.sizes.push_back(std::stoull(sizes));
+  }
+  options.iters =
+      static_cast<int>(flags.GetInt("iters", bandwidth ? 32 : 20000));
+  options.warmup = static_cast<int>(flags.GetInt("warmup", options.iters / 10));
+  options.outstanding = static_cast<int>(flags.GetInt("outstanding", 32));
+  options.connections = static_cast<int>(flags.GetInt("connections", 1));
+  options.seconds = std::stod(flags.Get("seconds", "3"));
+  const std::string poll = flags.Get("poll", "event");
+  options.poll = poll == "busy"     ? transport::PollMode::kBusy
+                 : poll == "hybrid" ? transport::PollMode::kHybrid
+                                    : transport::PollMode::kEvent;
+  options.raw = flags.GetInt("raw", 1) != 0;
+  options.json = flags.Get("json", "");
+  options.plot = flags.Get("plot", "");
+  if (options.mode != "latency" && options.mode != "throughput" &&
+      options.mode != "bandwidth") {
+    std::fprintf(stderr, "bench: --mode latency|throughput|bandwidth\n");
+    return 64;
+  }
+
+  // Our own server when the port is 0.
+  std::unique_ptr<rpc::Server> server;
+  BenchService service;
+  auto parsed = transport::ParseUri(options.uri);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "bench: %s\n", parsed.status().ToString().c_str());
+    return 64;
+  }
+  if (parsed->port == 0) {
+    rpc::ServerOptions server_options;
+    server_options.workers = 1;
+    server_options.transport.poll_mode = options.poll;
+    server_options.transport.max_payload_size = 1ull << 30;
+    server_options.max_response_size = 1ull << 30;
+    server = std::make_unique<rpc::Server>(server_options);
+    server->RegisterService(&service);
+    auto bound = server->Listen(options.uri);
+    if (!bound.ok()) {
+      std::fprintf(stderr, "bench: %s\n", bound.status().ToString().c_str());
+      return 1;
+    }
+    options.uri = *bound;
+  }
+  const bool rdma = options.uri.rfind("rdma://", 0) == 0;
+  const size_t largest =
+      *std::max_element(options.sizes.begin(), options.sizes.end());
+  auto arena = Arena(largest);
+  rpc::Channel channel(options.uri, ChannelOptionsFor(options));
+
+  std::vector<Result> results;
+  uint64_t total_errors = 0;
+  for (size_t size : options.sizes) {
+    Result r;
+    r.mode = options.mode;
+    r.size = size;
+    if (options.mode == "latency") {
+      r.samples = RpcLatency(channel, *arena, size, options.warmup,
+                             options.iters, r.errors);
+      r.p50 = Percentile(r.samples, 0.5);
+      r.p99 = Percentile(r.samples, 0.99);
+      r.p999 = Percentile(r.samples, 0.999);
+      r.max = r.samples.empty() ? 0 : r.samples.back();
+      r.raw_p50 = r.raw_p99 = NAN;
+      if (options.raw && !rdma) {
+        const auto raw = RawTcpPingPong(size, options.warmup, options.iters);
+        r.raw_p50 = Percentile(raw, 0.5);
+        r.raw_p99 = Percentile(raw, 0.99);
+      } else if (options.raw) {
+        r.raw_p50 = RawVerbs(argv[0], HostOf(options.uri), "pingpong", size,
+                             options.iters, "p50 ");
+      }
+    } else if (options.mode == "throughput") {
+      r.calls_per_s = RpcThroughput(options, *arena, size, r.errors);
+    } else {
+      r.gbps = RpcBandwidth(channel, *arena, size, options.iters, r.errors);
+      r.raw_gbps = NAN;
+      if (options.raw && !rdma) {
+        r.raw_gbps = RawTcpBandwidth(size, options.iters);
+      } else if (options.raw) {
+        r.raw_gbps = RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
+                              options.iters, "outstanding: ");
+      }
+    }
+    total_errors += r.errors;
+    results.push_back(std::move(r));
+  }
+
+  // The report.
+  std::printf("rdmarpc bench: %s over %s (poll %s)\n", options.mode.c_str(),
+              options.uri.c_str(), poll.c_str());
+  const char* raw_name = rdma ? "raw verbs" : "raw TCP";
+  for (const Result& r : results) {
+    if (r.mode == "latency") {
+      std::printf(
+          "  %-8s p50 %8.2f us  p99 %8.2f  p999 %8.2f  max %8.2f | %s p50 "
+          "%8.2f us | ratio %.2f\n",
+          SizeName(r.size).c_str(), r.p50, r.p99, r.p999, r.max, raw_name,
+          r.raw_p50, r.p50 / r.raw_p50);
+    } else if (r.mode == "throughput") {
+      std::printf("  %-8s %10.0f calls/s  (%d outstanding x %d connections)\n",
+                  SizeName(r.size).c_str(), r.calls_per_s, options.outstanding,
+                  options.connections);
+    } else {
+      std::printf("  %-8s %7.3f GB/s | %s %7.3f GB/s | ratio %.2f\n",
+                  SizeName(r.size).c_str(), r.gbps,
+                  rdma ? "raw WRITE" : "raw TCP", r.raw_gbps,
+                  r.gbps / r.raw_gbps);
+    }
+  }
+  // The issue's targets, where this run measured them.
+  for (const Result& r : results) {
+    if (r.mode == "latency" && r.size == 16 && std::isfinite(r.raw_p50)) {
+      const double limit = rdma ? 1.2 : 1.15;
+      std::printf("target: 16 B p50 <= %.2f x raw: %.2f -> %s\n", limit,
+                  r.p50 / r.raw_p50,
+                  r.p50 <= limit * r.raw_p50 ? "MET" : "NOT MET");
+    }
+    if (r.mode == "bandwidth" && rdma &&
+        (r.size == (4u << 20) || r.size == (64u << 20)) &&
+        std::isfinite(r.raw_gbps)) {
+      std::printf("target: %s goodput >= 0.85 x raw WRITE: %.2f -> %s\n",
+                  SizeName(r.size).c_str(), r.gbps / r.raw_gbps,
+                  r.gbps >= 0.85 * r.raw_gbps ? "MET" : "NOT MET");
+    }
+  }
+  if (total_errors > 0)
+    std::printf("errors: %llu calls failed\n",
+                static_cast<unsigned long long>(total_errors));
+  if (!options.json.empty()) WriteJson(options, results);
+  if (!options.plot.empty()) Plot(options, results);
+  return total_errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace rdmarpc::bench
+
+int main(int argc, char** argv) { return rdmarpc::bench::Run(argc, argv); }
