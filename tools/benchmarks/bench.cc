@@ -5,6 +5,11 @@
 //         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
 //         [--plot FILE.png] [--raw 0]
 //   bench --serve URI      a standalone server for another machine's bench
+//   bench --cpu-window N --uri URI [--outstanding K] [--size B]
+//         warm up, then N echo calls with K outstanding inside a measurement
+//         window: callgrind instrumentation on in both processes (the server
+//         is told by a Window call) and marker syscalls for strace
+//         (tools/bench-cpu runs both sides under valgrind or strace)
 //
 // A URI whose port is 0 (the default, tcp://127.0.0.1:0) starts a server in
 // this process; any other URI targets a running `bench --serve`. The raw
@@ -19,6 +24,7 @@
 //   bandwidth   sizes up to 64 MiB sent from registered memory to a method
 //               that answers with nothing, 2 outstanding: GB/s one way
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -59,6 +65,18 @@ constexpr char kService[] = "rdmarpc.bench.Bench";
 
 // Echo answers with the request's own buffer (no copy); Sink with nothing.
 // Window switches callgrind's instrumentation in this process (bench-cpu).
+// Opens or closes this process's measurement window: callgrind
+// instrumentation, and a marker syscall that strace output is cut at.
+void Window(bool open) {
+  if (open) {
+    access("/rdmarpc-bench-window-start", F_OK);
+    CALLGRIND_START_INSTRUMENTATION;
+  } else {
+    CALLGRIND_STOP_INSTRUMENTATION;
+    access("/rdmarpc-bench-window-stop", F_OK);
+  }
+}
+
 class BenchService : public rpc::Service {
  public:
   BenchService() : rpc::Service(kService) {
@@ -69,11 +87,7 @@ class BenchService : public rpc::Service {
       call->Finish(Status());
     });
     AddMethod("Window", [](std::shared_ptr<rpc::ServerCall> call) {
-      if (call->request().view() == "start") {
-        CALLGRIND_START_INSTRUMENTATION;
-      } else {
-        CALLGRIND_STOP_INSTRUMENTATION;
-      }
+      Window(call->request().view() == "start");
       call->Finish(Status());
     });
   }
@@ -558,12 +572,60 @@ int Serve(const std::string& uri) {
   return 0;
 }
 
+// The client side of tools/bench-cpu.
+int CpuWindow(const examples::Flags& flags) {
+  const long long calls = flags.GetInt("cpu-window", 10000);
+  const int outstanding = static_cast<int>(flags.GetInt("outstanding", 1));
+  const size_t size = static_cast<size_t>(flags.GetInt("size", 16));
+  Options options;
+  options.uri = flags.Get("uri", "");
+  const std::string poll = flags.Get("poll", "event");
+  options.poll = poll == "busy" ? transport::PollMode::kBusy
+                                : transport::PollMode::kEvent;
+  rpc::Channel channel(options.uri, ChannelOptionsFor(options));
+  auto arena = Arena(size);
+  auto run = [&](long long n, int k, const char* method, std::string_view body) {
+    std::atomic<long long> issued{0}, done{0};
+    std::atomic<uint64_t> failed{0};
+    std::promise<void> finished;
+    std::function<void()> issue = [&] {
+      if (issued.fetch_add(1) >= n) return;
+      channel.Call(kService, method,
+                   body.empty() ? Payload(*arena, size)
+                                : Buffer::Borrow(std::as_bytes(
+                                      std::span(body.data(), body.size()))),
+                   {}, [&](const Status& status, Buffer) {
+                     if (!status.ok()) failed++;
+                     if (++done == n) return finished.set_value();
+                     issue();
+                   });
+    };
+    boost::asio::post(channel.executor(), [&] {
+      for (int i = 0; i < k; ++i) issue();
+    });
+    finished.get_future().wait();
+    return failed.load();
+  };
+  uint64_t failed = run(std::max<long long>(calls / 5, 1000), outstanding,
+                        "Echo", {});
+  failed += run(1, 1, "Window", "start");
+  Window(true);
+  failed += run(calls, outstanding, "Echo", {});
+  Window(false);
+  failed += run(1, 1, "Window", "stop");
+  std::printf("cpu window: %lld calls of %zu B, %d outstanding, %llu failed\n",
+              calls, size, outstanding,
+              static_cast<unsigned long long>(failed));
+  return failed == 0 ? 0 : 1;
+}
+
 int Run(int argc, char** argv) {
   const examples::Flags flags(argc, argv);
   if (std::getenv("RDMARPC_LOG") == nullptr) {
     Log().set_level(spdlog::level::warn);
   }
   if (flags.Get("serve", "") != "") return Serve(flags.Get("serve", ""));
+  if (flags.Get("cpu-window", "") != "") return CpuWindow(flags);
   Options options;
   options.uri = flags.Get("uri", options.uri);
   options.mode = flags.Get("mode", options.mode);
