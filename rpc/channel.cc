@@ -279,8 +279,8 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
 }
 
 void Channel::Impl::OnFrame(ReceivedFrame frame) {
-  StatusOr<wire::CallHeader> header = DecodeCallHeader(frame);
-  if (header.ok() && header->kind() != wire::CallHeader::RESPONSE) {
+  StatusOr<CallHeader> header = DecodeCallHeader(frame);
+  if (header.ok() && header->kind() != CallHeader::kResponse) {
     header = Status(StatusCode::kInternal,
                     "protocol error: server sent a non-response frame");
   }

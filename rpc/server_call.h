@@ -26,16 +26,19 @@ struct MethodMetrics;
 
 class ServerCall {
  public:
+  // `service` and `method` live as long as the session (the server's
+  // registry of services).
   ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
-             std::string service, std::string method, Buffer request,
+             const std::string& service, const std::string& method,
+             Buffer request,
              std::optional<Clock::time_point> deadline,
              MethodMetrics* metrics = nullptr);
   ~ServerCall();
   ServerCall(const ServerCall&) = delete;
   ServerCall& operator=(const ServerCall&) = delete;
 
-  const std::string& service() const { return service_; }
-  const std::string& method() const { return method_; }
+  const std::string& service() const { return *service_; }
+  const std::string& method() const { return *method_; }
   const Buffer& request() const { return request_; }
   // When the client stops waiting, if it set a deadline.
   std::optional<Clock::time_point> deadline() const { return deadline_; }
@@ -58,8 +61,8 @@ class ServerCall {
 
   const std::shared_ptr<ServerSession> session_;
   const uint64_t id_;
-  const std::string service_;
-  const std::string method_;
+  const std::string* const service_;
+  const std::string* const method_;
   const Buffer request_;
   const std::optional<Clock::time_point> deadline_;
   MethodMetrics* const metrics_;  // Lives in the server's core.

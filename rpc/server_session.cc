@@ -3,6 +3,7 @@
 #include <exception>
 #include <vector>
 
+#include "base/buffer_pool.h"
 #include "base/log.h"
 #include "base/tunables.h"
 #include "rpc/wire_codec.h"
@@ -12,21 +13,22 @@ namespace rdmarpc::rpc {
 // ------------------------------------------------------------- ServerCall --
 
 ServerCall::ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
-                       std::string service, std::string method, Buffer request,
+                       const std::string& service, const std::string& method,
+                       Buffer request,
                        std::optional<Clock::time_point> deadline,
                        MethodMetrics* metrics)
     : session_(std::move(session)),
       id_(id),
-      service_(std::move(service)),
-      method_(std::move(method)),
+      service_(&service),
+      method_(&method),
       request_(std::move(request)),
       deadline_(deadline),
       metrics_(metrics) {}
 
 ServerCall::~ServerCall() {
   if (!finished_) {
-    Log().warn("{}/{}: handler dropped call {} without finishing it", service_,
-               method_, id_);
+    Log().warn("{}/{}: handler dropped call {} without finishing it", *service_,
+               *method_, id_);
     Finish(Status(StatusCode::kInternal,
                   "the server's handler dropped the call without a response"));
   }
@@ -58,14 +60,14 @@ void ServerCall::MarkCancelled() {
   try {
     on_cancel();
   } catch (const std::exception& e) {
-    Log().error("{}/{}: OnCancel callback threw: {}", service_, method_,
+    Log().error("{}/{}: OnCancel callback threw: {}", *service_, *method_,
                 e.what());
   }
 }
 
 void ServerCall::Finish(const Status& status, Buffer response) {
   if (finished_.exchange(true)) {
-    Log().error("{}/{}: call {} finished twice; ignoring {}", service_, method_,
+    Log().error("{}/{}: call {} finished twice; ignoring {}", *service_, *method_,
                 id_, status.ToString());
     return;
   }
@@ -93,12 +95,12 @@ void ServerSession::Reply(uint64_t id, const Status& status) {
 }
 
 void ServerSession::OnFrame(transport::ReceivedFrame frame) {
-  StatusOr<wire::CallHeader> decoded = DecodeCallHeader(frame);
+  StatusOr<CallHeader> decoded = DecodeCallHeader(frame);
   if (!decoded.ok()) return ProtocolError(decoded.status());
-  wire::CallHeader& header = *decoded;
+  const CallHeader& header = *decoded;
   const uint64_t id = header.call_id();
 
-  if (header.kind() == wire::CallHeader::CANCEL) {
+  if (header.kind() == CallHeader::kCancel) {
     std::shared_ptr<ServerCall> call;
     {
       std::lock_guard lock(mu_);
@@ -112,7 +114,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     }
     return;
   }
-  if (header.kind() != wire::CallHeader::REQUEST) {
+  if (header.kind() != CallHeader::kRequest) {
     return ProtocolError(Status(StatusCode::kInternal,
                                 "protocol error: client sent a response"));
   }
@@ -124,14 +126,16 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   if (service == core_->services.end()) {
     core_->unknown_method_calls++;
     return Reply(id, Status(StatusCode::kUnimplemented,
-                            "unknown service '" + header.service() + "'"));
+                            "unknown service '" +
+                                std::string(header.service()) + "'"));
   }
   const auto method = service->second.methods.find(header.method());
   if (method == service->second.methods.end()) {
     core_->unknown_method_calls++;
     return Reply(id, Status(StatusCode::kUnimplemented,
-                            "unknown method '" + header.method() +
-                                "' of service '" + header.service() + "'"));
+                            "unknown method '" + std::string(header.method()) +
+                                "' of service '" +
+                                std::string(header.service()) + "'"));
   }
   MethodEntry& entry = *method->second;
   const MethodHandler* handler = entry.handler;
@@ -160,13 +164,15 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
                   .count())) {
     deadline = Clock::now() + std::chrono::microseconds(header.timeout_us());
   }
-  auto call = std::make_shared<ServerCall>(
-      shared_from_this(), id, std::move(*header.mutable_service()),
-      std::move(*header.mutable_method()), std::move(frame).TakePayload(),
+  // Pooled: no heap allocation per call in steady state.
+  auto call = std::allocate_shared<ServerCall>(
+      PoolAllocator<ServerCall>(),
+      shared_from_this(), id, service->first, method->first,
+      std::move(frame).TakePayload(),
       deadline, metrics);
   {
     std::lock_guard lock(mu_);
-    if (!live_.emplace(id, call).second) {
+    if (!TrackLocked(id, call)) {
       // Finish the orphan quietly: the connection is going away anyway.
       call->finished_ = true;
       return ProtocolError(
@@ -183,7 +189,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       call->finished_ = true;
       {
         std::lock_guard session_lock(mu_);
-        live_.erase(id);
+        UntrackLocked(id);
       }
       return Reply(id,
                    Status(StatusCode::kUnavailable, "server shutting down"));
@@ -211,7 +217,7 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
                              Buffer response) {
   {
     std::lock_guard lock(mu_);
-    live_.erase(call.id_);
+    UntrackLocked(call.id_);
   }
   const uint64_t response_size = response.size();
   const StatusCode sent = Send(call, status, std::move(response));
@@ -221,7 +227,7 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
                           sent == StatusCode::kOk ? response_size : 0);
     if (Log().should_log(spdlog::level::debug)) {
       Log().debug("{}: call {} {}/{} finished {} in {} us", connection_->peer(),
-                  call.id_, call.service_, call.method_, StatusCodeName(sent),
+                  call.id_, *call.service_, *call.method_, StatusCodeName(sent),
                   std::chrono::duration_cast<std::chrono::microseconds>(elapsed)
                       .count());
     }
@@ -243,7 +249,7 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
   }
   if (status.ok() && response.size() > core_->max_response_size) {
     Log().warn("{}/{}: response of {} bytes exceeds the maximum of {}",
-               call.service_, call.method_, response.size(),
+               *call.service_, *call.method_, response.size(),
                core_->max_response_size);
     Reply(call.id_, Status(StatusCode::kResourceExhausted,
                            "response of " + std::to_string(response.size()) +
@@ -254,6 +260,31 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
   connection_->Send(MakeResponseFrame(call.id_, status, std::move(response)))
       .IgnoreError();
   return status.code();
+}
+
+bool ServerSession::TrackLocked(uint64_t id,
+                                const std::shared_ptr<ServerCall>& call) {
+  if (spare_nodes_.empty()) return live_.emplace(id, call).second;
+  LiveCalls::node_type node = std::move(spare_nodes_.back());
+  spare_nodes_.pop_back();
+  node.key() = id;
+  node.mapped() = call;
+  auto inserted = live_.insert(std::move(node));
+  if (!inserted.inserted) {
+    inserted.node.mapped().reset();
+    spare_nodes_.push_back(std::move(inserted.node));
+  }
+  return inserted.inserted;
+}
+
+void ServerSession::UntrackLocked(uint64_t id) {
+  LiveCalls::node_type node = live_.extract(id);
+  if (node.empty()) return;
+  node.mapped().reset();
+  constexpr size_t kMaxSpareNodes = 1024;
+  if (spare_nodes_.size() < kMaxSpareNodes) {
+    spare_nodes_.push_back(std::move(node));
+  }
 }
 
 void ServerSession::OnClose(const Status& reason) {

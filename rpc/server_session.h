@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "rpc/metrics.h"
 #include "rpc/server_call.h"
@@ -82,7 +83,13 @@ class ServerSession final : public transport::ConnectionObserver,
   const std::shared_ptr<const void> loops_;  // Destroyed after connection_.
   const std::shared_ptr<transport::Connection> connection_;
   std::mutex mu_;
-  std::unordered_map<uint64_t, std::weak_ptr<ServerCall>> live_;  // Guarded.
+  // Guarded by mu_. Nodes of finished calls are kept for the next ones, so
+  // tracking a call allocates nothing in steady state.
+  using LiveCalls = std::unordered_map<uint64_t, std::weak_ptr<ServerCall>>;
+  LiveCalls live_;
+  std::vector<LiveCalls::node_type> spare_nodes_;
+  bool TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
+  void UntrackLocked(uint64_t id);
   std::function<void()> on_closed_;
 };
 

@@ -2,21 +2,16 @@
 
 #include <string>
 
+#include "base/buffer_pool.h"
 #include "base/tunables.h"
 
 namespace rdmarpc::rpc {
 namespace {
 
-Buffer Serialize(const wire::CallHeader& header) {
-  Buffer out = Buffer::Allocate(header.ByteSizeLong());
-  header.SerializeWithCachedSizesToArray(
-      reinterpret_cast<uint8_t*>(out.data()));
-  return out;
-}
-
-transport::OutgoingFrame Frame(const wire::CallHeader& header, Buffer payload) {
+transport::OutgoingFrame Frame(const CallHeader& header, Buffer payload) {
   transport::OutgoingFrame frame;
-  frame.header = Serialize(header);
+  frame.header = PooledBuffer(header.EncodedSize());
+  header.Encode(frame.header.data());
   frame.AddPayload(std::move(payload));
   return frame;
 }
@@ -31,11 +26,11 @@ transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
                                           std::string_view service,
                                           std::string_view method,
                                           uint64_t timeout_us, Buffer request) {
-  wire::CallHeader header;
-  header.set_kind(wire::CallHeader::REQUEST);
+  CallHeader header;
+  header.set_kind(CallHeader::kRequest);
   header.set_call_id(call_id);
-  header.set_service(service.data(), service.size());
-  header.set_method(method.data(), method.size());
+  header.set_service(service);
+  header.set_method(method);
   header.set_timeout_us(timeout_us);
   header.set_payload_size(request.size());
   return Frame(header, std::move(request));
@@ -44,14 +39,15 @@ transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
 transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            const Status& status,
                                            Buffer response) {
-  wire::CallHeader header;
-  header.set_kind(wire::CallHeader::RESPONSE);
+  CallHeader header;
+  header.set_kind(CallHeader::kResponse);
   header.set_call_id(call_id);
   header.set_status_code(static_cast<int32_t>(status.code()));
   const std::string& message = status.message();
+  std::string truncated;
   if (message.size() > tunables::kMaxStatusMessageSize) {
-    header.set_status_message(
-        message.substr(0, tunables::kMaxStatusMessageSize) + "...");
+    truncated = message.substr(0, tunables::kMaxStatusMessageSize) + "...";
+    header.set_status_message(truncated);
   } else {
     header.set_status_message(message);
   }
@@ -61,27 +57,24 @@ transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
 }
 
 transport::OutgoingFrame MakeCancelFrame(uint64_t call_id) {
-  wire::CallHeader header;
-  header.set_kind(wire::CallHeader::CANCEL);
+  CallHeader header;
+  header.set_kind(CallHeader::kCancel);
   header.set_call_id(call_id);
   return Frame(header, Buffer());
 }
 
-StatusOr<wire::CallHeader> DecodeCallHeader(
-    const transport::ReceivedFrame& frame) {
-  wire::CallHeader header;
-  const auto bytes = frame.header();
-  if (!header.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return ProtocolError("call header does not parse");
-  }
+StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
+  const std::optional<CallHeader> decoded = CallHeader::Decode(frame.header());
+  if (!decoded) return ProtocolError("call header does not parse");
+  const CallHeader& header = *decoded;
   switch (header.kind()) {
-    case wire::CallHeader::REQUEST:
+    case CallHeader::kRequest:
       if (header.service().empty() || header.method().empty()) {
         return ProtocolError("request without service or method");
       }
       break;
-    case wire::CallHeader::RESPONSE:
-    case wire::CallHeader::CANCEL:
+    case CallHeader::kResponse:
+    case CallHeader::kCancel:
       break;
     default:
       return ProtocolError("unknown call kind " +
@@ -90,7 +83,7 @@ StatusOr<wire::CallHeader> DecodeCallHeader(
   const uint64_t carried = frame.dropped_payload_size() > 0
                                ? frame.dropped_payload_size()
                                : frame.payload_size();
-  if (header.out_of_band_size() == 0 && header.payload_size() != carried) {
+  if (header.out_of_band_count() == 0 && header.payload_size() != carried) {
     return ProtocolError(
         "header says " + std::to_string(header.payload_size()) +
         " payload bytes, frame carries " + std::to_string(carried));
@@ -98,15 +91,18 @@ StatusOr<wire::CallHeader> DecodeCallHeader(
   return header;
 }
 
-Status StatusFromHeader(const wire::CallHeader& header) {
+Status StatusFromHeader(const CallHeader& header) {
   const auto code = StatusCodeFromInt(header.status_code());
   if (!code) {
     return Status(StatusCode::kUnknown,
                   "peer sent unknown status code " +
                       std::to_string(header.status_code()) + ": " +
-                      header.status_message());
+                      std::string(header.status_message()));
   }
-  return Status(*code, header.status_message());
+  if (*code == StatusCode::kOk && header.status_message().empty()) {
+    return Status();  // The common case: no string to build.
+  }
+  return Status(*code, std::string(header.status_message()));
 }
 
 }  // namespace rdmarpc::rpc

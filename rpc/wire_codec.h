@@ -8,7 +8,7 @@
 
 #include "base/buffer.h"
 #include "base/status_or.h"
-#include "proto/wire.pb.h"
+#include "rpc/call_header.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
@@ -22,13 +22,13 @@ transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            Buffer response);
 transport::OutgoingFrame MakeCancelFrame(uint64_t call_id);
 
-// Parses and validates a received frame's header. An error means the peer
-// broke the protocol: the connection should be closed with it.
-StatusOr<wire::CallHeader> DecodeCallHeader(
-    const transport::ReceivedFrame& frame);
+// Parses and validates a received frame's header; its strings are views
+// into `frame`. An error means the peer broke the protocol: the connection
+// should be closed with it.
+StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame);
 
 // The status a RESPONSE carries; an unknown code reads as UNKNOWN.
-Status StatusFromHeader(const wire::CallHeader& header);
+Status StatusFromHeader(const CallHeader& header);
 
 }  // namespace rdmarpc::rpc
 

@@ -93,7 +93,7 @@ class LateServer {
         : server(server), connection(std::move(c)) {}
     void OnFrame(transport::ReceivedFrame frame) override {
       auto header = rpc::DecodeCallHeader(frame);
-      if (!header.ok() || header->kind() != wire::CallHeader::REQUEST) return;
+      if (!header.ok() || header->kind() != rpc::CallHeader::kRequest) return;
       const uint64_t id = header->call_id();
       std::this_thread::sleep_for(server->delay_);
       connection
@@ -613,9 +613,10 @@ TEST_CASE("limits: an oversized payload after a large header is discarded") {
     REQUIRE(prefix.verdict == transport::PrefixVerdict::kAccept);
     std::string rest(prefix.prefix.header_size + prefix.prefix.payload_size, '\0');
     boost::asio::read(raw, boost::asio::buffer(rest));
-    wire::CallHeader header;
-    REQUIRE(header.ParseFromArray(rest.data(), prefix.prefix.header_size));
-    responses.emplace_back(header.call_id(), rpc::StatusFromHeader(header));
+    const auto header = rpc::CallHeader::Decode(
+        std::as_bytes(std::span(rest.data(), prefix.prefix.header_size)));
+    REQUIRE(header.has_value());
+    responses.emplace_back(header->call_id(), rpc::StatusFromHeader(*header));
   }
   CHECK(responses[0].first == 1);
   CHECK_FALSE(responses[0].second.ok());

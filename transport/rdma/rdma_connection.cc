@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 
+#include "base/buffer_pool.h"
 #include "base/log.h"
 
 namespace rdmarpc::transport::rdma {
@@ -507,7 +508,7 @@ void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
   }
   const bool dropped = decoded.verdict == PrefixVerdict::kPayloadTooLarge;
   const size_t keep = prefix.header_size + (dropped ? 0 : prefix.payload_size);
-  Buffer block = Buffer::Allocate(keep);
+  Buffer block = PooledBuffer(keep);
   if (keep > 0) std::memcpy(block.data(), header, keep);
   Repost(slot);  // Copied out: the buffer can take the next message now.
   stats_.frames_received++;

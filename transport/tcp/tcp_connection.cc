@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 
+#include "base/buffer_pool.h"
 #include "base/log.h"
 
 namespace rdmarpc::transport::tcp {
@@ -96,7 +97,7 @@ void TcpConnection::ConsumeStaged() {
         } else {
           keep += decoded.prefix.payload_size;
         }
-        rx_.block = Buffer::Allocate(keep);
+        rx_.block = PooledBuffer(keep);
         rx_.phase = Phase::kBody;
         break;
       }

@@ -1,0 +1,195 @@
+#include "rpc/call_header.h"
+
+#include <cstring>
+
+namespace rdmarpc::rpc {
+namespace {
+
+// Field numbers and wire types of proto/wire.proto's CallHeader.
+enum Field : uint32_t {
+  kKindField = 1,
+  kCallIdField = 2,
+  kServiceField = 3,
+  kMethodField = 4,
+  kTimeoutField = 5,
+  kStatusCodeField = 6,
+  kStatusMessageField = 7,
+  kPayloadSizeField = 8,
+  kOutOfBandField = 9,
+};
+enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5 };
+
+size_t VarintSize(uint64_t value) {
+  size_t n = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+std::byte* PutVarint(std::byte* out, uint64_t value) {
+  while (value >= 0x80) {
+    *out++ = std::byte(static_cast<uint8_t>(value) | 0x80);
+    value >>= 7;
+  }
+  *out++ = std::byte(static_cast<uint8_t>(value));
+  return out;
+}
+
+constexpr uint64_t Tag(Field field, WireType type) {
+  return (uint64_t{field} << 3) | type;
+}
+
+// int32 fields are varints of the value sign-extended to 64 bits.
+uint64_t Int32Bits(int32_t value) {
+  return static_cast<uint64_t>(static_cast<int64_t>(value));
+}
+
+size_t VarintFieldSize(Field field, uint64_t value) {
+  return value == 0 ? 0 : VarintSize(Tag(field, kVarint)) + VarintSize(value);
+}
+size_t BytesFieldSize(Field field, std::string_view value) {
+  return value.empty() ? 0
+                       : VarintSize(Tag(field, kBytes)) +
+                             VarintSize(value.size()) + value.size();
+}
+
+std::byte* PutVarintField(std::byte* out, Field field, uint64_t value) {
+  if (value == 0) return out;
+  return PutVarint(PutVarint(out, Tag(field, kVarint)), value);
+}
+std::byte* PutBytesField(std::byte* out, Field field, std::string_view value) {
+  if (value.empty()) return out;
+  out = PutVarint(PutVarint(out, Tag(field, kBytes)), value.size());
+  std::memcpy(out, value.data(), value.size());
+  return out + value.size();
+}
+
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> bytes)
+      : at_(bytes.data()), end_(bytes.data() + bytes.size()) {}
+  bool done() const { return at_ == end_; }
+  bool Varint(uint64_t& value) {
+    value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (at_ == end_) return false;
+      const auto byte = static_cast<uint8_t>(*at_++);
+      // As protobuf: a tenth byte's excess bits are dropped; an eleventh
+      // byte is an error.
+      value |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  bool Skip(uint64_t n) {
+    if (n > static_cast<uint64_t>(end_ - at_)) return false;
+    at_ += n;
+    return true;
+  }
+  bool Bytes(std::string_view& value) {
+    uint64_t length = 0;
+    if (!Varint(length) || length > static_cast<uint64_t>(end_ - at_)) {
+      return false;
+    }
+    value = std::string_view(reinterpret_cast<const char*>(at_), length);
+    at_ += length;
+    return true;
+  }
+
+ private:
+  const std::byte* at_;
+  const std::byte* end_;
+};
+
+}  // namespace
+
+size_t CallHeader::EncodedSize() const {
+  return VarintFieldSize(kKindField, Int32Bits(kind_)) +
+         VarintFieldSize(kCallIdField, call_id_) +
+         BytesFieldSize(kServiceField, service_) +
+         BytesFieldSize(kMethodField, method_) +
+         VarintFieldSize(kTimeoutField, timeout_us_) +
+         VarintFieldSize(kStatusCodeField, Int32Bits(status_code_)) +
+         BytesFieldSize(kStatusMessageField, status_message_) +
+         VarintFieldSize(kPayloadSizeField, payload_size_);
+}
+
+void CallHeader::Encode(std::byte* out) const {
+  out = PutVarintField(out, kKindField, Int32Bits(kind_));
+  out = PutVarintField(out, kCallIdField, call_id_);
+  out = PutBytesField(out, kServiceField, service_);
+  out = PutBytesField(out, kMethodField, method_);
+  out = PutVarintField(out, kTimeoutField, timeout_us_);
+  out = PutVarintField(out, kStatusCodeField, Int32Bits(status_code_));
+  out = PutBytesField(out, kStatusMessageField, status_message_);
+  PutVarintField(out, kPayloadSizeField, payload_size_);
+}
+
+std::optional<CallHeader> CallHeader::Decode(std::span<const std::byte> bytes) {
+  CallHeader header;
+  Reader in(bytes);
+  while (!in.done()) {
+    uint64_t tag = 0;
+    if (!in.Varint(tag) || tag > 0xffffffffu) return std::nullopt;
+    const uint64_t field = tag >> 3;
+    const auto type = static_cast<uint32_t>(tag & 7);
+    if (field == 0) return std::nullopt;
+    uint64_t value = 0;
+    std::string_view text;
+    switch (type) {
+      case kVarint:
+        if (!in.Varint(value)) return std::nullopt;
+        break;
+      case kFixed64:
+        if (!in.Skip(8)) return std::nullopt;
+        continue;  // No fixed64 fields: unknown, skipped.
+      case kFixed32:
+        if (!in.Skip(4)) return std::nullopt;
+        continue;
+      case kBytes:
+        if (!in.Bytes(text)) return std::nullopt;
+        break;
+      default:  // Groups (3, 4) and wire types 6, 7.
+        return std::nullopt;
+    }
+    // A known field with another wire type is, to protobuf, an unknown
+    // field: skipped like any other.
+    const bool varint = type == kVarint;
+    switch (field) {
+      case kKindField:
+        if (varint) header.kind_ = static_cast<Kind>(static_cast<int32_t>(value));
+        break;
+      case kCallIdField:
+        if (varint) header.call_id_ = value;
+        break;
+      case kServiceField:
+        if (!varint) header.service_ = text;
+        break;
+      case kMethodField:
+        if (!varint) header.method_ = text;
+        break;
+      case kTimeoutField:
+        if (varint) header.timeout_us_ = value;
+        break;
+      case kStatusCodeField:
+        if (varint) header.status_code_ = static_cast<int32_t>(value);
+        break;
+      case kStatusMessageField:
+        if (!varint) header.status_message_ = text;
+        break;
+      case kPayloadSizeField:
+        if (varint) header.payload_size_ = value;
+        break;
+      case kOutOfBandField:
+        if (!varint) ++header.out_of_band_count_;
+        break;
+      default:
+        break;
+    }
+  }
+  return header;
+}
+
+}  // namespace rdmarpc::rpc

@@ -1,0 +1,63 @@
+// The CallHeader of proto/wire.proto, encoded and decoded by hand: the very
+// bytes protobuf writes and accepts (call_header_test checks both ways), but
+// without allocating. A decoded header's strings are views into the frame.
+#ifndef RDMARPC_RPC_CALL_HEADER_H_
+#define RDMARPC_RPC_CALL_HEADER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace rdmarpc::rpc {
+
+class CallHeader {
+ public:
+  enum Kind : int32_t { kUnspecified = 0, kRequest = 1, kResponse = 2, kCancel = 3 };
+
+  Kind kind() const { return kind_; }
+  uint64_t call_id() const { return call_id_; }
+  std::string_view service() const { return service_; }
+  std::string_view method() const { return method_; }
+  uint64_t timeout_us() const { return timeout_us_; }
+  int32_t status_code() const { return status_code_; }
+  std::string_view status_message() const { return status_message_; }
+  uint64_t payload_size() const { return payload_size_; }
+  // Entries of the reserved out_of_band field seen when decoding.
+  uint32_t out_of_band_count() const { return out_of_band_count_; }
+
+  CallHeader& set_kind(Kind kind) { kind_ = kind; return *this; }
+  CallHeader& set_call_id(uint64_t id) { call_id_ = id; return *this; }
+  CallHeader& set_service(std::string_view s) { service_ = s; return *this; }
+  CallHeader& set_method(std::string_view m) { method_ = m; return *this; }
+  CallHeader& set_timeout_us(uint64_t t) { timeout_us_ = t; return *this; }
+  CallHeader& set_status_code(int32_t c) { status_code_ = c; return *this; }
+  CallHeader& set_status_message(std::string_view m) {
+    status_message_ = m;
+    return *this;
+  }
+  CallHeader& set_payload_size(uint64_t n) { payload_size_ = n; return *this; }
+
+  // Bytes Encode writes.
+  size_t EncodedSize() const;
+  // Writes EncodedSize() bytes (proto3: fields at their default omitted).
+  void Encode(std::byte* out) const;
+  // nullopt when the bytes are not a well-formed CallHeader message.
+  static std::optional<CallHeader> Decode(std::span<const std::byte> bytes);
+
+ private:
+  Kind kind_ = kUnspecified;
+  uint64_t call_id_ = 0;
+  std::string_view service_;
+  std::string_view method_;
+  uint64_t timeout_us_ = 0;
+  int32_t status_code_ = 0;
+  std::string_view status_message_;
+  uint64_t payload_size_ = 0;
+  uint32_t out_of_band_count_ = 0;
+};
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_CALL_HEADER_H_
