@@ -35,9 +35,7 @@ struct PoolAllocator {
   PoolAllocator() noexcept = default;
   template <typename U>
   PoolAllocator(const PoolAllocator<U>&) noexcept {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(PoolAllocate(n * sizeof(T)));
-  }
+  T* allocate(size_t n) { return static_cast<T*>(PoolAllocate(n * sizeof(T))); }
   void deallocate(T* p, size_t n) noexcept { PoolFree(p, n * sizeof(T)); }
   template <typename U>
   bool operator==(const PoolAllocator<U>&) const noexcept {

@@ -17,7 +17,12 @@ enum Field : uint32_t {
   kPayloadSizeField = 8,
   kOutOfBandField = 9,
 };
-enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5 };
+enum WireType : uint32_t {
+  kVarint = 0,
+  kFixed64 = 1,
+  kBytes = 2,
+  kFixed32 = 5
+};
 
 size_t VarintSize(uint64_t value) {
   size_t n = 1;
@@ -159,7 +164,8 @@ std::optional<CallHeader> CallHeader::Decode(std::span<const std::byte> bytes) {
     const bool varint = type == kVarint;
     switch (field) {
       case kKindField:
-        if (varint) header.kind_ = static_cast<Kind>(static_cast<int32_t>(value));
+        if (varint)
+          header.kind_ = static_cast<Kind>(static_cast<int32_t>(value));
         break;
       case kCallIdField:
         if (varint) header.call_id_ = value;

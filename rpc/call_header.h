@@ -14,7 +14,12 @@ namespace rdmarpc::rpc {
 
 class CallHeader {
  public:
-  enum Kind : int32_t { kUnspecified = 0, kRequest = 1, kResponse = 2, kCancel = 3 };
+  enum Kind : int32_t {
+    kUnspecified = 0,
+    kRequest = 1,
+    kResponse = 2,
+    kCancel = 3
+  };
 
   Kind kind() const { return kind_; }
   uint64_t call_id() const { return call_id_; }
@@ -27,17 +32,38 @@ class CallHeader {
   // Entries of the reserved out_of_band field seen when decoding.
   uint32_t out_of_band_count() const { return out_of_band_count_; }
 
-  CallHeader& set_kind(Kind kind) { kind_ = kind; return *this; }
-  CallHeader& set_call_id(uint64_t id) { call_id_ = id; return *this; }
-  CallHeader& set_service(std::string_view s) { service_ = s; return *this; }
-  CallHeader& set_method(std::string_view m) { method_ = m; return *this; }
-  CallHeader& set_timeout_us(uint64_t t) { timeout_us_ = t; return *this; }
-  CallHeader& set_status_code(int32_t c) { status_code_ = c; return *this; }
+  CallHeader& set_kind(Kind kind) {
+    kind_ = kind;
+    return *this;
+  }
+  CallHeader& set_call_id(uint64_t id) {
+    call_id_ = id;
+    return *this;
+  }
+  CallHeader& set_service(std::string_view s) {
+    service_ = s;
+    return *this;
+  }
+  CallHeader& set_method(std::string_view m) {
+    method_ = m;
+    return *this;
+  }
+  CallHeader& set_timeout_us(uint64_t t) {
+    timeout_us_ = t;
+    return *this;
+  }
+  CallHeader& set_status_code(int32_t c) {
+    status_code_ = c;
+    return *this;
+  }
   CallHeader& set_status_message(std::string_view m) {
     status_message_ = m;
     return *this;
   }
-  CallHeader& set_payload_size(uint64_t n) { payload_size_ = n; return *this; }
+  CallHeader& set_payload_size(uint64_t n) {
+    payload_size_ = n;
+    return *this;
+  }
 
   // Bytes Encode writes.
   size_t EncodedSize() const;

@@ -30,8 +30,7 @@ class ServerCall {
   // registry of services).
   ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
              const std::string& service, const std::string& method,
-             Buffer request,
-             std::optional<Clock::time_point> deadline,
+             Buffer request, std::optional<Clock::time_point> deadline,
              MethodMetrics* metrics = nullptr);
   ~ServerCall();
   ServerCall(const ServerCall&) = delete;

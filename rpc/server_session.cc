@@ -67,8 +67,8 @@ void ServerCall::MarkCancelled() {
 
 void ServerCall::Finish(const Status& status, Buffer response) {
   if (finished_.exchange(true)) {
-    Log().error("{}/{}: call {} finished twice; ignoring {}", *service_, *method_,
-                id_, status.ToString());
+    Log().error("{}/{}: call {} finished twice; ignoring {}", *service_,
+                *method_, id_, status.ToString());
     return;
   }
   session_->Complete(*this, status, std::move(response));
@@ -125,17 +125,17 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   const auto service = core_->services.find(header.service());
   if (service == core_->services.end()) {
     core_->unknown_method_calls++;
-    return Reply(id, Status(StatusCode::kUnimplemented,
-                            "unknown service '" +
-                                std::string(header.service()) + "'"));
+    return Reply(
+        id, Status(StatusCode::kUnimplemented,
+                   "unknown service '" + std::string(header.service()) + "'"));
   }
   const auto method = service->second.methods.find(header.method());
   if (method == service->second.methods.end()) {
     core_->unknown_method_calls++;
-    return Reply(id, Status(StatusCode::kUnimplemented,
-                            "unknown method '" + std::string(header.method()) +
-                                "' of service '" +
-                                std::string(header.service()) + "'"));
+    return Reply(
+        id, Status(StatusCode::kUnimplemented,
+                   "unknown method '" + std::string(header.method()) +
+                       "' of service '" + std::string(header.service()) + "'"));
   }
   MethodEntry& entry = *method->second;
   const MethodHandler* handler = entry.handler;
@@ -166,10 +166,8 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
   // Pooled: no heap allocation per call in steady state.
   auto call = std::allocate_shared<ServerCall>(
-      PoolAllocator<ServerCall>(),
-      shared_from_this(), id, service->first, method->first,
-      std::move(frame).TakePayload(),
-      deadline, metrics);
+      PoolAllocator<ServerCall>(), shared_from_this(), id, service->first,
+      method->first, std::move(frame).TakePayload(), deadline, metrics);
   {
     std::lock_guard lock(mu_);
     if (!TrackLocked(id, call)) {

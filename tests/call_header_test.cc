@@ -1,14 +1,17 @@
 // The hand-written CallHeader codec against protobuf's own, both ways, and
 // the pool that header and frame buffers come from.
+#include "rpc/call_header.h"
+
 #include <catch2/catch_test_macros.hpp>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/buffer_pool.h"
+#include "base/ring_queue.h"
 #include "proto/wire.pb.h"
-#include "rpc/call_header.h"
 
 namespace rdmarpc::rpc {
 namespace {
@@ -21,10 +24,14 @@ std::string RandomBytes(std::mt19937_64& random, size_t max) {
 
 uint64_t RandomNumber(std::mt19937_64& random) {
   switch (random() % 4) {
-    case 0: return 0;
-    case 1: return random() % 128;
-    case 2: return random() % 100000;
-    default: return random();
+    case 0:
+      return 0;
+    case 1:
+      return random() % 128;
+    case 2:
+      return random() % 100000;
+    default:
+      return random();
   }
 }
 
@@ -59,8 +66,8 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     // Byte for byte what protobuf writes.
     REQUIRE(theirs.SerializeAsString() == encoded);
 
-    const auto decoded = CallHeader::Decode(std::as_bytes(
-        std::span(encoded.data(), encoded.size())));
+    const auto decoded = CallHeader::Decode(
+        std::as_bytes(std::span(encoded.data(), encoded.size())));
     REQUIRE(decoded.has_value());
     CHECK(decoded->kind() == ours.kind());
     CHECK(decoded->call_id() == ours.call_id());
@@ -73,7 +80,8 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
 }
 
 TEST_CASE("call header: a ten-byte varint reads as protobuf reads it") {
-  const std::string bytes = std::string("\x10") + std::string(9, '\xff') + "\x7f";
+  const std::string bytes =
+      std::string("\x10") + std::string(9, '\xff') + "\x7f";
   wire::CallHeader theirs;
   REQUIRE(theirs.ParseFromString(bytes));
   const auto ours = CallHeader::Decode(std::as_bytes(std::span(bytes)));
@@ -90,9 +98,9 @@ TEST_CASE("call header: what protobuf writes (unknown fields too) decodes") {
   theirs.add_out_of_band()->set_size(9);
   // An unknown field of every wire type, as a newer peer might send.
   std::string bytes = theirs.SerializeAsString();
-  bytes += std::string("\x50\x01", 2);                   // 10: varint
+  bytes += std::string("\x50\x01", 2);                    // 10: varint
   bytes += std::string("\x59", 1) + std::string(8, 'x');  // 11: fixed64
-  bytes += std::string("\x62\x02hi", 4);                 // 12: bytes
+  bytes += std::string("\x62\x02hi", 4);                  // 12: bytes
   bytes += std::string("\x6d", 1) + std::string(4, 'y');  // 13: fixed32
   REQUIRE(wire::CallHeader().ParseFromString(bytes));
   const auto ours = CallHeader::Decode(std::as_bytes(std::span(bytes)));
@@ -106,12 +114,15 @@ TEST_CASE("call header: what protobuf writes (unknown fields too) decodes") {
 
 TEST_CASE("call header: malformed bytes are refused as protobuf refuses them") {
   const std::vector<std::string> bad = {
-      std::string("\x08", 1),                  // Varint cut short.
-      std::string("\x1a\x05" "abc", 5),        // Bytes longer than the rest.
-      std::string("\x0b", 1),                  // Group start.
-      std::string("\x0e\x00", 2),              // Wire type 6.
-      std::string("\x00\x01", 2),              // Field 0.
-      std::string("\x08") + std::string(10, '\xff') + "\x01",  // 11-byte varint.
+      std::string("\x08", 1),  // Varint cut short.
+      std::string("\x1a\x05"
+                  "abc",
+                  5),              // Bytes longer than the rest.
+      std::string("\x0b", 1),      // Group start.
+      std::string("\x0e\x00", 2),  // Wire type 6.
+      std::string("\x00\x01", 2),  // Field 0.
+      std::string("\x08") + std::string(10, '\xff') +
+          "\x01",  // 11-byte varint.
   };
   for (const std::string& bytes : bad) {
     INFO("bytes of size " << bytes.size());
@@ -143,6 +154,23 @@ TEST_CASE("buffer pool: blocks are reused, across threads too") {
   // A size beyond the largest class still works (from the heap).
   Buffer large = PooledBuffer(kLargestPooled + 1);
   CHECK(large.size() == kLargestPooled + 1);
+}
+
+TEST_CASE("ring queue: FIFO order across growth and wrap-around") {
+  RingQueue<std::unique_ptr<int>> queue;
+  int next_in = 0, next_out = 0;
+  std::mt19937_64 random(3);
+  for (int step = 0; step < 100000; ++step) {
+    if (random() % 3 != 0 || queue.empty()) {
+      queue.push_back(std::make_unique<int>(next_in++));
+    } else {
+      REQUIRE(*queue.front() == next_out++);
+      queue.pop_front();
+    }
+    REQUIRE(queue.size() == static_cast<size_t>(next_in - next_out));
+  }
+  queue.clear();
+  CHECK(queue.empty());
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
 // The RPC core's semantics, over the transport under test (tcp by default).
 #include <array>
-#include <cstring>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -594,14 +594,15 @@ TEST_CASE("limits: an oversized payload after a large header is discarded") {
     }
     return out;
   };
-  const std::string big = frame_bytes(rpc::MakeRequestFrame(
-      1, "test.Test", std::string(40 * 1024, 'M'), 0,
-      Buffer::CopyOf(std::string(100 * 1024, 'x'))));
-  const std::string small = frame_bytes(
-      rpc::MakeRequestFrame(2, "test.Test", "Echo", 0, Buffer::CopyOf(std::string_view("ok"))));
+  const std::string big = frame_bytes(
+      rpc::MakeRequestFrame(1, "test.Test", std::string(40 * 1024, 'M'), 0,
+                            Buffer::CopyOf(std::string(100 * 1024, 'x'))));
+  const std::string small = frame_bytes(rpc::MakeRequestFrame(
+      2, "test.Test", "Echo", 0, Buffer::CopyOf(std::string_view("ok"))));
   boost::asio::write(raw, boost::asio::buffer(big.data(), 26));
   std::this_thread::sleep_for(100ms);  // The server reads just these bytes.
-  boost::asio::write(raw, boost::asio::buffer(big.data() + 26, big.size() - 26));
+  boost::asio::write(raw,
+                     boost::asio::buffer(big.data() + 26, big.size() - 26));
   boost::asio::write(raw, boost::asio::buffer(small));
 
   // Two responses come back, in order, on the same connection.
@@ -611,7 +612,8 @@ TEST_CASE("limits: an oversized payload after a large header is discarded") {
     boost::asio::read(raw, boost::asio::buffer(prefix_bytes));
     const auto prefix = transport::DecodeFramePrefix(prefix_bytes, 1 << 20);
     REQUIRE(prefix.verdict == transport::PrefixVerdict::kAccept);
-    std::string rest(prefix.prefix.header_size + prefix.prefix.payload_size, '\0');
+    std::string rest(prefix.prefix.header_size + prefix.prefix.payload_size,
+                     '\0');
     boost::asio::read(raw, boost::asio::buffer(rest));
     const auto header = rpc::CallHeader::Decode(
         std::as_bytes(std::span(rest.data(), prefix.prefix.header_size)));

@@ -580,11 +580,12 @@ int CpuWindow(const examples::Flags& flags) {
   Options options;
   options.uri = flags.Get("uri", "");
   const std::string poll = flags.Get("poll", "event");
-  options.poll = poll == "busy" ? transport::PollMode::kBusy
-                                : transport::PollMode::kEvent;
+  options.poll =
+      poll == "busy" ? transport::PollMode::kBusy : transport::PollMode::kEvent;
   rpc::Channel channel(options.uri, ChannelOptionsFor(options));
   auto arena = Arena(size);
-  auto run = [&](long long n, int k, const char* method, std::string_view body) {
+  auto run = [&](long long n, int k, const char* method,
+                 std::string_view body) {
     std::atomic<long long> issued{0}, done{0};
     std::atomic<uint64_t> failed{0};
     std::promise<void> finished;
@@ -606,8 +607,8 @@ int CpuWindow(const examples::Flags& flags) {
     finished.get_future().wait();
     return failed.load();
   };
-  uint64_t failed = run(std::max<long long>(calls / 5, 1000), outstanding,
-                        "Echo", {});
+  uint64_t failed =
+      run(std::max<long long>(calls / 5, 1000), outstanding, "Echo", {});
   failed += run(1, 1, "Window", "start");
   Window(true);
   failed += run(calls, outstanding, "Echo", {});

@@ -13,6 +13,7 @@
 
 #include "base/buffer_pool.h"
 #include "base/log.h"
+#include "base/pooled_handler.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -368,10 +369,10 @@ void RdmaConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
 void RdmaConnection::WatchCq() {
   cq_fd_.async_wait(
       asio::posix::stream_descriptor::wait_read,
-      [self = shared_from_this()](const boost::system::error_code& e) {
+      Pooled([self = shared_from_this()](const boost::system::error_code& e) {
         if (e || self->torn_down_) return;
         self->OnCqReady();
-      });
+      }));
 }
 
 void RdmaConnection::OnCqReady() {
@@ -409,7 +410,8 @@ void RdmaConnection::PollLoop() {
   if (torn_down_) return;
   if (options_.poll_mode == PollMode::kBusy || now < spin_until_) {
     // Poll again from the loop, so timers and other handlers still run.
-    asio::post(context_, [self = shared_from_this()] { self->PollLoop(); });
+    asio::post(context_,
+               Pooled([self = shared_from_this()] { self->PollLoop(); }));
     return;
   }
   // Hybrid, quiet for hybrid_spin: arm, drain the race, wait for an event.
@@ -655,7 +657,8 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
     post = !std::exchange(flush_pending_, true);
   }
   if (post) {
-    asio::post(context_, [self = shared_from_this()] { self->Flush(); });
+    asio::post(context_,
+               Pooled([self = shared_from_this()] { self->Flush(); }));
   }
   return Status();
 }

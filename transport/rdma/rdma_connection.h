@@ -29,6 +29,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/ring_queue.h"
 #include "transport/connection.h"
 #include "transport/memory.h"
 #include "transport/rdma/protocol.h"
@@ -185,11 +186,11 @@ class RdmaConnection final
   std::vector<ibv_sge> send_sges_;
 
   std::mutex mu_;
-  std::deque<OutgoingFrame> queue_;  // Guarded by mu_.
-  bool flush_pending_ = false;       // Guarded by mu_.
-  bool closing_ = false;             // Guarded by mu_.
+  RingQueue<OutgoingFrame> queue_;  // Guarded by mu_.
+  bool flush_pending_ = false;      // Guarded by mu_.
+  bool closing_ = false;            // Guarded by mu_.
 
-  std::deque<ControlMessage> control_queue_;  // Grants and credits to send.
+  RingQueue<ControlMessage> control_queue_;  // Grants and credits to send.
   std::optional<OutgoingTransfer> outgoing_;
   std::optional<IncomingTransfer> incoming_;
   uint32_t next_transfer_id_ = 1;

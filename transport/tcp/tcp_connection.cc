@@ -8,8 +8,22 @@
 
 #include "base/buffer_pool.h"
 #include "base/log.h"
+#include "base/pooled_handler.h"
 
 namespace rdmarpc::transport::tcp {
+namespace {
+
+// A ConstBufferSequence over a gather list, cheap to copy.
+struct GatherView {
+  using value_type = boost::asio::const_buffer;
+  using const_iterator = const boost::asio::const_buffer*;
+  const_iterator first;
+  const_iterator last;
+  const_iterator begin() const { return first; }
+  const_iterator end() const { return last; }
+};
+
+}  // namespace
 
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
@@ -175,15 +189,15 @@ void TcpConnection::ReadMore() {
   socket_.async_read_some(
       asio::buffer(staging_.get() + staged_end_,
                    kTcpReceiveChunk - staged_end_),
-      [self = shared_from_this()](const boost::system::error_code& error,
-                                  size_t bytes) {
+      Pooled([self = shared_from_this()](const boost::system::error_code& error,
+                                         size_t bytes) {
         if (self->torn_down_) return;
         if (error) return self->OnReadError(error);
         self->stats_.read_calls++;
         self->stats_.bytes_received += bytes;
         self->staged_end_ += bytes;
         self->ConsumeStaged();
-      });
+      }));
 }
 
 void TcpConnection::OnReadError(const boost::system::error_code& error) {
@@ -224,7 +238,7 @@ Status TcpConnection::Send(OutgoingFrame frame) {
   }
   if (post) {
     asio::post(socket_.get_executor(),
-               [self = shared_from_this()] { self->Flush(); });
+               Pooled([self = shared_from_this()] { self->Flush(); }));
   }
   return Status();
 }
@@ -255,11 +269,13 @@ void TcpConnection::Flush() {
     }
   }
   stats_.write_calls++;
-  asio::async_write(socket_, gather_,
-                    [self = shared_from_this()](
-                        const boost::system::error_code& error, size_t bytes) {
-                      self->OnWritten(error, bytes);
-                    });
+  // A view, not the vector: async_write copies its buffer sequence.
+  asio::async_write(
+      socket_, GatherView{gather_.data(), gather_.data() + gather_.size()},
+      Pooled([self = shared_from_this()](const boost::system::error_code& error,
+                                         size_t bytes) {
+        self->OnWritten(error, bytes);
+      }));
 }
 
 void TcpConnection::OnWritten(const boost::system::error_code& error,
