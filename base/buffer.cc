@@ -32,12 +32,4 @@ Buffer Buffer::Borrow(std::span<const std::byte> bytes) noexcept {
                 nullptr);
 }
 
-void Buffer::Reset() noexcept {
-  if (release_ != nullptr) release_(context_, block_);
-  block_ = data_ = nullptr;
-  size_ = 0;
-  release_ = nullptr;
-  context_ = nullptr;
-}
-
 }  // namespace rdmarpc

@@ -71,8 +71,15 @@ class Buffer {
   }
   void Truncate(size_t n) noexcept { size_ = n < size_ ? n : size_; }
 
-  // Releases the block now; the Buffer becomes empty.
-  void Reset() noexcept;
+  // Releases the block now; the Buffer becomes empty. Inline: the hot path
+  // destroys and moves many empty Buffers.
+  void Reset() noexcept {
+    if (release_ != nullptr) release_(context_, block_);
+    block_ = data_ = nullptr;
+    size_ = 0;
+    release_ = nullptr;
+    context_ = nullptr;
+  }
 
  private:
   std::byte* block_ = nullptr;

@@ -54,6 +54,10 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
   if (ec) Log().warn("{}: cannot set TCP_NODELAY: {}", peer_, ec.message());
+  // Flush writes directly and must never block the event loop.
+  socket_.non_blocking(true, ec);
+  direct_writes_ = !ec;
+  if (ec) Log().warn("{}: cannot set O_NONBLOCK: {}", peer_, ec.message());
 }
 
 TcpConnection::~TcpConnection() = default;
@@ -244,45 +248,75 @@ Status TcpConnection::Send(OutgoingFrame frame) {
 }
 
 void TcpConnection::Flush() {
-  if (torn_down_) return;
-  {
-    std::lock_guard lock(mu_);
-    if (queue_.empty())
-      flush_pending_ = false;
-    else
-      std::swap(queue_, writing_);
-  }
-  if (writing_.empty()) {
-    if (close_after_flush_) CloseNow(*close_after_flush_);
+  // A loop, not recursion: each pass writes what was queued meanwhile.
+  while (!torn_down_) {
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.empty())
+        flush_pending_ = false;
+      else
+        std::swap(queue_, writing_);
+    }
+    if (writing_.empty()) {
+      if (close_after_flush_) CloseNow(*close_after_flush_);
+      return;
+    }
+    gather_.clear();
+    size_t total = 0;
+    auto add = [&](const void* data, size_t size) {
+      gather_.emplace_back(data, size);
+      total += size;
+    };
+    for (const QueuedFrame& queued : writing_) {
+      add(queued.prefix.data(), queued.prefix.size());
+      if (!queued.frame.header.empty()) {
+        add(queued.frame.header.data(), queued.frame.header.size());
+      }
+      for (size_t i = 0; i < queued.frame.payload_slices; ++i) {
+        add(queued.frame.payload[i].data(), queued.frame.payload[i].size());
+      }
+    }
+    // Write now: on a socket with room (the usual case) the whole batch
+    // leaves in this one writev and no asynchronous operation is started.
+    stats_.write_calls++;
+    boost::system::error_code error = asio::error::would_block;
+    const size_t written =
+        direct_writes_
+            ? socket_.write_some(
+                  GatherView{gather_.data(), gather_.data() + gather_.size()},
+                  error)
+            : 0;
+    if (error && error != asio::error::would_block) {
+      return OnWritten(error, 0);
+    }
+    if (!error && written == total) {
+      FinishWrite(written);
+      continue;
+    }
+    // The socket is full: the rest goes asynchronously.
+    size_t first = 0, skip = error ? 0 : written;
+    while (skip >= gather_[first].size()) skip -= gather_[first++].size();
+    gather_[first] += skip;
+    asio::async_write(
+        socket_,
+        GatherView{gather_.data() + first, gather_.data() + gather_.size()},
+        Pooled([self = shared_from_this(), done = error ? 0 : written](
+                   const boost::system::error_code& error, size_t bytes) {
+          self->OnWritten(error, done + bytes);
+        }));
     return;
   }
-  gather_.clear();
-  for (const QueuedFrame& queued : writing_) {
-    gather_.emplace_back(queued.prefix.data(), queued.prefix.size());
-    if (!queued.frame.header.empty()) {
-      gather_.emplace_back(queued.frame.header.data(),
-                           queued.frame.header.size());
-    }
-    for (size_t i = 0; i < queued.frame.payload_slices; ++i) {
-      const Buffer& slice = queued.frame.payload[i];
-      gather_.emplace_back(slice.data(), slice.size());
-    }
-  }
-  stats_.write_calls++;
-  // A view, not the vector: async_write copies its buffer sequence.
-  asio::async_write(
-      socket_, GatherView{gather_.data(), gather_.data() + gather_.size()},
-      Pooled([self = shared_from_this()](const boost::system::error_code& error,
-                                         size_t bytes) {
-        self->OnWritten(error, bytes);
-      }));
+}
+
+void TcpConnection::FinishWrite(size_t bytes) {
+  stats_.frames_sent += writing_.size();
+  stats_.bytes_sent += bytes;
+  writing_.clear();  // Releases every sent buffer.
 }
 
 void TcpConnection::OnWritten(const boost::system::error_code& error,
                               size_t bytes) {
-  stats_.frames_sent += writing_.size();
-  stats_.bytes_sent += bytes;
-  writing_.clear();  // Releases every sent buffer.
+  FinishWrite(bytes);
   if (torn_down_) return;
   if (error) {
     Log().info("{}: write failed: {}", peer_, error.message());

@@ -62,6 +62,7 @@ class TcpConnection final : public Connection,
 
   // Send path (executor only).
   void Flush();
+  void FinishWrite(size_t bytes);  // The batch in writing_ has left.
   void OnWritten(const boost::system::error_code& error, size_t bytes);
 
   // Closes once the queue is written, or after kCloseFlushTimeout.
@@ -92,6 +93,7 @@ class TcpConnection final : public Connection,
 
   std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
   std::vector<boost::asio::const_buffer> gather_;
+  bool direct_writes_ = false;  // The socket is non-blocking: Flush writes.
 };
 
 }  // namespace rdmarpc::transport::tcp
