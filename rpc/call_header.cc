@@ -77,6 +77,10 @@ class Reader {
       : at_(bytes.data()), end_(bytes.data() + bytes.size()) {}
   bool done() const { return at_ == end_; }
   bool Varint(uint64_t& value) {
+    if (at_ != end_ && static_cast<uint8_t>(*at_) < 0x80) {  // One byte: most.
+      value = static_cast<uint8_t>(*at_++);
+      return true;
+    }
     value = 0;
     for (int shift = 0; shift < 64; shift += 7) {
       if (at_ == end_) return false;

@@ -190,18 +190,50 @@ void TcpConnection::ReadMore() {
     staged_begin_ = 0;
     staged_end_ = tail;
   }
-  socket_.async_read_some(
-      asio::buffer(staging_.get() + staged_end_,
-                   kTcpReceiveChunk - staged_end_),
-      Pooled([self = shared_from_this()](const boost::system::error_code& error,
-                                         size_t bytes) {
-        if (self->torn_down_) return;
-        if (error) return self->OnReadError(error);
-        self->stats_.read_calls++;
-        self->stats_.bytes_received += bytes;
-        self->staged_end_ += bytes;
-        self->ConsumeStaged();
-      }));
+  if (!direct_writes_) {  // A blocking socket: let Asio do the reading.
+    socket_.async_read_some(
+        asio::buffer(staging_.get() + staged_end_,
+                     kTcpReceiveChunk - staged_end_),
+        Pooled([self = shared_from_this()](
+                   const boost::system::error_code& error, size_t bytes) {
+          if (self->torn_down_) return;
+          if (error) return self->OnReadError(error);
+          self->OnRead(bytes);
+        }));
+    return;
+  }
+  // Wait, then read once. (async_read_some would first try a read that
+  // finds nothing, right after the last one drained the socket: one wasted
+  // system call per message.)
+  socket_.async_wait(
+      asio::ip::tcp::socket::wait_read,
+      Pooled(
+          [self = shared_from_this()](const boost::system::error_code& error) {
+            if (self->torn_down_) return;
+            if (error) return self->OnReadError(error);
+            boost::system::error_code read_error;
+            const size_t bytes = self->socket_.read_some(
+                asio::buffer(self->staging_.get() + self->staged_end_,
+                             kTcpReceiveChunk - self->staged_end_),
+                read_error);
+            if (read_error == asio::error::would_block) return self->ReadMore();
+            if (read_error) return self->OnReadError(read_error);
+            self->OnRead(bytes);
+          }));
+}
+
+// Frames sent while a read's frames are delivered are written together when
+// the delivery ends, without a trip through the event loop.
+thread_local TcpConnection* delivering = nullptr;
+
+void TcpConnection::OnRead(size_t bytes) {
+  stats_.read_calls++;
+  stats_.bytes_received += bytes;
+  staged_end_ += bytes;
+  delivering = this;
+  ConsumeStaged();
+  delivering = nullptr;
+  if (std::exchange(flush_after_delivery_, false)) Flush();
 }
 
 void TcpConnection::OnReadError(const boost::system::error_code& error) {
@@ -239,6 +271,10 @@ Status TcpConnection::Send(OutgoingFrame frame) {
     }
     queue_.push_back({prefix, std::move(frame)});
     post = !std::exchange(flush_pending_, true);
+  }
+  if (post && delivering == this) {  // On our own thread, mid-delivery.
+    flush_after_delivery_ = true;
+    return Status();
   }
   if (post) {
     asio::post(socket_.get_executor(),

@@ -62,6 +62,7 @@ class TcpConnection final : public Connection,
 
   // Send path (executor only).
   void Flush();
+  void OnRead(size_t bytes);       // Into the staging area.
   void FinishWrite(size_t bytes);  // The batch in writing_ has left.
   void OnWritten(const boost::system::error_code& error, size_t bytes);
 
@@ -93,7 +94,9 @@ class TcpConnection final : public Connection,
 
   std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
   std::vector<boost::asio::const_buffer> gather_;
-  bool direct_writes_ = false;  // The socket is non-blocking: Flush writes.
+  bool direct_writes_ = false;
+  bool flush_after_delivery_ =
+      false;  // Loop thread only.  // The socket is non-blocking: Flush writes.
 };
 
 }  // namespace rdmarpc::transport::tcp
