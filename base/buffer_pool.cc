@@ -9,7 +9,8 @@
 namespace rdmarpc {
 namespace {
 
-constexpr std::array<size_t, 3> kClassSizes = {256, 4096, kLargestPooled};
+constexpr std::array<size_t, 5> kClassSizes = {256, 4096, 8192, 16384,
+                                               kLargestPooled};
 constexpr size_t kThreadCacheBytes = 256 * 1024;
 constexpr size_t kSharedBytes = 4 * 1024 * 1024;
 

@@ -3,7 +3,7 @@
 // per-thread free lists instead of the heap, so a call in steady state
 // allocates nothing.
 //
-// Blocks come in three size classes (256 B, 4 KiB, 32 KiB); larger requests
+// Blocks come in five size classes (256 B to 32 KiB); larger requests
 // go to the heap. A block may be released on any thread: it joins that
 // thread's cache, and a cache that grows past its limit hands half its
 // blocks to a shared list, from which a thread with an empty cache refills.
@@ -35,7 +35,11 @@ struct PoolAllocator {
   PoolAllocator() noexcept = default;
   template <typename U>
   PoolAllocator(const PoolAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(PoolAllocate(n * sizeof(T))); }
+  T* allocate(size_t n) {
+    static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__,
+                  "pool blocks have operator new's alignment");
+    return static_cast<T*>(PoolAllocate(n * sizeof(T)));
+  }
   void deallocate(T* p, size_t n) noexcept { PoolFree(p, n * sizeof(T)); }
   template <typename U>
   bool operator==(const PoolAllocator<U>&) const noexcept {

@@ -53,6 +53,8 @@ struct MethodMetrics {
 
   void Record(StatusCode code, std::chrono::nanoseconds elapsed,
               uint64_t request, uint64_t response);
+  // A call answered before any handler ran: counted, not timed.
+  void RecordRejected(StatusCode code, uint64_t request);
 
   std::atomic<uint64_t> started{0};
   std::array<std::atomic<uint64_t>, kCodes> finished_by_code{};

@@ -45,6 +45,7 @@ class Server::Impl {
   }
 
   std::vector<const Service*> services() const {
+    std::lock_guard lock(mu_);
     std::vector<const Service*> out;
     for (const auto& [name, entry] : core_->services) {
       out.push_back(entry.service);
@@ -55,6 +56,7 @@ class Server::Impl {
   void ForEachMethod(
       const std::function<void(const std::string&, const std::string&,
                                const MethodMetrics&)>& visit) const {
+    std::lock_guard lock(mu_);  // Against a RegisterService before Listen.
     for (const auto& [service, entry] : core_->services) {
       for (const auto& [method, method_entry] : entry.methods) {
         visit(service, method, method_entry->metrics);

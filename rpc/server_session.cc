@@ -143,9 +143,8 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   if (frame.dropped_payload_size() > 0) {
     if (metrics != nullptr) {
       metrics->started.fetch_add(1, std::memory_order_relaxed);
-      metrics->Record(StatusCode::kResourceExhausted,
-                      std::chrono::nanoseconds(0), frame.dropped_payload_size(),
-                      0);
+      metrics->RecordRejected(StatusCode::kResourceExhausted,
+                              frame.dropped_payload_size());
     }
     return Reply(id, Status(StatusCode::kResourceExhausted,
                             "request of " +

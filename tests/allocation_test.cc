@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <future>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "tests/test_support.h"
@@ -89,6 +90,46 @@ TEST_CASE("allocation: a call allocates nothing on either side") {
     CHECK(client < 0.01);
     CHECK(server < 0.01);
   }
+}
+
+// Application threads call too: the call itself (Channel::Call, the frame,
+// the hand-off to the connection's loop) must not allocate on them either.
+TEST_CASE("allocation: a call from an application thread allocates nothing") {
+  rpc::ServerOptions options;
+  options.workers = 1;
+  rpc::Service echo("alloc.Echo");
+  echo.AddMethod("Say", [](std::shared_ptr<rpc::ServerCall> call) {
+    call->Finish(Status(), Buffer::Borrow(call->request().span()));
+  });
+  rpc::Server server(options);
+  server.RegisterService(&echo);
+  auto uri = server.Listen(ListenUri());
+  REQUIRE(uri.ok());
+  rpc::Channel channel(*uri);
+  std::vector<std::byte> payload(16, std::byte{7});
+  std::atomic<int> done{0};
+  std::atomic<int> failed{0};
+  auto call = [&] {  // One call, waited for without allocating (no future).
+    const int before = done.load();
+    channel.Call("alloc.Echo", "Say",
+                 Buffer::Borrow(std::span(payload.data(), payload.size())), {},
+                 [&](const Status& status, Buffer) {
+                   if (!status.ok()) failed++;
+                   done++;
+                 });
+    while (done.load() == before) std::this_thread::yield();
+  };
+  for (int i = 0; i < 2000; ++i) call();  // Warm up.
+  counting = true;
+  const uint64_t before = allocations;
+  constexpr int kCalls = 3000;
+  for (int i = 0; i < kCalls; ++i) call();
+  const uint64_t after = allocations;
+  counting = false;
+  CHECK(failed == 0);
+  const double per_call = double(after - before) / kCalls;
+  INFO(per_call << " allocations per call on the calling thread");
+  CHECK(per_call < 0.01);
 }
 
 }  // namespace

@@ -131,7 +131,9 @@ TEST_CASE("tcp: frames queued together leave in one gathered write") {
   }
   CHECK(pair.server->stats().frames_received == kFrames);
   CHECK(pair.client->stats().frames_sent == kFrames);
-  CHECK(pair.client->stats().write_calls == 1);
+  // 500 frames of 3 buffers each: 1,500 buffers, IOV_MAX (1,024) per
+  // sendmsg, so 2 system calls for all of them.
+  CHECK(pair.client->stats().write_calls == 2);
   CHECK(pair.server->stats().read_calls < kFrames / 10);
 }
 

@@ -1,5 +1,9 @@
 #include "transport/tcp/tcp_connection.h"
 
+#include <limits.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
@@ -57,6 +61,10 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
   // Flush writes directly and must never block the event loop.
   socket_.non_blocking(true, ec);
   direct_writes_ = !ec;
+  if (const auto* loop =
+          socket_.get_executor().target<asio::io_context::executor_type>()) {
+    loop_ = *loop;
+  }
   if (ec) Log().warn("{}: cannot set O_NONBLOCK: {}", peer_, ec.message());
 }
 
@@ -230,10 +238,16 @@ void TcpConnection::OnRead(size_t bytes) {
   stats_.read_calls++;
   stats_.bytes_received += bytes;
   staged_end_ += bytes;
-  delivering = this;
+  // Reset even if a handler throws (the event loop logs and goes on).
+  struct Delivery {
+    TcpConnection* self;
+    explicit Delivery(TcpConnection* c) : self(c) { delivering = c; }
+    ~Delivery() {
+      delivering = nullptr;
+      if (std::exchange(self->flush_after_delivery_, false)) self->Flush();
+    }
+  } delivery(this);
   ConsumeStaged();
-  delivering = nullptr;
-  if (std::exchange(flush_after_delivery_, false)) Flush();
 }
 
 void TcpConnection::OnReadError(const boost::system::error_code& error) {
@@ -277,15 +291,30 @@ Status TcpConnection::Send(OutgoingFrame frame) {
     return Status();
   }
   if (post) {
-    asio::post(socket_.get_executor(),
-               Pooled([self = shared_from_this()] { self->Flush(); }));
+    auto flush = Pooled([self = shared_from_this()] { self->Flush(); });
+    if (loop_) {
+      asio::post(*loop_, std::move(flush));
+    } else {
+      asio::post(socket_.get_executor(), std::move(flush));
+    }
   }
   return Status();
 }
 
 void TcpConnection::Flush() {
-  // A loop, not recursion: each pass writes what was queued meanwhile.
-  while (!torn_down_) {
+  // A loop, not recursion: each pass writes what was queued meanwhile. After
+  // a few passes it yields to the event loop, so a stream of Sends from
+  // other threads cannot starve reads and timers.
+  for (int pass = 0; !torn_down_; ++pass) {
+    if (pass == 16) {
+      auto flush = Pooled([self = shared_from_this()] { self->Flush(); });
+      if (loop_) {
+        asio::post(*loop_, std::move(flush));
+      } else {
+        asio::post(socket_.get_executor(), std::move(flush));
+      }
+      return;
+    }
     {
       std::lock_guard lock(mu_);
       if (queue_.empty())
@@ -313,30 +342,55 @@ void TcpConnection::Flush() {
       }
     }
     // Write now: on a socket with room (the usual case) the whole batch
-    // leaves in this one writev and no asynchronous operation is started.
-    stats_.write_calls++;
-    boost::system::error_code error = asio::error::would_block;
-    const size_t written =
-        direct_writes_
-            ? socket_.write_some(
-                  GatherView{gather_.data(), gather_.data() + gather_.size()},
-                  error)
-            : 0;
-    if (error && error != asio::error::would_block) {
-      return OnWritten(error, 0);
+    // leaves at once and no asynchronous operation is started.
+    // One sendmsg takes up to IOV_MAX buffers (Asio's write_some only 64):
+    // write until everything has left or the socket is full.
+    boost::system::error_code error =
+        direct_writes_ ? boost::system::error_code() : asio::error::would_block;
+    size_t written = 0, first = 0;
+    while (!error && written < total) {
+      const size_t count = std::min<size_t>(gather_.size() - first, IOV_MAX);
+      iov_.resize(count);
+      for (size_t i = 0; i < count; ++i) {
+        iov_[i].iov_base = const_cast<void*>(gather_[first + i].data());
+        iov_[i].iov_len = gather_[first + i].size();
+      }
+      msghdr message{};
+      message.msg_iov = iov_.data();
+      message.msg_iovlen = count;
+      stats_.write_calls++;
+      const ssize_t n =
+          ::sendmsg(socket_.native_handle(), &message, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        error = (errno == EAGAIN || errno == EWOULDBLOCK)
+                    ? asio::error::would_block
+                    : boost::system::error_code(
+                          errno, boost::system::system_category());
+        break;
+      }
+      written += static_cast<size_t>(n);
+      for (size_t skip = static_cast<size_t>(n); skip > 0;) {
+        if (skip >= gather_[first].size()) {
+          skip -= gather_[first++].size();
+        } else {
+          gather_[first] += skip;
+          skip = 0;
+        }
+      }
     }
-    if (!error && written == total) {
+    if (error && error != asio::error::would_block) {
+      return OnWritten(error, written);
+    }
+    if (written == total) {
       FinishWrite(written);
       continue;
     }
     // The socket is full: the rest goes asynchronously.
-    size_t first = 0, skip = error ? 0 : written;
-    while (skip >= gather_[first].size()) skip -= gather_[first++].size();
-    gather_[first] += skip;
     asio::async_write(
         socket_,
         GatherView{gather_.data() + first, gather_.data() + gather_.size()},
-        Pooled([self = shared_from_this(), done = error ? 0 : written](
+        Pooled([self = shared_from_this(), done = written](
                    const boost::system::error_code& error, size_t bytes) {
           self->OnWritten(error, done + bytes);
         }));

@@ -12,6 +12,8 @@
 #ifndef RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 #define RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -94,9 +96,12 @@ class TcpConnection final : public Connection,
 
   std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
   std::vector<boost::asio::const_buffer> gather_;
-  bool direct_writes_ = false;
-  bool flush_after_delivery_ =
-      false;  // Loop thread only.  // The socket is non-blocking: Flush writes.
+  std::vector<iovec> iov_;      // gather_ as sendmsg takes it.
+  bool direct_writes_ = false;  // The socket is non-blocking: Flush writes.
+  bool flush_after_delivery_ = false;  // Loop thread only.
+  // The socket's io_context executor: unlike the type-erased one, it
+  // allocates posted handlers with their own (pooled) allocator.
+  std::optional<boost::asio::io_context::executor_type> loop_;
 };
 
 }  // namespace rdmarpc::transport::tcp
