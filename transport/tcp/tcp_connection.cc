@@ -61,8 +61,9 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
   // Flush writes directly and must never block the event loop.
   socket_.non_blocking(true, ec);
   direct_writes_ = !ec;
-  if (const auto* loop =
-          socket_.get_executor().target<asio::io_context::executor_type>()) {
+  // (The executor is a copy: target() points into it, so keep it alive.)
+  const auto executor = socket_.get_executor();
+  if (const auto* loop = executor.target<asio::io_context::executor_type>()) {
     loop_ = *loop;
   }
   if (ec) Log().warn("{}: cannot set O_NONBLOCK: {}", peer_, ec.message());
