@@ -66,16 +66,13 @@ double LatencyHistogram::Snapshot::PercentileUs(double q) const {
 void MethodMetrics::RecordRejected(StatusCode code, uint64_t request) {
   const int index = static_cast<int>(code);
   finished_by_code[index >= 0 && index < kCodes ? index : 2].fetch_add(
-      1, std::memory_order_relaxed);
+      1, std::memory_order_relaxed);  // 2 is UNKNOWN.
   request_bytes.fetch_add(request, std::memory_order_relaxed);
 }
 
 void MethodMetrics::Record(StatusCode code, std::chrono::nanoseconds elapsed,
                            uint64_t request, uint64_t response) {
-  const int index = static_cast<int>(code);
-  finished_by_code[index >= 0 && index < kCodes ? index : 2].fetch_add(
-      1, std::memory_order_relaxed);  // 2 is UNKNOWN.
-  request_bytes.fetch_add(request, std::memory_order_relaxed);
+  RecordRejected(code, request);  // The counts; then what a handler adds.
   response_bytes.fetch_add(response, std::memory_order_relaxed);
   latency.Record(elapsed);
 }

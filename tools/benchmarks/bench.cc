@@ -416,40 +416,48 @@ double RpcThroughput(const Options& options,
   return counted / seconds;
 }
 
+// `n` calls of `method`, `k` outstanding, each completion starting the next
+// on the channel's own thread; returns how many failed. `on_done` sees the
+// running count of completions.
+uint64_t RunCalls(rpc::Channel& channel, long long n, int k, const char* method,
+                  const std::function<Buffer()>& payload,
+                  const rpc::CallOptions& options = {},
+                  const std::function<void(long long)>& on_done = {}) {
+  std::atomic<long long> issued{0}, done{0};
+  std::atomic<uint64_t> failed{0};
+  std::promise<void> finished;
+  std::function<void()> issue = [&] {
+    if (issued.fetch_add(1) >= n) return;
+    channel.Call(kService, method, payload(), options,
+                 [&](const Status& status, Buffer) {
+                   if (!status.ok()) failed++;
+                   const long long count = ++done;
+                   if (on_done) on_done(count);
+                   if (count == n) return finished.set_value();
+                   issue();
+                 });
+  };
+  boost::asio::post(channel.executor(), [&] {
+    for (int i = 0; i < k; ++i) issue();
+  });
+  finished.get_future().wait();
+  return failed.load();
+}
+
 // `iters` Sink calls of `size` bytes, 2 outstanding: GB/s one way.
 double RpcBandwidth(rpc::Channel& channel,
                     const transport::MemoryRegistration& arena, size_t size,
                     int iters, uint64_t& errors) {
-  std::atomic<int> issued{0}, done{0};
-  std::atomic<uint64_t> failed{0};
-  std::promise<void> finished;
-  const std::string what = "bandwidth " + std::to_string(size) + " B";
-  std::function<void()> issue = [&] {
-    if (issued.fetch_add(1) >= iters) return;
-    channel.Call(kService, "Sink", Payload(arena, size),
-                 rpc::CallOptions::WithTimeout(600s),
-                 [&](const Status& status, Buffer) {
-                   if (!status.ok()) failed++;
-                   const int n = ++done;
-                   Progress(what, n, iters);
-                   if (n == iters) return finished.set_value();
-                   issue();
-                 });
-  };
+  const auto payload = [&] { return Payload(arena, size); };
   // One call first, so connecting and registering are not timed.
-  std::promise<void> ready;
-  channel.Call(kService, "Sink", Payload(arena, size), {},
-               [&](const Status&, Buffer) { ready.set_value(); });
-  ready.get_future().wait();
+  RunCalls(channel, 1, 1, "Sink", payload);
+  const std::string what = "bandwidth " + std::to_string(size) + " B";
   const auto start = Clock::now();
-  boost::asio::post(channel.executor(), [&] {
-    issue();
-    issue();
-  });
-  finished.get_future().wait();
+  errors += RunCalls(channel, iters, 2, "Sink", payload,
+                     rpc::CallOptions::WithTimeout(600s),
+                     [&](long long done) { Progress(what, done, iters); });
   const double seconds =
       std::chrono::duration<double>(Clock::now() - start).count();
-  errors += failed.load();
   return static_cast<double>(size) * iters / seconds / 1e9;
 }
 
@@ -584,36 +592,19 @@ int CpuWindow(const examples::Flags& flags) {
       poll == "busy" ? transport::PollMode::kBusy : transport::PollMode::kEvent;
   rpc::Channel channel(options.uri, ChannelOptionsFor(options));
   auto arena = Arena(size);
-  auto run = [&](long long n, int k, const char* method,
-                 std::string_view body) {
-    std::atomic<long long> issued{0}, done{0};
-    std::atomic<uint64_t> failed{0};
-    std::promise<void> finished;
-    std::function<void()> issue = [&] {
-      if (issued.fetch_add(1) >= n) return;
-      channel.Call(kService, method,
-                   body.empty() ? Payload(*arena, size)
-                                : Buffer::Borrow(std::as_bytes(
-                                      std::span(body.data(), body.size()))),
-                   {}, [&](const Status& status, Buffer) {
-                     if (!status.ok()) failed++;
-                     if (++done == n) return finished.set_value();
-                     issue();
-                   });
+  const auto echo = [&] { return Payload(*arena, size); };
+  auto control = [](const char* word) {
+    return [word] {
+      return Buffer::Borrow(std::as_bytes(std::span(word, std::strlen(word))));
     };
-    boost::asio::post(channel.executor(), [&] {
-      for (int i = 0; i < k; ++i) issue();
-    });
-    finished.get_future().wait();
-    return failed.load();
   };
-  uint64_t failed =
-      run(std::max<long long>(calls / 5, 1000), outstanding, "Echo", {});
-  failed += run(1, 1, "Window", "start");
+  uint64_t failed = RunCalls(channel, std::max<long long>(calls / 5, 1000),
+                             outstanding, "Echo", echo);
+  failed += RunCalls(channel, 1, 1, "Window", control("start"));
   Window(true);
-  failed += run(calls, outstanding, "Echo", {});
+  failed += RunCalls(channel, calls, outstanding, "Echo", echo);
   Window(false);
-  failed += run(1, 1, "Window", "stop");
+  failed += RunCalls(channel, 1, 1, "Window", control("stop"));
   std::printf("cpu window: %lld calls of %zu B, %d outstanding, %llu failed\n",
               calls, size, outstanding,
               static_cast<unsigned long long>(failed));

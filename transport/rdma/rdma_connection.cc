@@ -81,6 +81,19 @@ ConnParams LocalParams() {
   return params;
 }
 
+// For rdma_connect and rdma_accept alike (accept ignores retry_count).
+// `local` travels as private data and must outlive the call.
+rdma_conn_param ConnParam(const ConnParams& local) {
+  rdma_conn_param param{};
+  param.private_data = &local;
+  param.private_data_len = sizeof(local);
+  param.responder_resources = 1;
+  param.initiator_depth = 1;
+  param.retry_count = 7;
+  param.rnr_retry_count = tunables::kRdmaRnrRetry;
+  return param;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ setup --
@@ -182,12 +195,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     }
     if (status.ok()) {
       const ConnParams local = LocalParams();
-      rdma_conn_param param{};
-      param.private_data = &local;
-      param.private_data_len = sizeof(local);
-      param.responder_resources = 1;
-      param.initiator_depth = 1;
-      param.rnr_retry_count = tunables::kRdmaRnrRetry;
+      rdma_conn_param param = ConnParam(local);
       if (rdma_accept(self->id_.get(), &param) != 0) {
         status = ErrnoStatus("rdma_accept", errno);
       }
@@ -295,13 +303,7 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       Status created = CreateResources();
       if (!created.ok()) return Established(created);
       const ConnParams local = LocalParams();
-      rdma_conn_param param{};
-      param.private_data = &local;
-      param.private_data_len = sizeof(local);
-      param.responder_resources = 1;
-      param.initiator_depth = 1;
-      param.retry_count = 7;
-      param.rnr_retry_count = tunables::kRdmaRnrRetry;
+      rdma_conn_param param = ConnParam(local);
       if (rdma_connect(id_.get(), &param) != 0) {
         Established(ErrnoStatus("rdma_connect " + peer_, errno));
       }

@@ -292,14 +292,18 @@ Status TcpConnection::Send(OutgoingFrame frame) {
     return Status();
   }
   if (post) {
-    auto flush = Pooled([self = shared_from_this()] { self->Flush(); });
-    if (loop_) {
-      asio::post(*loop_, std::move(flush));
-    } else {
-      asio::post(socket_.get_executor(), std::move(flush));
-    }
+    PostFlush();
   }
   return Status();
+}
+
+void TcpConnection::PostFlush() {
+  auto flush = Pooled([self = shared_from_this()] { self->Flush(); });
+  if (loop_) {
+    asio::post(*loop_, std::move(flush));
+  } else {
+    asio::post(socket_.get_executor(), std::move(flush));
+  }
 }
 
 void TcpConnection::Flush() {
@@ -308,13 +312,7 @@ void TcpConnection::Flush() {
   // other threads cannot starve reads and timers.
   for (int pass = 0; !torn_down_; ++pass) {
     if (pass == 16) {
-      auto flush = Pooled([self = shared_from_this()] { self->Flush(); });
-      if (loop_) {
-        asio::post(*loop_, std::move(flush));
-      } else {
-        asio::post(socket_.get_executor(), std::move(flush));
-      }
-      return;
+      return PostFlush();
     }
     {
       std::lock_guard lock(mu_);

@@ -64,6 +64,7 @@ class TcpConnection final : public Connection,
 
   // Send path (executor only).
   void Flush();
+  void PostFlush();                // Flush later, on the loop.
   void OnRead(size_t bytes);       // Into the staging area.
   void FinishWrite(size_t bytes);  // The batch in writing_ has left.
   void OnWritten(const boost::system::error_code& error, size_t bytes);
