@@ -36,6 +36,13 @@ inline constexpr size_t kTcpCopyOutLimit = 16 * 1024;
 static_assert(kTcpReceiveChunk >= kFramePrefixSize + kTcpCopyOutLimit,
               "a copied-out frame must fit the staging area");
 
+// Bytes a connection queues for a peer that does not keep up, before Send
+// refuses more (TransportOptions::max_queued_bytes).
+inline constexpr uint64_t kDefaultMaxQueuedBytes = 256ull << 20;
+static_assert(kDefaultMaxQueuedBytes >= 2 * (kDefaultMaxPayloadSize +
+                                             kMaxCallHeaderSize),
+              "largest frames must queue behind one another");
+
 // Close() first writes what is already queued; a peer that does not read is
 // cut off after this long.
 inline constexpr std::chrono::milliseconds kCloseFlushTimeout{1000};
@@ -67,6 +74,9 @@ inline constexpr uint32_t kRdmaMaxSendSge = 1 + kMaxPayloadSlices;
 // written from there, this many chunks in flight at once.
 inline constexpr uint32_t kRdmaBounceChunkSize = 1 << 20;
 inline constexpr uint32_t kRdmaBounceChunks = 4;
+// Receive grants (registered memory for peers' large frames) a process holds
+// at once, over all its connections.
+inline constexpr uint64_t kDefaultMaxGrantBytes = 1ull << 30;
 // Bytes in one RDMA WRITE: below any port's max_msg_sz (at least 2^31).
 inline constexpr uint32_t kRdmaMaxWriteSize = 1u << 30;
 
@@ -83,6 +93,9 @@ static_assert(kRdmaBounceChunkSize > kRdmaReceiveBufferSize,
 static_assert(kRdmaBounceChunks >= 2 && kRdmaBounceChunks < kRdmaSendDepth,
               "copying the next chunk overlaps writing the last");
 static_assert(kRdmaMaxWriteSize >= kRdmaBounceChunkSize);
+static_assert(kDefaultMaxGrantBytes >=
+                  kDefaultMaxPayloadSize + kMaxCallHeaderSize,
+              "a largest frame must fit the grant budget on its own");
 
 // --- RPC ---------------------------------------------------------------------
 // Status messages longer than this are truncated, so a response header
@@ -109,6 +122,10 @@ static_assert(kReconnectBackoffMultiplier > 1.0);
 // --- Server ----------------------------------------------------------------
 inline constexpr int kDefaultServerWorkers = 2;
 inline constexpr std::chrono::milliseconds kDefaultShutdownGrace{5000};
+// Limits a server applies (ServerOptions); each refusal is a clear
+// RESOURCE_EXHAUSTED, logged.
+inline constexpr uint32_t kDefaultMaxCallsPerConnection = 16384;
+inline constexpr uint32_t kDefaultMaxConnections = 10000;
 
 static_assert(kDefaultServerWorkers >= 1);
 

@@ -92,6 +92,12 @@ class Reader {
     }
     return false;
   }
+  // As protobuf: a tag is a 32-bit varint of at most 5 bytes (an overlong
+  // encoding of a small value is an error too).
+  bool Tag(uint64_t& tag) {
+    const std::byte* start = at_;
+    return Varint(tag) && at_ - start <= 5 && tag <= 0xffffffffu;
+  }
   bool Skip(uint64_t n) {
     if (n > static_cast<uint64_t>(end_ - at_)) return false;
     at_ += n;
@@ -141,7 +147,7 @@ std::optional<CallHeader> CallHeader::Decode(std::span<const std::byte> bytes) {
   Reader in(bytes);
   while (!in.done()) {
     uint64_t tag = 0;
-    if (!in.Varint(tag) || tag > 0xffffffffu) return std::nullopt;
+    if (!in.Tag(tag)) return std::nullopt;
     const uint64_t field = tag >> 3;
     const auto type = static_cast<uint32_t>(tag & 7);
     if (field == 0) return std::nullopt;

@@ -252,30 +252,36 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
       connection_->Start(shared_from_this());
       for (auto& [id, frame] : waiting_) {
         // Calls that timed out or were cancelled while waiting stay unsent.
-        if (calls_.Contains(id)) {
-          connection_->Send(std::move(frame)).IgnoreError();
+        if (!calls_.Contains(id)) continue;
+        const Status sent = connection_->Send(std::move(frame));
+        // (UNAVAILABLE: the connection is closing; OnClose fails the call.)
+        if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+          if (auto done = calls_.Take(id)) {
+            failed.emplace_back(id, std::move(*done));
+            failure = sent;  // RESOURCE_EXHAUSTED: the send queue is full.
+          }
         }
       }
       waiting_.clear();
-      return;
+    } else {
+      ++stats_.connect_failures;
+      connect_error_ = result.status();
+      state_ = ChannelState::kTransientFailure;
+      backoff_until_ = Clock::now() + backoff_;
+      Log().info("{}: {}; backing off {} ms", target_, connect_error_.message(),
+                 backoff_.count());
+      backoff_ = std::min(options_.max_backoff,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              backoff_ * options_.backoff_multiplier));
+      for (auto& [id, frame] : waiting_) {
+        if (auto done = calls_.Take(id))
+          failed.emplace_back(id, std::move(*done));
+      }
+      waiting_.clear();
+      failure = Status(StatusCode::kUnavailable, connect_error_.message());
     }
-    ++stats_.connect_failures;
-    connect_error_ = result.status();
-    state_ = ChannelState::kTransientFailure;
-    backoff_until_ = Clock::now() + backoff_;
-    Log().info("{}: {}; backing off {} ms", target_, connect_error_.message(),
-               backoff_.count());
-    backoff_ = std::min(options_.max_backoff,
-                        std::chrono::duration_cast<std::chrono::milliseconds>(
-                            backoff_ * options_.backoff_multiplier));
-    for (auto& [id, frame] : waiting_) {
-      if (auto done = calls_.Take(id))
-        failed.emplace_back(id, std::move(*done));
-    }
-    waiting_.clear();
-    failure = Status(StatusCode::kUnavailable, connect_error_.message());
   }
-  FailAll(failed, failure);
+  FailAll(failed, failure);  // Outside the lock: a callback may call again.
 }
 
 void Channel::Impl::OnFrame(ReceivedFrame frame) {
@@ -304,11 +310,16 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
   }
   Status status = StatusFromHeader(*header);
   if (frame.dropped_payload_size() > 0) {
-    status =
-        Status(StatusCode::kResourceExhausted,
-               "response of " + std::to_string(frame.dropped_payload_size()) +
-                   " bytes exceeds the channel's maximum of " +
-                   std::to_string(options_.transport.max_payload_size));
+    const std::string size = std::to_string(frame.dropped_payload_size());
+    status = Status(
+        StatusCode::kResourceExhausted,
+        frame.drop_reason() == transport::DropReason::kMemoryLimit
+            ? "response of " + size +
+                  " bytes refused: the channel's registered-memory limit "
+                  "is reached"
+            : "response of " + size +
+                  " bytes exceeds the channel's maximum of " +
+                  std::to_string(options_.transport.max_payload_size));
   }
   Invoke(*done, status,
          status.ok() ? std::move(frame).TakePayload() : Buffer());

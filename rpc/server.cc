@@ -19,6 +19,7 @@ class Server::Impl {
       : options_(std::move(options)), core_(std::make_shared<ServerCore>()) {
     core_->max_response_size = options_.max_response_size;
     core_->metrics = options_.enable_metrics;
+    core_->max_calls_per_connection = options_.max_calls_per_connection;
     const int workers = options_.workers > 0 ? options_.workers : 1;
     for (int i = 0; i < workers; ++i) {
       workers_->push_back(std::make_unique<EventLoop>());
@@ -145,6 +146,8 @@ class Server::Impl {
     out.responses_dropped = core_->responses_dropped;
     out.protocol_errors = core_->protocol_errors;
     out.unknown_method_calls = core_->unknown_method_calls;
+    out.calls_over_limit = core_->calls_over_limit;
+    out.connections_refused = core_->connections_refused;
     return out;
   }
 
@@ -158,6 +161,17 @@ class Server::Impl {
         connection->Close(
             Status(StatusCode::kUnavailable, "server shutting down"));
         return;
+      }
+      const uint32_t limit = options_.max_connections;
+      if (limit > 0 && sessions_.size() >= limit) {
+        core_->connections_refused++;
+        Log().warn(
+            "{}: refused: the server has {} connections, its limit "
+            "(max_connections)",
+            connection->peer(), sessions_.size());
+        session->Refuse(Status(StatusCode::kResourceExhausted,
+                               "server at its connection limit (" +
+                                   std::to_string(limit) + ")"));
       }
       sessions_.insert(session);
     }

@@ -37,6 +37,12 @@ struct ServerOptions {
   uint64_t max_response_size = tunables::kDefaultMaxPayloadSize;
   // Per-method metrics (rpc/metrics.h); cheap enough to leave on.
   bool enable_metrics = true;
+  // Calls one connection may have running at once; more are answered
+  // RESOURCE_EXHAUSTED at once (0: no limit).
+  uint32_t max_calls_per_connection = tunables::kDefaultMaxCallsPerConnection;
+  // Open connections; a connection beyond it has each request answered
+  // RESOURCE_EXHAUSTED and is closed (0: no limit).
+  uint32_t max_connections = tunables::kDefaultMaxConnections;
 };
 
 struct ServerStats {
@@ -46,6 +52,8 @@ struct ServerStats {
   uint64_t responses_dropped = 0;     // Finished after cancel or deadline.
   uint64_t protocol_errors = 0;       // Connections closed for malformed input.
   uint64_t unknown_method_calls = 0;  // Answered UNIMPLEMENTED.
+  uint64_t calls_over_limit = 0;  // Over max_calls_per_connection.
+  uint64_t connections_refused = 0;  // Over max_connections.
 };
 
 class Server {

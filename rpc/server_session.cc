@@ -119,6 +119,10 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
                                 "protocol error: client sent a response"));
   }
 
+  if (!refusal_.ok()) {
+    Reply(id, refusal_);
+    return connection_->Close(refusal_);  // Sends the answer first.
+  }
   if (core_->draining) {  // Checked again under core_->mu below.
     return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
@@ -146,10 +150,15 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       metrics->RecordRejected(StatusCode::kResourceExhausted,
                               frame.dropped_payload_size());
     }
-    return Reply(id, Status(StatusCode::kResourceExhausted,
-                            "request of " +
-                                std::to_string(frame.dropped_payload_size()) +
-                                " bytes exceeds the server's maximum"));
+    const std::string size = std::to_string(frame.dropped_payload_size());
+    return Reply(
+        id, Status(StatusCode::kResourceExhausted,
+                   frame.drop_reason() == transport::DropReason::kMemoryLimit
+                       ? "request of " + size +
+                             " bytes refused: the server's registered-memory "
+                             "limit is reached"
+                       : "request of " + size +
+                             " bytes exceeds the server's maximum"));
   }
 
   std::optional<Clock::time_point> deadline;
@@ -169,6 +178,25 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       method->first, std::move(frame).TakePayload(), deadline, metrics);
   {
     std::lock_guard lock(mu_);
+    const uint32_t limit = core_->max_calls_per_connection;
+    if (limit > 0 && live_.size() >= limit) {
+      call->finished_ = true;
+      core_->calls_over_limit++;
+      if (!std::exchange(limit_logged_, true)) {
+        Log().warn(
+            "{}: {} calls in flight, the limit per connection "
+            "(max_calls_per_connection); answering RESOURCE_EXHAUSTED",
+            connection_->peer(), limit);
+      }
+      if (metrics != nullptr) {
+        metrics->started.fetch_add(1, std::memory_order_relaxed);
+        metrics->RecordRejected(StatusCode::kResourceExhausted, 0);
+      }
+      return Reply(
+          id, Status(StatusCode::kResourceExhausted,
+                     "too many calls in flight on this connection (limit " +
+                         std::to_string(limit) + ")"));
+    }
     if (!TrackLocked(id, call)) {
       // Finish the orphan quietly: the connection is going away anyway.
       call->finished_ = true;
@@ -285,6 +313,9 @@ void ServerSession::UntrackLocked(uint64_t id) {
 }
 
 void ServerSession::OnClose(const Status& reason) {
+  // The transport closed it for malformed input (the session's own
+  // ProtocolError counts the RPC layer's).
+  if (connection_->stats().protocol_errors > 0) core_->protocol_errors++;
   std::vector<std::shared_ptr<ServerCall>> orphans;
   {
     std::lock_guard lock(mu_);

@@ -48,6 +48,9 @@ struct ServerCore {
   std::atomic<uint64_t> responses_dropped{0};  // Cancelled or late.
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> unknown_method_calls{0};
+  uint32_t max_calls_per_connection = 0;  // Fixed once serving; 0: none.
+  std::atomic<uint64_t> calls_over_limit{0};
+  std::atomic<uint64_t> connections_refused{0};
 };
 
 class ServerSession final : public transport::ConnectionObserver,
@@ -60,6 +63,9 @@ class ServerSession final : public transport::ConnectionObserver,
                 std::shared_ptr<const void> loops);
 
   void Start() { connection_->Start(shared_from_this()); }
+  // Before Start: the server is at a limit. Each request is answered with
+  // `why` and the connection closes after the first answer.
+  void Refuse(Status why) { refusal_ = std::move(why); }
   // Runs once, after the connection has closed. Set before Start().
   void SetOnClosed(std::function<void()> on_closed) {
     on_closed_ = std::move(on_closed);
@@ -91,6 +97,8 @@ class ServerSession final : public transport::ConnectionObserver,
   bool TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
   void UntrackLocked(uint64_t id);
   std::function<void()> on_closed_;
+  Status refusal_;             // Set by Refuse before Start.
+  bool limit_logged_ = false;  // Guarded by mu_.
 };
 
 }  // namespace rdmarpc::rpc

@@ -123,6 +123,8 @@ TEST_CASE("call header: malformed bytes are refused as protobuf refuses them") {
       std::string("\x00\x01", 2),  // Field 0.
       std::string("\x08") + std::string(10, '\xff') +
           "\x01",  // 11-byte varint.
+      // Tag of field 1 (varint) in 6 bytes, value 1; found by fuzzing.
+      std::string("\x88\x80\x80\x80\x80\x00\x01", 7),
   };
   for (const std::string& bytes : bad) {
     INFO("bytes of size " << bytes.size());

@@ -280,6 +280,9 @@ TEST_CASE("malformed: a bad frame closes that connection, others are served") {
   boost::asio::read(raw, boost::asio::buffer(&byte, 1), error);
   CHECK(error == boost::asio::error::eof);  // The server closed it.
   CHECK(WaitFor([&] { return log.Contains("malformed frame: bad magic"); }));
+  // Counted, though the transport (not the RPC layer) found it.
+  CHECK(WaitFor([&] { return server.server.stats().protocol_errors == 1; }));
+  CHECK(WaitFor([&] { return server.server.stats().connections == 1; }));
 
   CHECK(CallSync(healthy, "Echo", "after").response == "after");
 }

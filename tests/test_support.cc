@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "transport/rdma/verbs.h"
 
 namespace rdmarpc::testing {
 namespace {
@@ -67,6 +68,15 @@ bool LogCapture::Contains(spdlog::level::level_enum level,
   return Captured().Contains(level, text);
 }
 
+uint64_t RegisteredBytes() {
+  return transport::rdma::LiveRegisteredBytes();
+}
+
+bool OverRdma() {
+  const char* transport = std::getenv("RDMARPC_TEST_TRANSPORT");
+  return transport != nullptr && std::string(transport) == "rdma";
+}
+
 std::string ListenUri() {
   const char* transport = std::getenv("RDMARPC_TEST_TRANSPORT");
   if (transport == nullptr || std::string(transport) == "tcp") {
@@ -94,6 +104,13 @@ TestService::TestService() : rpc::Service("test.Test") {
     const size_t colon = text.find(':');
     const int code = std::stoi(text.substr(0, colon));
     call->Finish(Status(static_cast<StatusCode>(code), text.substr(colon + 1)));
+  });
+  AddMethod("BlockMs", [count](std::shared_ptr<ServerCall> call) {
+    count();
+    // Holds the worker thread: its connections are not read meanwhile.
+    const int ms = std::stoi(std::string(call->request().view()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    call->Finish(Status(), Buffer::CopyOf(std::string_view("blocked")));
   });
   AddMethod("SleepMs", [this, count](std::shared_ptr<ServerCall> call) {
     count();

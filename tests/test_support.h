@@ -35,11 +35,16 @@ class LogCapture {
 
 // "tcp://127.0.0.1:0", or the rdma equivalent on the VM's RXE_IP.
 std::string ListenUri();
+// True when the suite runs over rdma:// (RDMARPC_TEST_TRANSPORT=rdma).
+bool OverRdma();
+// Bytes this process has registered with the RDMA device now (0 over tcp).
+uint64_t RegisteredBytes();
 
 // A service named "test.Test" with methods:
 //   Echo        returns the request
 //   Fail        request "CODE:message" -> that status
 //   SleepMs     request "N": finishes OK after N ms (timer; no thread blocked)
+//   BlockMs     request "N": blocks its worker thread N ms, then finishes OK
 //   Deadline    returns "none" or the remaining milliseconds
 //   WaitCancel  never finishes on its own; finishes CANCELLED when cancelled
 //   Bytes       request "N": returns N bytes

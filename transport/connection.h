@@ -57,8 +57,11 @@ struct OutgoingFrame {
 class ReceivedFrame {
  public:
   ReceivedFrame(FrameType type, Buffer block, uint32_t header_size,
-                uint64_t dropped_payload_size)
+                uint64_t dropped_payload_size,
+                DropReason drop_reason = DropReason::kTooLarge)
       : type_(type),
+        drop_reason_(dropped_payload_size > 0 ? drop_reason
+                                              : DropReason::kNone),
         block_(std::move(block)),
         header_size_(header_size),
         dropped_payload_size_(dropped_payload_size) {}
@@ -71,6 +74,7 @@ class ReceivedFrame {
   // Non-zero when the payload exceeded the receiver's maximum and was
   // discarded unread; the header is intact so the call can be answered.
   uint64_t dropped_payload_size() const { return dropped_payload_size_; }
+  DropReason drop_reason() const { return drop_reason_; }
 
   // The payload as an owned Buffer; header() is invalid afterwards.
   Buffer TakePayload() && {
@@ -81,6 +85,7 @@ class ReceivedFrame {
 
  private:
   FrameType type_;
+  DropReason drop_reason_;
   Buffer block_;  // Header, then payload.
   uint32_t header_size_;
   uint64_t dropped_payload_size_;
@@ -96,6 +101,9 @@ struct ConnectionStats {
   std::atomic<uint64_t> write_calls{0};
   std::atomic<uint64_t> read_calls{0};
   std::atomic<uint64_t> oversized_frames_dropped{0};
+  // Set when this connection closed because the peer broke the protocol
+  // (a malformed frame, a bad credit, grant or immediate value).
+  std::atomic<uint64_t> protocol_errors{0};
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};      // WRITE WITH IMMEDIATE transfers.
@@ -158,11 +166,30 @@ struct TransportOptions {
   // Largest payload this side accepts; larger ones are dropped and answered
   // with RESOURCE_EXHAUSTED.
   uint64_t max_payload_size = tunables::kDefaultMaxPayloadSize;
+  // Bytes of frames queued on a connection and not yet handed to the
+  // socket or the send queue: a peer that stops reading stalls the sender,
+  // and Send answers RESOURCE_EXHAUSTED past this, so memory stays bounded.
+  // One frame of any size is accepted into an empty queue.
+  uint64_t max_queued_bytes = tunables::kDefaultMaxQueuedBytes;
   std::chrono::milliseconds connect_timeout = tunables::kConnectTimeout;
-  // RDMA only.
+  // RDMA only. Bytes of receive grants (memory registered for peers' large
+  // frames) this process may hold at once, counted over every connection
+  // and checked against each connection's own limit. A payload that would
+  // exceed it is dropped and answered with RESOURCE_EXHAUSTED.
+  uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes;
   PollMode poll_mode = PollMode::kEvent;
   std::chrono::microseconds hybrid_spin{50};
 };
+
+// Send's check of max_queued_bytes: `queued` bytes wait already.
+inline Status CheckQueueRoom(uint64_t queued, uint64_t frame_bytes,
+                             uint64_t limit, const std::string& peer) {
+  if (queued == 0 || queued + frame_bytes <= limit) return Status();
+  return Status(StatusCode::kResourceExhausted,
+                "send queue to " + peer + " is full (" +
+                    std::to_string(queued) + " bytes waiting, limit " +
+                    std::to_string(limit) + "): the peer is not keeping up");
+}
 
 // Picks the io_context that will own the next accepted connection.
 using ContextPicker = std::function<boost::asio::io_context&()>;

@@ -35,6 +35,14 @@ enum class FrameType : uint8_t {
   kControl = 1,
 };
 
+// Why a receiver discarded a frame's payload (its header still arrives, so
+// the call can be answered).
+enum class DropReason : uint8_t {
+  kNone = 0,
+  kTooLarge = 1,     // Over the receiver's max_payload_size.
+  kMemoryLimit = 2,  // RDMA: over the receiver's max_grant_bytes.
+};
+
 struct FramePrefix {
   FrameType type = FrameType::kRpc;
   uint16_t credits = 0;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +28,6 @@ namespace {
 using transport::rdma::CmId;
 using transport::rdma::CompletionQueue;
 using transport::rdma::EventChannel;
-using transport::rdma::MemoryRegion;
 using transport::rdma::ProtectionDomain;
 using Clock = std::chrono::steady_clock;
 
@@ -36,6 +36,13 @@ using Clock = std::chrono::steady_clock;
                std::strerror(errno));
   std::exit(1);
 }
+
+// The READ baseline needs remote read access, which rdmarpc's own
+// RegisterRegion refuses, so this tool registers directly.
+struct RawMrDeleter {
+  void operator()(ibv_mr* mr) const { ibv_dereg_mr(mr); }
+};
+using MemoryRegion = std::unique_ptr<ibv_mr, RawMrDeleter>;
 
 // What the server tells the client in the accept's private data.
 struct Grant {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
@@ -94,7 +95,29 @@ rdma_conn_param ConnParam(const ConnParams& local) {
   return param;
 }
 
+std::atomic<uint64_t> granted_bytes{0};
+
 }  // namespace
+
+uint64_t GrantedBytes() {
+  return granted_bytes.load(std::memory_order_relaxed);
+}
+
+GrantCharge::GrantCharge(uint64_t bytes) : bytes_(bytes) {
+  granted_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+GrantCharge& GrantCharge::operator=(GrantCharge&& other) noexcept {
+  if (this != &other) {
+    Release();
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void GrantCharge::Release() {
+  granted_bytes.fetch_sub(std::exchange(bytes_, 0), std::memory_order_relaxed);
+}
 
 // ------------------------------------------------------------------ setup --
 
@@ -108,7 +131,6 @@ RdmaConnection::RdmaConnection(asio::io_context& context,
 
 RdmaConnection::~RdmaConnection() {
   // The descriptors belong to rdma-core, not to Asio.
-  boost::system::error_code ignored;
   if (cm_fd_.is_open()) cm_fd_.release();
   if (cq_fd_.is_open()) cq_fd_.release();
   // No DMA may touch memory that is about to be freed: the QP goes first.
@@ -453,7 +475,18 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
     const std::string why = std::string("completion error: ") +
                             ibv_wc_status_str(wc.status) + " (vendor error " +
                             std::to_string(wc.vendor_err) + ")";
-    if (wc.status != IBV_WC_WR_FLUSH_ERR) Log().warn("{}: {}", peer_, why);
+    if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+      Log().warn("{}: closing: {}", peer_, why);
+    } else if (!torn_down_ && !close_after_drain_) {
+      // Flushed before we closed: the QP went to error on its own. A peer's
+      // RDMA access outside its grant does that (the NIC refuses it), as
+      // does a fabric failure; the completion cannot tell which.
+      Log().warn(
+          "{}: closing: the queue pair entered the error state without a "
+          "local cause (a peer's access outside its grants, or a fabric "
+          "failure)",
+          peer_);
+    }
     return CloseNow(Status(StatusCode::kUnavailable,
                            "connection to " + peer_ + " lost: " + why));
   }
@@ -478,8 +511,8 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
   }
 }
 
-void RdmaConnection::ProtocolError(const std::string& what) {
-  const Status error(StatusCode::kInternal, "malformed frame: " + what);
+void RdmaConnection::ProtocolError(const Status& error) {
+  stats_.protocol_errors++;
   Log().warn("{}: closing: {}", peer_, error.message());
   CloseNow(error);
 }
@@ -487,30 +520,23 @@ void RdmaConnection::ProtocolError(const std::string& what) {
 void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
   const std::byte* data =
       receive_ring_->data() + size_t{slot} * kRdmaReceiveBufferSize;
-  if (bytes < kFramePrefixSize) return ProtocolError("short message");
-  const DecodedPrefix decoded = DecodeFramePrefix(
-      std::span(data, kFramePrefixSize), options_.max_payload_size);
-  if (decoded.verdict == PrefixVerdict::kMalformed) {
-    return ProtocolError(decoded.error.message());
-  }
-  const FramePrefix& prefix = decoded.prefix;
-  if (uint64_t{kFramePrefixSize} + prefix.header_size + prefix.payload_size !=
-      bytes) {
-    return ProtocolError("frame length does not match the message");
+  StatusOr<InboundMessage> inbound =
+      CheckInbound(std::span(data, bytes), options_.max_payload_size);
+  if (!inbound.ok()) return ProtocolError(inbound.status());
+  const FramePrefix& prefix = inbound->prefix;
+  if (Status s = CheckCreditReturn(credits_, prefix.credits,
+                                   peer_params_.receive_depth);
+      !s.ok()) {
+    return ProtocolError(s);
   }
   credits_ += prefix.credits;
-  if (credits_ > peer_params_.receive_depth) {
-    return ProtocolError("peer returned more credits than it was owed");
-  }
   stats_.bytes_received += bytes;
-  const std::byte* header = data + kFramePrefixSize;
-  if (prefix.type == FrameType::kControl) {
-    const auto message = DecodeControl(std::span(header, prefix.header_size));
-    if (!message) return ProtocolError("bad control message");
+  if (inbound->control) {
     Repost(slot);
-    return OnControl(*message);
+    return OnControl(*inbound->control);
   }
-  const bool dropped = decoded.verdict == PrefixVerdict::kPayloadTooLarge;
+  const std::byte* header = data + kFramePrefixSize;
+  const bool dropped = inbound->payload_too_large;
   const size_t keep = prefix.header_size + (dropped ? 0 : prefix.payload_size);
   Buffer block = PooledBuffer(keep);
   if (keep > 0) std::memcpy(block.data(), header, keep);
@@ -525,61 +551,18 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
   switch (message.kind) {
     case ControlKind::kCredit:
       return;
-    case ControlKind::kRts: {
-      if (incoming_)
-        return ProtocolError("a second transfer while one is open");
-      if (message.header_size > tunables::kMaxCallHeaderSize) {
-        return ProtocolError("transfer header too large");
-      }
-      IncomingTransfer transfer;
-      transfer.id = message.transfer;
-      transfer.header_size = message.header_size;
-      const bool dropped = message.payload_size > options_.max_payload_size;
-      if (dropped) {
-        Log().warn(
-            "{}: payload of {} bytes exceeds the receiver's maximum "
-            "of {}; discarding it",
-            peer_, message.payload_size, options_.max_payload_size);
-        transfer.dropped_payload = message.payload_size;
-        stats_.oversized_frames_dropped++;
-      }
-      const size_t length =
-          message.header_size + (dropped ? 0 : size_t{message.payload_size});
-      // At least one byte, so there is always something to register.
-      transfer.block = ZeroedBlock(std::max<size_t>(length, 1));
-      if (transfer.block.empty()) {
-        return CloseNow(Status(StatusCode::kResourceExhausted,
-                               "cannot allocate " + std::to_string(length) +
-                                   " bytes for a transfer from " + peer_));
-      }
-      transfer.block.Truncate(length);
-      // Remote write into this block only, for this connection only.
-      transfer.region.reset(ibv_reg_mr(
-          pd_.get(), transfer.block.data(), std::max<size_t>(length, 1),
-          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
-      if (!transfer.region) {
-        return CloseNow(ErrnoStatus("ibv_reg_mr (grant)", errno));
-      }
-      ControlMessage grant;
-      grant.kind = ControlKind::kGrant;
-      grant.dropped = dropped ? 1 : 0;
-      grant.transfer = transfer.id;
-      grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
-      grant.rkey = transfer.region->rkey;
-      grant.length = static_cast<uint32_t>(length);
-      incoming_ = std::move(transfer);
-      control_queue_.push_back(grant);
-      return;
-    }
+    case ControlKind::kRts:
+      return OnRts(message);
     case ControlKind::kGrant: {
-      if (!outgoing_ || outgoing_->granted ||
-          outgoing_->id != message.transfer) {
-        return ProtocolError("grant for no open transfer");
+      std::optional<PendingTransfer> pending;
+      if (outgoing_) {
+        pending = PendingTransfer{outgoing_->id, outgoing_->granted,
+                                  outgoing_->frame.header.size(),
+                                  outgoing_->frame.payload_size()};
       }
-      const uint64_t want =
-          outgoing_->frame.header.size() +
-          (message.dropped ? 0 : outgoing_->frame.payload_size());
-      if (message.length != want) return ProtocolError("grant of wrong length");
+      if (Status s = CheckGrant(message, pending); !s.ok()) {
+        return ProtocolError(s);
+      }
       outgoing_->granted = true;
       outgoing_->grant = message;
       return StartWrites();
@@ -587,23 +570,78 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
   }
 }
 
+void RdmaConnection::OnRts(const ControlMessage& rts) {
+  const uint64_t in_use = GrantedBytes();
+  const uint64_t budget_left =
+      in_use < options_.max_grant_bytes ? options_.max_grant_bytes - in_use : 0;
+  StatusOr<GrantPlan> plan = PlanGrant(rts, incoming_.has_value(),
+                                       options_.max_payload_size, budget_left);
+  if (!plan.ok()) return ProtocolError(plan.status());
+  IncomingTransfer transfer;
+  transfer.id = rts.transfer;
+  transfer.header_size = rts.header_size;
+  transfer.dropped_payload = plan->dropped_payload;
+  transfer.drop_reason = plan->drop_reason;
+  if (plan->drop_reason == DropReason::kTooLarge) {
+    Log().warn(
+        "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
+        "discarding it",
+        peer_, rts.payload_size, options_.max_payload_size);
+    stats_.oversized_frames_dropped++;
+  } else if (plan->drop_reason == DropReason::kMemoryLimit) {
+    Log().warn(
+        "{}: payload of {} bytes would exceed the registered-memory limit "
+        "(max_grant_bytes {}, {} in use); discarding it",
+        peer_, rts.payload_size, options_.max_grant_bytes, in_use);
+    stats_.oversized_frames_dropped++;
+  }
+  const size_t length = plan->length;
+  // At least one byte, so there is always something to register.
+  transfer.block = ZeroedBlock(std::max<size_t>(length, 1));
+  if (transfer.block.empty()) {
+    return CloseNow(Status(StatusCode::kResourceExhausted,
+                           "cannot allocate " + std::to_string(length) +
+                               " bytes for a transfer from " + peer_));
+  }
+  transfer.block.Truncate(length);
+  // Remote write into this block only, for this connection only.
+  transfer.region = RegisterRegion(
+      pd_.get(), transfer.block.data(), std::max<size_t>(length, 1),
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!transfer.region) {
+    return CloseNow(ErrnoStatus("ibv_reg_mr (grant)", errno));
+  }
+  transfer.charge = GrantCharge(transfer.region->length);
+  ControlMessage grant;
+  grant.kind = ControlKind::kGrant;
+  grant.dropped = static_cast<uint8_t>(plan->drop_reason);
+  grant.transfer = transfer.id;
+  grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
+  grant.rkey = transfer.region->rkey;
+  grant.length = static_cast<uint32_t>(length);
+  incoming_ = std::move(transfer);
+  control_queue_.push_back(grant);
+}
+
 void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
                                    uint32_t bytes) {
   // `bytes` counts the last WRITE only (the grant bounds the others).
-  if (!incoming_ || imm != incoming_->id || bytes > incoming_->block.size()) {
-    return ProtocolError("unexpected RDMA write (immediate " +
-                         std::to_string(imm) + ", " + std::to_string(bytes) +
-                         " bytes)");
+  std::optional<OpenGrant> open;
+  if (incoming_) open = OpenGrant{incoming_->id, incoming_->block.size()};
+  if (Status s = CheckLanding(imm, bytes, open); !s.ok()) {
+    return ProtocolError(s);
   }
   Repost(slot);
   IncomingTransfer transfer = std::move(*incoming_);
   incoming_.reset();
   transfer.region.reset();  // No remote access once the data has landed.
+  transfer.charge.Release();
   stats_.bytes_received += transfer.block.size();
   stats_.frames_received++;
   observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(transfer.block),
                                    transfer.header_size,
-                                   transfer.dropped_payload));
+                                   transfer.dropped_payload,
+                                   transfer.drop_reason));
 }
 
 void RdmaConnection::Repost(uint32_t slot) {
@@ -655,6 +693,14 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
       return Status(StatusCode::kUnavailable,
                     "connection to " + peer_ + " is closed");
     }
+    const uint64_t bytes =
+        kFramePrefixSize + frame.header.size() + frame.payload_size();
+    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
+                                     options_.max_queued_bytes, peer_);
+        !room.ok()) {
+      return room;
+    }
+    queued_bytes_ += bytes;
     queue_.push_back(std::move(frame));
     post = !std::exchange(flush_pending_, true);
   }
@@ -692,6 +738,7 @@ void RdmaConnection::Flush() {
       }
       const uint64_t total =
           kFramePrefixSize + frame.header.size() + frame.payload_size();
+      queued_bytes_ -= total;  // Leaves the queue now, one way or the other.
       if (total <= small_limit) {
         PostSmall(frame, frame.type, {});
         queue_.pop_front();
@@ -981,6 +1028,7 @@ void RdmaConnection::CloseNow(const Status& reason) {
     std::lock_guard lock(mu_);
     closing_ = true;
     queue_.clear();
+    queued_bytes_ = 0;
   }
   close_timer_.cancel();
   // A transfer with nothing posted yet (its grant never came) lets go of the

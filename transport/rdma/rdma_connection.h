@@ -27,17 +27,38 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "base/ring_queue.h"
 #include "transport/connection.h"
 #include "transport/memory.h"
+#include "transport/rdma/peer_checks.h"
 #include "transport/rdma/protocol.h"
 #include "transport/rdma/registration_cache.h"
 #include "transport/rdma/verbs.h"
 #include "transport/rdma/write_plan.h"
 
 namespace rdmarpc::transport::rdma {
+
+// Bytes of receive grants held now by every connection of this process
+// (checked against TransportOptions::max_grant_bytes).
+uint64_t GrantedBytes();
+
+// A grant's share of GrantedBytes(), returned when released or destroyed.
+class GrantCharge {
+ public:
+  GrantCharge() = default;
+  explicit GrantCharge(uint64_t bytes);
+  GrantCharge(GrantCharge&& other) noexcept
+      : bytes_(std::exchange(other.bytes_, 0)) {}
+  GrantCharge& operator=(GrantCharge&& other) noexcept;
+  ~GrantCharge() { Release(); }
+  void Release();
+
+ private:
+  uint64_t bytes_ = 0;
+};
 
 class RdmaConnection final
     : public Connection,
@@ -101,8 +122,10 @@ class RdmaConnection final
     uint32_t id = 0;
     uint32_t header_size = 0;
     uint64_t dropped_payload = 0;
+    DropReason drop_reason = DropReason::kNone;
     Buffer block;
     MemoryRegion region;
+    GrantCharge charge;  // For region's bytes.
   };
 
   // Connection setup (rdma_cm events).
@@ -121,6 +144,7 @@ class RdmaConnection final
   void OnReceive(uint32_t slot, uint32_t bytes);
   void OnWriteLanded(uint32_t slot, uint32_t imm, uint32_t bytes);
   void OnControl(const ControlMessage& message);
+  void OnRts(const ControlMessage& rts);
   void Repost(uint32_t slot);
   void FlushReposts();
 
@@ -139,7 +163,7 @@ class RdmaConnection final
   void Post();  // Posts the chain built by PostSmall/PostWrite.
 
   void MaybeFinishClose();
-  void ProtocolError(const std::string& what);
+  void ProtocolError(const Status& error);
   void CloseNow(const Status& reason);
 
   boost::asio::io_context& context_;
@@ -189,6 +213,7 @@ class RdmaConnection final
   RingQueue<OutgoingFrame> queue_;  // Guarded by mu_.
   bool flush_pending_ = false;      // Guarded by mu_.
   bool closing_ = false;            // Guarded by mu_.
+  uint64_t queued_bytes_ = 0;       // Guarded by mu_: the bytes in queue_.
 
   RingQueue<ControlMessage> control_queue_;  // Grants and credits to send.
   std::optional<OutgoingTransfer> outgoing_;

@@ -17,8 +17,8 @@ std::optional<uint32_t> RegistrationCache::Lkey(
   auto it = regions_.find(registration.id());
   if (it != regions_.end()) return it->second->lkey;
   // Access 0: local read only, so read-only memory registers too.
-  MemoryRegion region(
-      ibv_reg_mr(pd_, registration.data(), registration.size(), 0));
+  MemoryRegion region =
+      RegisterRegion(pd_, registration.data(), registration.size(), 0);
   if (!region) return std::nullopt;
   ++registrations_;
   const uint32_t lkey = region->lkey;

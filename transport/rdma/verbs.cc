@@ -2,11 +2,39 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <string>
 
 namespace rdmarpc::transport::rdma {
+namespace {
+
+std::atomic<uint64_t> live_registered_bytes{0};
+
+}  // namespace
+
+void MrDeleter::operator()(ibv_mr* mr) const {
+  live_registered_bytes.fetch_sub(mr->length, std::memory_order_relaxed);
+  ibv_dereg_mr(mr);
+}
+
+MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length,
+                            int access) {
+  if ((access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)) != 0) {
+    errno = EPERM;
+    return nullptr;
+  }
+  MemoryRegion region(ibv_reg_mr(pd, addr, length, access));
+  if (region) {
+    live_registered_bytes.fetch_add(region->length, std::memory_order_relaxed);
+  }
+  return region;
+}
+
+uint64_t LiveRegisteredBytes() {
+  return live_registered_bytes.load(std::memory_order_relaxed);
+}
 
 Status ErrnoStatus(std::string_view what, int error) {
   return Status(StatusCode::kUnavailable,
@@ -18,7 +46,7 @@ StatusOr<RegisteredMemory> RegisteredMemory::Allocate(ibv_pd* pd, size_t size,
   RegisteredMemory memory;
   memory.memory_.reset(new std::byte[size]);
   memory.size_ = size;
-  memory.mr_.reset(ibv_reg_mr(pd, memory.memory_.get(), size, access));
+  memory.mr_ = RegisterRegion(pd, memory.memory_.get(), size, access);
   if (!memory.mr_) return ErrnoStatus("ibv_reg_mr", errno);
   return memory;
 }

@@ -52,9 +52,19 @@ struct CqDeleter {
 using CompletionQueue = std::unique_ptr<ibv_cq, CqDeleter>;
 
 struct MrDeleter {
-  void operator()(ibv_mr* mr) const { ibv_dereg_mr(mr); }
+  void operator()(ibv_mr* mr) const;
 };
 using MemoryRegion = std::unique_ptr<ibv_mr, MrDeleter>;
+
+// Every memory region rdmarpc registers goes through here, so that:
+//  - no region ever allows remote READ or atomics (a peer can only write,
+//    and only where it was granted): such `access` fails with EPERM;
+//  - LiveRegisteredBytes() counts what is registered now, which tests use
+//    to prove that every region is deregistered when its owner closes.
+// Null with errno set on failure, like ibv_reg_mr.
+MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length,
+                            int access);
+uint64_t LiveRegisteredBytes();
 
 // "WHAT: strerror(errno)" as UNAVAILABLE.
 Status ErrnoStatus(std::string_view what, int error);

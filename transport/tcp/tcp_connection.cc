@@ -101,16 +101,13 @@ void TcpConnection::ConsumeStaged() {
         const DecodedPrefix decoded = DecodeFramePrefix(
             std::span(in, kFramePrefixSize), options_.max_payload_size);
         if (decoded.verdict == PrefixVerdict::kMalformed) {
-          Log().warn("{}: closing: {}", peer_, decoded.error.message());
-          return CloseNow(decoded.error);
+          return ProtocolError(decoded.error);
         }
         if (decoded.prefix.type != FrameType::kRpc ||
             decoded.prefix.credits != 0) {
-          const Status error(
+          return ProtocolError(Status(
               StatusCode::kInternal,
-              "malformed frame: RDMA control field on a TCP connection");
-          Log().warn("{}: closing: {}", peer_, error.message());
-          return CloseNow(error);
+              "malformed frame: RDMA control field on a TCP connection"));
         }
         staged_begin_ += kFramePrefixSize;
         rx_.prefix = decoded.prefix;
@@ -168,6 +165,12 @@ void TcpConnection::ConsumeStaged() {
       }
     }
   }
+}
+
+void TcpConnection::ProtocolError(const Status& error) {
+  stats_.protocol_errors++;
+  Log().warn("{}: closing: {}", peer_, error.message());
+  CloseNow(error);
 }
 
 void TcpConnection::OnBodyRead(const boost::system::error_code& error,
@@ -284,6 +287,13 @@ Status TcpConnection::Send(OutgoingFrame frame) {
       return Status(StatusCode::kUnavailable,
                     "connection to " + peer_ + " is closed");
     }
+    const uint64_t bytes = kFramePrefixSize + frame.header.size() + payload;
+    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
+                                     options_.max_queued_bytes, peer_);
+        !room.ok()) {
+      return room;
+    }
+    queued_bytes_ += bytes;
     queue_.push_back({prefix, std::move(frame)});
     post = !std::exchange(flush_pending_, true);
   }
@@ -316,10 +326,12 @@ void TcpConnection::Flush() {
     }
     {
       std::lock_guard lock(mu_);
-      if (queue_.empty())
+      if (queue_.empty()) {
         flush_pending_ = false;
-      else
+      } else {
         std::swap(queue_, writing_);
+        queued_bytes_ = 0;
+      }
     }
     if (writing_.empty()) {
       if (close_after_flush_) CloseNow(*close_after_flush_);
@@ -455,6 +467,7 @@ void TcpConnection::CloseNow(const Status& reason) {
     std::lock_guard lock(mu_);
     closing_ = true;
     unsent.swap(queue_);
+    queued_bytes_ = 0;
   }
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);

@@ -1,0 +1,718 @@
+// A hostile raw-verbs peer against a real rdmarpc server, on a real RDMA
+// device (run in the Soft-RoCE VM by tools/test; without RXE_IP or a device
+// every case fails: there is no silent skip).
+//
+// Each case connects one raw librdmacm + libibverbs peer that speaks the
+// RDMA transport's protocol (transport/rdma/protocol.h, transport/frame.h)
+// exactly as a legitimate RdmaConnection does, then breaks it in one way.
+// Afterwards the server must have:
+//   (a) closed that connection on its own (the peer sees DISCONNECTED),
+//   (b) logged why at warn level, naming the connection,
+//   (c) kept serving a normal Channel (same connection, correct Echo),
+//   (d) dropped the connection from its stats, with no call left live,
+//       counted a protocol error where the close is one, and deregistered
+//       every byte it had registered for the connection.
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <catch2/catch_test_macros.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/tunables.h"
+#include "rpc/call_header.h"
+#include "rpc/channel.h"
+#include "rpc/server.h"
+#include "rpc/wire_codec.h"
+#include "tests/test_support.h"
+#include "transport/frame.h"
+#include "transport/rdma/protocol.h"
+#include "transport/rdma/verbs.h"
+
+namespace rdmarpc {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::LogCapture;
+using testing::WaitFor;
+using transport::EncodeFramePrefix;
+using transport::FrameType;
+using transport::rdma::CmId;
+using transport::rdma::CompletionQueue;
+using transport::rdma::ConnParams;
+using transport::rdma::ControlKind;
+using transport::rdma::ControlMessage;
+using transport::rdma::EventChannel;
+using transport::rdma::ProtectionDomain;
+using Bytes = std::vector<std::byte>;
+
+// The VM is emulated and slow: every wait is generous.
+constexpr auto kWait = 30s;
+
+std::string WcName(ibv_wc_status status) { return ibv_wc_status_str(status); }
+const std::string kTimedOut = "no completion within the timeout";
+
+// The peer's own memory is registered directly, not through rdmarpc's
+// RegisterRegion: LiveRegisteredBytes() then counts the server's alone.
+struct RawMrDeleter {
+  void operator()(ibv_mr* mr) const { ibv_dereg_mr(mr); }
+};
+using RawMr = std::unique_ptr<ibv_mr, RawMrDeleter>;
+
+struct LocalMemory {
+  LocalMemory(ibv_pd* pd, size_t size) : bytes(size) {
+    mr.reset(ibv_reg_mr(pd, bytes.data(), size, IBV_ACCESS_LOCAL_WRITE));
+    REQUIRE(mr != nullptr);
+  }
+  uint64_t addr(size_t offset = 0) {
+    return reinterpret_cast<uint64_t>(bytes.data() + offset);
+  }
+  Bytes bytes;
+  RawMr mr;
+};
+
+Bytes Pattern(size_t size, int seed) {
+  Bytes out(size);
+  for (size_t i = 0; i < size; ++i) out[i] = std::byte((i * 13 + seed) % 251);
+  return out;
+}
+
+template <typename T>
+std::span<const std::byte> AsBytes(const T& value) {
+  return std::as_bytes(std::span(&value, 1));
+}
+
+// A received SEND, split by its prefix.
+struct Received {
+  transport::FramePrefix prefix;
+  Bytes header;
+  Bytes payload;
+};
+
+// One raw RC connection to the server, driven by hand. Completions and CM
+// events are polled (busy, with a deadline), never waited for on a channel.
+class HostilePeer {
+ public:
+  static constexpr uint32_t kReceiveDepth = tunables::kRdmaReceiveDepth;
+  static constexpr uint32_t kBufferSize = tunables::kRdmaReceiveBufferSize;
+
+  HostilePeer() = default;
+  HostilePeer(const HostilePeer&) = delete;
+  HostilePeer& operator=(const HostilePeer&) = delete;
+
+  ~HostilePeer() {
+    if (id_ && established_ && !disconnected_) rdma_disconnect(id_.get());
+    // The QP goes before the CQ and the memory it may still touch.
+    if (id_ && id_->qp != nullptr) rdma_destroy_qp(id_.get());
+  }
+
+  // Connects as a legitimate RdmaConnection does (rdma_connection.cc:
+  // CreateResources, ConnParam, LocalParams): the same queue depths, receive
+  // buffer size and private data, initiator_depth = responder_resources = 1,
+  // retry_count 7, rnr_retry_count kRdmaRnrRetry. All receives are posted
+  // before connecting: they are the server's credits.
+  void Connect(const std::string& ip, uint16_t port) {
+    events_.reset(rdma_create_event_channel());
+    REQUIRE(events_ != nullptr);
+    REQUIRE(transport::rdma::SetNonBlocking(events_->fd).ok());
+    rdma_cm_id* raw = nullptr;
+    REQUIRE(rdma_create_id(events_.get(), &raw, nullptr, RDMA_PS_TCP) == 0);
+    id_.reset(raw);
+    sockaddr_in server{};
+    server.sin_family = AF_INET;
+    server.sin_port = htons(port);
+    REQUIRE(inet_pton(AF_INET, ip.c_str(), &server.sin_addr) == 1);
+    REQUIRE(rdma_resolve_addr(id_.get(), nullptr,
+                              reinterpret_cast<sockaddr*>(&server),
+                              tunables::kRdmaCmTimeoutMs) == 0);
+    REQUIRE(WaitCmEvent() == RDMA_CM_EVENT_ADDR_RESOLVED);
+    REQUIRE(rdma_resolve_route(id_.get(), tunables::kRdmaCmTimeoutMs) == 0);
+    REQUIRE(WaitCmEvent() == RDMA_CM_EVENT_ROUTE_RESOLVED);
+
+    pd_.reset(ibv_alloc_pd(id_->verbs));
+    REQUIRE(pd_ != nullptr);
+    cq_.reset(ibv_create_cq(id_->verbs, kReceiveDepth + kSendDepth + 16,
+                            nullptr, nullptr, 0));
+    REQUIRE(cq_ != nullptr);
+    ibv_qp_init_attr attr{};
+    attr.send_cq = cq_.get();
+    attr.recv_cq = cq_.get();
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap.max_send_wr = kSendDepth;
+    attr.cap.max_recv_wr = kReceiveDepth;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    REQUIRE(rdma_create_qp(id_.get(), pd_.get(), &attr) == 0);
+
+    receive_ring_.emplace(pd_.get(), size_t{kReceiveDepth} * kBufferSize);
+    // Sources of SENDs and WRITEs (a whole grant of a few KiB fits), and the
+    // destination of READs.
+    send_buffer_.emplace(pd_.get(), 4 * kBufferSize);
+    read_buffer_.emplace(pd_.get(), 4 * kBufferSize);
+    for (uint32_t slot = 0; slot < kReceiveDepth; ++slot) PostReceive(slot);
+
+    ConnParams local;
+    local.receive_depth = kReceiveDepth;
+    local.receive_buffer_size = kBufferSize;
+    rdma_conn_param param{};
+    param.private_data = &local;
+    param.private_data_len = sizeof(local);
+    param.responder_resources = 1;
+    param.initiator_depth = 1;
+    param.retry_count = 7;
+    param.rnr_retry_count = tunables::kRdmaRnrRetry;
+    REQUIRE(rdma_connect(id_.get(), &param) == 0);
+    const rdma_cm_event_type established = WaitCmEvent();
+    INFO("rdma_connect answered " << rdma_event_str(established));
+    REQUIRE(established == RDMA_CM_EVENT_ESTABLISHED);
+    established_ = true;
+    REQUIRE(server_params_.magic == transport::rdma::kConnMagic);
+    REQUIRE(server_params_.version == transport::rdma::kConnVersion);
+    REQUIRE(server_params_.receive_depth >= 2);
+    credits_ = server_params_.receive_depth;
+
+    const sockaddr* self = rdma_get_local_addr(id_.get());
+    REQUIRE(self->sa_family == AF_INET);
+    const auto* in = reinterpret_cast<const sockaddr_in*>(self);
+    char host[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    name_ = std::string("rdma://") + host + ":" +
+            std::to_string(ntohs(in->sin_port));
+  }
+
+  // The server's name for this connection in its logs.
+  const std::string& name() const { return name_; }
+  const ConnParams& server_params() const { return server_params_; }
+
+  // SENDs `bytes` as they are, well formed or not; the SEND's completion.
+  std::string PostSend(std::span<const std::byte> bytes) {
+    REQUIRE(bytes.size() <= kBufferSize);
+    std::memcpy(send_buffer_->bytes.data(), bytes.data(), bytes.size());
+    ibv_sge sge{send_buffer_->addr(), static_cast<uint32_t>(bytes.size()),
+                send_buffer_->mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    TakeCredit();
+    return PostAndWait(wr, sge);
+  }
+
+  // SENDs a frame: its prefix carries `credits`, by default the receives
+  // this peer re-posted since its last message (as PostSmall does).
+  std::string PostSendFrame(FrameType type, std::span<const std::byte> header,
+                            std::span<const std::byte> payload = {},
+                            std::optional<uint16_t> credits = std::nullopt) {
+    const uint16_t returned = credits.value_or(ReturnCredits());
+    const auto prefix =
+        EncodeFramePrefix({type, returned, static_cast<uint32_t>(header.size()),
+                           static_cast<uint32_t>(payload.size())});
+    Bytes message(prefix.begin(), prefix.end());
+    message.insert(message.end(), header.begin(), header.end());
+    message.insert(message.end(), payload.begin(), payload.end());
+    return PostSend(message);
+  }
+
+  std::string SendControl(const ControlMessage& message) {
+    return PostSendFrame(FrameType::kControl, AsBytes(message));
+  }
+
+  std::string SendRts(uint32_t transfer, uint32_t header_size,
+                      uint32_t payload_size) {
+    ControlMessage rts;
+    rts.kind = ControlKind::kRts;
+    rts.transfer = transfer;
+    rts.header_size = header_size;
+    rts.payload_size = payload_size;
+    return SendControl(rts);
+  }
+
+  // The next frame the server SENDs (CREDIT messages are taken in passing).
+  Received WaitForFrame() {
+    for (;;) {
+      const bool got = PollUntil([this] { return !messages_.empty(); });
+      INFO("peer state: " << Describe());
+      REQUIRE(got);
+      Bytes message = std::move(messages_.front());
+      messages_.pop_front();
+      REQUIRE(message.size() >= tunables::kFramePrefixSize);
+      const auto decoded = transport::DecodeFramePrefix(
+          std::span(message).first(tunables::kFramePrefixSize),
+          tunables::kDefaultMaxPayloadSize);
+      INFO(decoded.error.ToString());
+      REQUIRE(decoded.verdict == transport::PrefixVerdict::kAccept);
+      const transport::FramePrefix& prefix = decoded.prefix;
+      REQUIRE(tunables::kFramePrefixSize + prefix.header_size +
+                  prefix.payload_size ==
+              message.size());
+      credits_ += prefix.credits;
+      const auto header = message.begin() + tunables::kFramePrefixSize;
+      Received frame{prefix, Bytes(header, header + prefix.header_size),
+                     Bytes(header + prefix.header_size, message.end())};
+      if (prefix.type == FrameType::kControl) {
+        const auto control = transport::rdma::DecodeControl(frame.header);
+        REQUIRE(control.has_value());
+        if (control->kind == ControlKind::kCredit) continue;
+      }
+      return frame;
+    }
+  }
+
+  ControlMessage WaitForGrant() {
+    const Received frame = WaitForFrame();
+    REQUIRE(frame.prefix.type == FrameType::kControl);
+    const auto control = transport::rdma::DecodeControl(frame.header);
+    REQUIRE(control.has_value());
+    REQUIRE(control->kind == ControlKind::kGrant);
+    return *control;
+  }
+
+  // RDMA WRITE of `data` to the server's addr/rkey; its completion.
+  std::string Write(uint64_t addr, uint32_t rkey,
+                    std::span<const std::byte> data) {
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    return PostRdma(wr, addr, rkey, data);
+  }
+
+  // RDMA WRITE WITH IMMEDIATE: `imm` in network byte order, as PostWrite
+  // does (the receiver reads ntohl(wc.imm_data)). Consumes a credit.
+  std::string WriteWithImm(uint64_t addr, uint32_t rkey,
+                           std::span<const std::byte> data, uint32_t imm) {
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(imm);
+    TakeCredit();
+    return PostRdma(wr, addr, rkey, data);
+  }
+
+  // RDMA READ of `length` bytes at the server's addr/rkey; its completion.
+  std::string Read(uint64_t addr, uint32_t rkey, uint32_t length) {
+    REQUIRE(length <= read_buffer_->bytes.size());
+    ibv_sge sge{read_buffer_->addr(), length, read_buffer_->mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.wr.rdma.remote_addr = addr;
+    wr.wr.rdma.rkey = rkey;
+    return PostAndWait(wr, sge);
+  }
+
+  // True once the server has disconnected (RDMA_CM_EVENT_DISCONNECTED).
+  bool WaitClosed() {
+    return PollUntil([this] { return disconnected_; });
+  }
+
+  // What this peer has seen, for failure messages.
+  std::string Describe() const {
+    std::string out = "cm events:";
+    for (const std::string& event : cm_log_) out += " " + event;
+    out += "; receive errors: " + std::to_string(receive_errors_);
+    if (!first_receive_error_.empty()) {
+      out += " (first: " + first_receive_error_ + ")";
+    }
+    out += "; messages pending: " + std::to_string(messages_.size());
+    return out;
+  }
+
+ private:
+  static constexpr uint32_t kSendDepth = 16;
+  static constexpr uint64_t kRecvFlag = uint64_t{1} << 63;
+
+  // Every attack stays within its credits: the server always has a receive
+  // posted for what this peer sends, so nothing here is an RNR.
+  void TakeCredit() {
+    REQUIRE(credits_ >= 1);
+    --credits_;
+  }
+
+  uint16_t ReturnCredits() {
+    const auto returned = static_cast<uint16_t>(reposted_);
+    reposted_ = 0;
+    return returned;
+  }
+
+  void PostReceive(uint32_t slot) {
+    ibv_sge sge{receive_ring_->addr(size_t{slot} * kBufferSize), kBufferSize,
+                receive_ring_->mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = kRecvFlag | slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    REQUIRE(ibv_post_recv(id_->qp, &wr, &bad) == 0);
+  }
+
+  std::string PostRdma(ibv_send_wr& wr, uint64_t addr, uint32_t rkey,
+                       std::span<const std::byte> data) {
+    REQUIRE(data.size() <= send_buffer_->bytes.size());
+    if (!data.empty()) {
+      std::memcpy(send_buffer_->bytes.data(), data.data(), data.size());
+    }
+    ibv_sge sge{send_buffer_->addr(), static_cast<uint32_t>(data.size()),
+                send_buffer_->mr->lkey};
+    wr.wr.rdma.remote_addr = addr;
+    wr.wr.rdma.rkey = rkey;
+    return PostAndWait(wr, sge);
+  }
+
+  // Posts one signaled work request and waits for its completion.
+  std::string PostAndWait(ibv_send_wr& wr, ibv_sge& sge) {
+    const uint64_t id = ++next_wr_id_;
+    wr.wr_id = id;
+    wr.sg_list = &sge;
+    wr.num_sge = sge.length > 0 ? 1 : 0;
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    const int error = ibv_post_send(id_->qp, &wr, &bad);
+    if (error != 0) return std::string("ibv_post_send: ") + strerror(error);
+    if (!PollUntil([&] { return completions_.count(id) > 0; })) {
+      return kTimedOut;
+    }
+    return WcName(completions_[id]);
+  }
+
+  template <typename F>
+  bool PollUntil(F done) {
+    const auto until = std::chrono::steady_clock::now() + kWait;
+    for (;;) {
+      Poll();
+      if (done()) return true;
+      if (std::chrono::steady_clock::now() > until) return false;
+      // Leave the (two, emulated) CPUs to the server between polls.
+      std::this_thread::sleep_for(100us);
+    }
+  }
+
+  void Poll() {
+    if (cq_) {  // None yet while the address and route resolve.
+      ibv_wc wcs[16];
+      int n;
+      while ((n = ibv_poll_cq(cq_.get(), 16, wcs)) > 0) {
+        for (int i = 0; i < n; ++i) OnCompletion(wcs[i]);
+      }
+      if (n < 0) FAIL("ibv_poll_cq failed");
+    }
+    rdma_cm_event* event = nullptr;
+    while (rdma_get_cm_event(events_.get(), &event) == 0) {
+      OnCmEvent(*event);
+      rdma_ack_cm_event(event);
+    }
+  }
+
+  void OnCompletion(const ibv_wc& wc) {
+    if ((wc.wr_id & kRecvFlag) == 0) {
+      completions_[wc.wr_id] = wc.status;
+      return;
+    }
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (receive_errors_++ == 0) first_receive_error_ = WcName(wc.status);
+      return;
+    }
+    const auto slot = static_cast<uint32_t>(wc.wr_id & ~kRecvFlag);
+    const std::byte* data =
+        receive_ring_->bytes.data() + size_t{slot} * kBufferSize;
+    if (wc.opcode == IBV_WC_RECV) {
+      messages_.emplace_back(data, data + wc.byte_len);
+    } else {
+      // The server never writes to this peer: it sends nothing large.
+      FAIL("unexpected completion opcode " << wc.opcode);
+    }
+    PostReceive(slot);
+    ++reposted_;
+  }
+
+  void OnCmEvent(const rdma_cm_event& event) {
+    cm_log_.push_back(rdma_event_str(event.event));
+    if (event.event == RDMA_CM_EVENT_ESTABLISHED &&
+        event.param.conn.private_data_len >= sizeof(ConnParams)) {
+      std::memcpy(&server_params_, event.param.conn.private_data,
+                  sizeof(ConnParams));
+    }
+    if (event.event == RDMA_CM_EVENT_DISCONNECTED) disconnected_ = true;
+    cm_events_.push_back(event.event);
+  }
+
+  rdma_cm_event_type WaitCmEvent() {
+    const bool got = PollUntil([this] { return !cm_events_.empty(); });
+    INFO("peer state: " << Describe());
+    REQUIRE(got);
+    const rdma_cm_event_type type = cm_events_.front();
+    cm_events_.pop_front();
+    return type;
+  }
+
+  // Destroyed bottom-up: memory regions, CQ, PD, id, event channel (the QP
+  // is destroyed first, by hand).
+  EventChannel events_;
+  CmId id_;
+  ProtectionDomain pd_;
+  CompletionQueue cq_;
+  std::optional<LocalMemory> receive_ring_;
+  std::optional<LocalMemory> send_buffer_;
+  std::optional<LocalMemory> read_buffer_;
+
+  std::string name_ = "rdma://?";
+  ConnParams server_params_{.magic = 0};
+  bool established_ = false;
+  bool disconnected_ = false;
+  std::deque<rdma_cm_event_type> cm_events_;
+  std::vector<std::string> cm_log_;
+  std::deque<Bytes> messages_;
+  std::map<uint64_t, ibv_wc_status> completions_;
+  uint64_t next_wr_id_ = 0;
+  uint32_t receive_errors_ = 0;
+  std::string first_receive_error_;
+  int64_t credits_ = 0;    // Receives the server has posted for this peer.
+  uint32_t reposted_ = 0;  // Receives re-posted, not yet returned as credits.
+};
+
+// A server with the test service on the device's address, a Channel already
+// connected to it (the one legitimate connection), and the counters the
+// checks compare against.
+struct Fixture {
+  Fixture() {
+    const char* rxe_ip = std::getenv("RXE_IP");
+    if (rxe_ip == nullptr || *rxe_ip == '\0') {
+      FAIL("RXE_IP is not set: run under tools/softroce/run (tools/test does)");
+    }
+    ip = rxe_ip;
+    const Status available = transport::rdma::CheckRdmaAvailable();
+    INFO(available.ToString());
+    REQUIRE(available.ok());
+    server.RegisterService(&service);
+    auto bound = server.Listen("rdma://" + ip + ":0");
+    INFO(bound.status().ToString());
+    REQUIRE(bound.ok());
+    uri = *bound;
+    port = static_cast<uint16_t>(std::stoi(uri.substr(uri.rfind(':') + 1)));
+    channel.emplace(uri);
+    ExpectEcho("before the attack");
+    REQUIRE(WaitFor([&] { return server.stats().connections == 1; }, kWait));
+    protocol_errors_before = server.stats().protocol_errors;
+    registered_before = transport::rdma::LiveRegisteredBytes();
+  }
+
+  void ExpectEcho(const std::string& text) {
+    const testing::CallResult result = testing::CallSync(
+        *channel, "Echo", text, rpc::CallOptions::WithTimeout(kWait));
+    INFO(result.status.ToString());
+    CHECK(result.status.ok());
+    CHECK(result.response == text);
+  }
+
+  // The peer is connected and the server has accepted it.
+  void Connect(HostilePeer& peer) {
+    peer.Connect(ip, port);
+    REQUIRE(WaitFor([&] { return server.stats().connections == 2; }, kWait));
+  }
+
+  // Checks (a) to (d) of the file comment. `warn_text`, when not empty, must
+  // appear in a warn-level line as well: the reason, as the server words it.
+  void ExpectClosedByServer(HostilePeer& peer, const LogCapture& log,
+                            bool protocol_error, const std::string& warn_text) {
+    INFO("attacker " << peer.name());
+    // (a) The server closed the connection; the peer has not let go of it.
+    {
+      const bool closed = peer.WaitClosed();
+      INFO("peer state: " << peer.Describe());
+      CHECK(closed);
+    }
+    // (b) A warn-level line about this connection, and why.
+    const std::string about =
+        peer.name() + (protocol_error ? ": closing: " : ": ");
+    CHECK(
+        WaitFor([&] { return log.Contains(spdlog::level::warn, about); }, 5s));
+    if (!warn_text.empty()) {
+      CHECK(log.Contains(spdlog::level::warn, warn_text));
+    }
+    // (d) Gone from the server, with nothing left behind.
+    CHECK(WaitFor(
+        [&] {
+          const rpc::ServerStats stats = server.stats();
+          return stats.connections == 1 && stats.live_calls == 0;
+        },
+        kWait));
+    const rpc::ServerStats stats = server.stats();
+    INFO("connections " << stats.connections << ", live calls "
+                        << stats.live_calls << ", protocol errors "
+                        << stats.protocol_errors
+                        << " (before: " << protocol_errors_before << ")");
+    if (protocol_error) {
+      CHECK(stats.protocol_errors == protocol_errors_before + 1);
+    }
+    CHECK(WaitFor(
+        [&] {
+          return transport::rdma::LiveRegisteredBytes() == registered_before;
+        },
+        kWait));
+    INFO("registered bytes " << transport::rdma::LiveRegisteredBytes()
+                             << " (before: " << registered_before << ")");
+    CHECK(transport::rdma::LiveRegisteredBytes() == registered_before);
+    // (c) Still serving others, on the same connection as before.
+    ExpectEcho("after the attack from " + peer.name());
+    CHECK(channel->stats().connects == 1);
+  }
+
+  // Declared so that the channel goes first, then the server, then the
+  // service it calls.
+  testing::TestService service;
+  rpc::Server server;
+  std::optional<rpc::Channel> channel;
+  std::string ip;
+  uint16_t port = 0;
+  std::string uri;
+  uint64_t protocol_errors_before = 0;
+  uint64_t registered_before = 0;
+};
+
+// A realistic rendezvous: an RPC frame too large for one SEND.
+constexpr uint32_t kRtsHeader = 64;
+constexpr uint32_t kRtsPayload = 2 * tunables::kRdmaReceiveBufferSize;
+
+TEST_CASE("hostile: WRITE WITH IMMEDIATE with the wrong immediate") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  REQUIRE(peer.SendRts(7, kRtsHeader, kRtsPayload) == WcName(IBV_WC_SUCCESS));
+  const ControlMessage grant = peer.WaitForGrant();
+  REQUIRE(grant.transfer == 7);
+  REQUIRE(grant.dropped == 0);
+  REQUIRE(grant.length == kRtsHeader + kRtsPayload);
+  // Inside the grant, so the NIC accepts it: only the immediate is wrong.
+  const std::string landed =
+      peer.WriteWithImm(grant.addr, grant.rkey, Pattern(grant.length, 1), 8);
+  INFO("the WRITE WITH IMMEDIATE completed: " << landed);
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
+                               "immediate 8");
+}
+
+TEST_CASE("hostile: WRITE WITH IMMEDIATE with no grant open") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  // Zero bytes need no valid address or rkey (IBTA C9-88): the server's
+  // receive completes, and its software must reject it.
+  const std::string landed = peer.WriteWithImm(0, 0, {}, 12345);
+  INFO("the WRITE WITH IMMEDIATE completed: " << landed);
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
+                               "immediate 12345");
+}
+
+TEST_CASE("hostile: RDMA WRITE outside the granted range") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  REQUIRE(peer.SendRts(1, kRtsHeader, kRtsPayload) == WcName(IBV_WC_SUCCESS));
+  const ControlMessage grant = peer.WaitForGrant();
+  REQUIRE(grant.length == kRtsHeader + kRtsPayload);
+  // One WRITE each, on a fresh connection each: the first one's error
+  // breaks the queue pair.
+  SECTION("past its end") {
+    CHECK(peer.Write(grant.addr + grant.length - 8, grant.rkey,
+                     Pattern(64, 2)) == WcName(IBV_WC_REM_ACCESS_ERR));
+  }
+  SECTION("before its start") {
+    CHECK(peer.Write(grant.addr - 64, grant.rkey, Pattern(64, 3)) ==
+          WcName(IBV_WC_REM_ACCESS_ERR));
+  }
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+}
+
+TEST_CASE("hostile: RDMA WRITE to a grant already used") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  // One legitimate rendezvous: an Echo request written into its grant.
+  const std::string request(1000, 'r');
+  const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
+      42, "test.Test", "Echo", 0, Buffer::CopyOf(request));
+  Bytes block(frame.header.span().begin(), frame.header.span().end());
+  for (size_t i = 0; i < frame.payload_slices; ++i) {
+    const auto slice = frame.payload[i].span();
+    block.insert(block.end(), slice.begin(), slice.end());
+  }
+  const auto header_size = static_cast<uint32_t>(frame.header.size());
+  REQUIRE(peer.SendRts(1, header_size,
+                       static_cast<uint32_t>(frame.payload_size())) ==
+          WcName(IBV_WC_SUCCESS));
+  const ControlMessage grant = peer.WaitForGrant();
+  REQUIRE(grant.transfer == 1);
+  REQUIRE(grant.length == block.size());
+  REQUIRE(peer.WriteWithImm(grant.addr, grant.rkey, block, 1) ==
+          WcName(IBV_WC_SUCCESS));
+  // The Echo response, as one SEND.
+  const Received response = peer.WaitForFrame();
+  REQUIRE(response.prefix.type == FrameType::kRpc);
+  const auto header = rpc::CallHeader::Decode(response.header);
+  REQUIRE(header.has_value());
+  CHECK(header->kind() == rpc::CallHeader::kResponse);
+  CHECK(header->call_id() == 42);
+  CHECK(header->status_code() == 0);
+  CHECK(std::string(reinterpret_cast<const char*>(response.payload.data()),
+                    response.payload.size()) == request);
+  REQUIRE(fixture.server.stats().live_calls == 0);
+  // The grant was deregistered when the data landed.
+  CHECK(peer.Write(grant.addr, grant.rkey, Pattern(64, 4)) ==
+        WcName(IBV_WC_REM_ACCESS_ERR));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+}
+
+TEST_CASE("hostile: RDMA READ of a granted range") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  REQUIRE(peer.SendRts(1, kRtsHeader, kRtsPayload) == WcName(IBV_WC_SUCCESS));
+  const ControlMessage grant = peer.WaitForGrant();
+  REQUIRE(grant.length == kRtsHeader + kRtsPayload);
+  // Grants allow remote write only.
+  CHECK(peer.Read(grant.addr, grant.rkey, 64) == WcName(IBV_WC_REM_ACCESS_ERR));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+}
+
+TEST_CASE("hostile: more credits returned than the server ever used") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  // The server has sent nothing yet: it holds every credit it can have.
+  ControlMessage credit;
+  credit.kind = ControlKind::kCredit;
+  const auto overflow =
+      static_cast<uint16_t>(peer.server_params().receive_depth + 1);
+  REQUIRE(peer.PostSendFrame(FrameType::kControl, AsBytes(credit), {},
+                             overflow) == WcName(IBV_WC_SUCCESS));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true, "credit");
+}
+
+TEST_CASE("hostile: a SEND with bad magic bytes") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  ControlMessage credit;
+  credit.kind = ControlKind::kCredit;
+  const auto prefix =
+      EncodeFramePrefix({FrameType::kControl, 0, sizeof(ControlMessage), 0});
+  Bytes message(prefix.begin(), prefix.end());
+  const auto body = AsBytes(credit);
+  message.insert(message.end(), body.begin(), body.end());
+  std::memcpy(message.data(), "EVIL", 4);
+  REQUIRE(peer.PostSend(message) == WcName(IBV_WC_SUCCESS));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true, "magic");
+}
+
+}  // namespace
+}  // namespace rdmarpc

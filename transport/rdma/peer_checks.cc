@@ -1,0 +1,109 @@
+#include "transport/rdma/peer_checks.h"
+
+#include <string>
+
+#include "base/tunables.h"
+
+namespace rdmarpc::transport::rdma {
+namespace {
+
+Status Violation(const std::string& what) {
+  return Status(StatusCode::kInternal, "malformed frame: " + what);
+}
+
+}  // namespace
+
+StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
+                                      uint64_t max_payload_size) {
+  if (message.size() < tunables::kFramePrefixSize) {
+    return Violation("short message of " + std::to_string(message.size()) +
+                     " bytes");
+  }
+  const DecodedPrefix decoded = DecodeFramePrefix(
+      message.first(tunables::kFramePrefixSize), max_payload_size);
+  if (decoded.verdict == PrefixVerdict::kMalformed) return decoded.error;
+  const FramePrefix& prefix = decoded.prefix;
+  if (uint64_t{tunables::kFramePrefixSize} + prefix.header_size +
+          prefix.payload_size !=
+      message.size()) {
+    return Violation("frame length does not match the message");
+  }
+  InboundMessage inbound;
+  inbound.prefix = prefix;
+  if (prefix.type == FrameType::kControl) {
+    inbound.control = DecodeControl(
+        message.subspan(tunables::kFramePrefixSize, prefix.header_size));
+    if (!inbound.control || prefix.payload_size != 0) {
+      return Violation("bad control message");
+    }
+    return inbound;
+  }
+  inbound.payload_too_large =
+      decoded.verdict == PrefixVerdict::kPayloadTooLarge;
+  return inbound;
+}
+
+Status CheckCreditReturn(uint32_t held, uint16_t returned,
+                         uint32_t peer_receive_depth) {
+  if (uint64_t{held} + returned > peer_receive_depth) {
+    return Violation("peer returned more credits than it was owed (" +
+                     std::to_string(held) + " held, " +
+                     std::to_string(returned) + " returned, depth " +
+                     std::to_string(peer_receive_depth) + ")");
+  }
+  return Status();
+}
+
+StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, bool transfer_open,
+                              uint64_t max_payload_size,
+                              uint64_t budget_left) {
+  if (rts.kind != ControlKind::kRts) return Violation("not an RTS");
+  if (transfer_open) return Violation("a second transfer while one is open");
+  if (rts.header_size > tunables::kMaxCallHeaderSize) {
+    return Violation("transfer header of " + std::to_string(rts.header_size) +
+                     " bytes");
+  }
+  GrantPlan plan;
+  plan.length = uint64_t{rts.header_size} + rts.payload_size;
+  if (rts.payload_size > max_payload_size) {
+    plan.drop_reason = DropReason::kTooLarge;
+  } else if (plan.length > budget_left) {
+    plan.drop_reason = DropReason::kMemoryLimit;
+  }
+  if (plan.drop_reason != DropReason::kNone) {
+    plan.length = rts.header_size;
+    plan.dropped_payload = rts.payload_size;
+  }
+  return plan;
+}
+
+Status CheckGrant(const ControlMessage& grant,
+                  const std::optional<PendingTransfer>& pending) {
+  if (grant.kind != ControlKind::kGrant) return Violation("not a GRANT");
+  if (!pending || pending->granted || pending->id != grant.transfer) {
+    return Violation("grant for no open transfer");
+  }
+  const uint64_t want =
+      pending->header_size + (grant.dropped ? 0 : pending->payload_size);
+  if (grant.length != want) {
+    return Violation("grant of " + std::to_string(grant.length) +
+                     " bytes for a transfer of " + std::to_string(want));
+  }
+  return Status();
+}
+
+Status CheckLanding(uint32_t imm, uint32_t bytes,
+                    const std::optional<OpenGrant>& open) {
+  if (!open || imm != open->id || bytes > open->length) {
+    return Violation("unexpected RDMA write (immediate " +
+                     std::to_string(imm) + ", " + std::to_string(bytes) +
+                     " bytes, " +
+                     (open ? "open grant " + std::to_string(open->id) + " of " +
+                                 std::to_string(open->length) + " bytes"
+                           : std::string("no open grant")) +
+                     ")");
+  }
+  return Status();
+}
+
+}  // namespace rdmarpc::transport::rdma

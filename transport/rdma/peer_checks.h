@@ -1,0 +1,81 @@
+// The checks a receiver applies to everything its RDMA peer does: each SEND
+// that lands in a receive buffer, each control message, each WRITE WITH
+// IMMEDIATE. They are kept apart from the verbs calls so that they read in
+// one place and are fuzzed on their own (tests/fuzz/rdma_control_fuzz.cc).
+//
+// The peer is not trusted. A failed check is a protocol error: the
+// connection closes with the returned status, logged; the process goes on.
+#ifndef RDMARPC_TRANSPORT_RDMA_PEER_CHECKS_H_
+#define RDMARPC_TRANSPORT_RDMA_PEER_CHECKS_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "base/status.h"
+#include "base/status_or.h"
+#include "transport/frame.h"
+#include "transport/rdma/protocol.h"
+
+namespace rdmarpc::transport::rdma {
+
+// A SEND that landed in one of our receive buffers.
+struct InboundMessage {
+  FramePrefix prefix;
+  // An RPC frame whose payload exceeds our maximum: deliver its header only.
+  bool payload_too_large = false;
+  // Set when prefix.type is kControl.
+  std::optional<ControlMessage> control;
+};
+
+// `message` is the whole SEND (byte_len of its completion). The prefix's
+// lengths must account for every byte of it.
+StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
+                                      uint64_t max_payload_size);
+
+// The peer returns `returned` credits while we hold `held`: it can never
+// have posted more receives than the depth it announced.
+Status CheckCreditReturn(uint32_t held, uint16_t returned,
+                         uint32_t peer_receive_depth);
+
+// What to grant for an RTS.
+struct GrantPlan {
+  uint64_t length = 0;  // Bytes the peer may write: the header, maybe more.
+  uint64_t dropped_payload = 0;  // Non-zero: the payload is not granted.
+  DropReason drop_reason = DropReason::kNone;
+};
+
+// An RTS. `transfer_open`: a grant of ours is still open (the protocol
+// allows one at a time). `budget_left`: registered bytes this receiver may
+// still grant; a payload that does not fit is dropped, never waited for.
+StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, bool transfer_open,
+                              uint64_t max_payload_size, uint64_t budget_left);
+
+// The transfer of ours that a GRANT must answer.
+struct PendingTransfer {
+  uint32_t id = 0;
+  bool granted = false;
+  uint64_t header_size = 0;
+  uint64_t payload_size = 0;
+};
+
+// A GRANT: it must answer our one ungranted transfer, for exactly the bytes
+// we asked for (or the header alone when it drops the payload).
+Status CheckGrant(const ControlMessage& grant,
+                  const std::optional<PendingTransfer>& pending);
+
+// A grant of ours, open for the peer's WRITEs.
+struct OpenGrant {
+  uint32_t id = 0;
+  uint64_t length = 0;
+};
+
+// A WRITE WITH IMMEDIATE completed: `imm` must name the open grant, and the
+// last WRITE (`bytes`) fits inside it. (The memory region bounds every
+// WRITE; the NIC rejects any outside it.)
+Status CheckLanding(uint32_t imm, uint32_t bytes,
+                    const std::optional<OpenGrant>& open);
+
+}  // namespace rdmarpc::transport::rdma
+
+#endif  // RDMARPC_TRANSPORT_RDMA_PEER_CHECKS_H_
