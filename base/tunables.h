@@ -39,8 +39,8 @@ static_assert(kTcpReceiveChunk >= kFramePrefixSize + kTcpCopyOutLimit,
 // Bytes a connection queues for a peer that does not keep up, before Send
 // refuses more (TransportOptions::max_queued_bytes).
 inline constexpr uint64_t kDefaultMaxQueuedBytes = 256ull << 20;
-static_assert(kDefaultMaxQueuedBytes >= 2 * (kDefaultMaxPayloadSize +
-                                             kMaxCallHeaderSize),
+static_assert(kDefaultMaxQueuedBytes >=
+                  2 * (kDefaultMaxPayloadSize + kMaxCallHeaderSize),
               "largest frames must queue behind one another");
 
 // Close() first writes what is already queued; a peer that does not read is

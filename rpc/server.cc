@@ -169,9 +169,9 @@ class Server::Impl {
             "{}: refused: the server has {} connections, its limit "
             "(max_connections)",
             connection->peer(), sessions_.size());
-        session->Refuse(Status(StatusCode::kResourceExhausted,
-                               "server at its connection limit (" +
-                                   std::to_string(limit) + ")"));
+        session->Refuse(Status(
+            StatusCode::kResourceExhausted,
+            "server at its connection limit (" + std::to_string(limit) + ")"));
       }
       sessions_.insert(session);
     }

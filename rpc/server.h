@@ -52,8 +52,8 @@ struct ServerStats {
   uint64_t responses_dropped = 0;     // Finished after cancel or deadline.
   uint64_t protocol_errors = 0;       // Connections closed for malformed input.
   uint64_t unknown_method_calls = 0;  // Answered UNIMPLEMENTED.
-  uint64_t calls_over_limit = 0;  // Over max_calls_per_connection.
-  uint64_t connections_refused = 0;  // Over max_connections.
+  uint64_t calls_over_limit = 0;      // Over max_calls_per_connection.
+  uint64_t connections_refused = 0;   // Over max_connections.
 };
 
 class Server {

@@ -84,8 +84,7 @@ TEST_CASE("faults: a client killed mid-call releases everything") {
   const int cancels = server.service.cancels_observed;
   Peer client({"call", server.uri, "20"});
   REQUIRE(client.ReadLine() == "CALLING");
-  REQUIRE(WaitFor([&] { return server.server.stats().live_calls == 20; },
-                  60s));
+  REQUIRE(WaitFor([&] { return server.server.stats().live_calls == 20; }, 60s));
   CHECK(server.server.stats().connections == 1);
 
   client.Kill();
@@ -93,8 +92,8 @@ TEST_CASE("faults: a client killed mid-call releases everything") {
   // and deregisters its memory.
   CHECK(WaitFor([&] { return server.server.stats().connections == 0; }, 60s));
   CHECK(WaitFor([&] { return server.server.stats().live_calls == 0; }));
-  CHECK(WaitFor(
-      [&] { return server.service.cancels_observed == cancels + 20; }));
+  CHECK(
+      WaitFor([&] { return server.service.cancels_observed == cancels + 20; }));
   CHECK(WaitFor([&] { return RegisteredBytes() == registered; }));
 
   Channel channel(server.uri);  // Still serving.
@@ -103,8 +102,8 @@ TEST_CASE("faults: a client killed mid-call releases everything") {
 
 TEST_CASE("faults: a server killed under load; clients reconnect") {
   const uint64_t registered = RegisteredBytes();
-  auto server = std::make_unique<Peer>(
-      std::vector<std::string>{"serve", ListenUri()});
+  auto server =
+      std::make_unique<Peer>(std::vector<std::string>{"serve", ListenUri()});
   std::string line = server->ReadLine();
   REQUIRE(line.rfind("LISTENING ", 0) == 0);
   const std::string uri = line.substr(10);
@@ -113,11 +112,10 @@ TEST_CASE("faults: a server killed under load; clients reconnect") {
   REQUIRE(CallSync(channel, "Echo", "first").status.ok());
   std::atomic<int> unavailable{0}, other{0};
   for (int i = 0; i < 20; ++i) {
-    channel.Call("test.Test", "WaitCancel", Buffer(), {},
-                 [&](const Status& s, Buffer) {
-                   s.code() == StatusCode::kUnavailable ? unavailable++
-                                                        : other++;
-                 });
+    channel.Call(
+        "test.Test", "WaitCancel", Buffer(), {}, [&](const Status& s, Buffer) {
+          s.code() == StatusCode::kUnavailable ? unavailable++ : other++;
+        });
   }
   // Under load: echo calls in flight from another thread too.
   std::atomic<bool> stop{false};

@@ -239,12 +239,18 @@ TEST_CASE("rdma: an oversized payload is discarded, its header delivered") {
 }
 
 TEST_CASE("rdma: a QP forced into the error state is detected and recovers") {
-  Pair pair(PollMode::kEvent);
+  const uint64_t registered = rdma::LiveRegisteredBytes();
+  auto owned = std::make_unique<Pair>(PollMode::kEvent);
+  Pair& pair = *owned;
   REQUIRE(pair.client->Send(MakeFrame(10)).ok());
-  REQUIRE(pair.WaitFor(1));
+  // A large frame too: a grant and the bounce pool are registered.
+  REQUIRE(pair.client->Send(MakeFrame(1 << 20)).ok());
+  REQUIRE(pair.WaitFor(2));
+  CHECK(rdma::LiveRegisteredBytes() > registered);
   auto rdma = std::dynamic_pointer_cast<rdma::RdmaConnection>(pair.client);
   REQUIRE(rdma);
   rdma->ForceQpErrorForTesting();
+  rdma.reset();
   // The flushed receives report the error; the connection closes cleanly on
   // both sides, with UNAVAILABLE and without aborting.
   auto closed = pair.client_recorder->closed.get_future();
@@ -264,6 +270,16 @@ TEST_CASE("rdma: a QP forced into the error state is detected and recovers") {
   (*fresh)->Start(std::make_shared<Recorder>());
   REQUIRE((*fresh)->Send(MakeFrame(10)).ok());
   (*fresh)->Close(Status(StatusCode::kCancelled, "done"));
+  std::weak_ptr<Connection> weak_fresh = *fresh;
+  std::weak_ptr<Connection> weak_client = pair.client;
+  std::weak_ptr<Connection> weak_server = pair.server;
+  fresh->reset();
+  // Every memory region of every connection is deregistered with it.
+  owned.reset();
+  CHECK(weak_fresh.expired());
+  CHECK(weak_client.expired());
+  CHECK(weak_server.expired());
+  CHECK(rdma::LiveRegisteredBytes() == registered);
 }
 
 // The byte pattern Recorder checks, written at `offset` of the payload.

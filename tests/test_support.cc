@@ -68,9 +68,7 @@ bool LogCapture::Contains(spdlog::level::level_enum level,
   return Captured().Contains(level, text);
 }
 
-uint64_t RegisteredBytes() {
-  return transport::rdma::LiveRegisteredBytes();
-}
+uint64_t RegisteredBytes() { return transport::rdma::LiveRegisteredBytes(); }
 
 bool OverRdma() {
   const char* transport = std::getenv("RDMARPC_TEST_TRANSPORT");

@@ -106,7 +106,7 @@ struct ConnectionStats {
   std::atomic<uint64_t> protocol_errors{0};
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
-  std::atomic<uint64_t> rdma_writes{0};      // WRITE WITH IMMEDIATE transfers.
+  std::atomic<uint64_t> rdma_writes{0};  // WRITE WITH IMMEDIATE transfers.
   // Bytes of those transfers written straight from a MemoryRegistration, and
   // bytes copied into registered staging memory first.
   std::atomic<uint64_t> zero_copy_bytes{0};

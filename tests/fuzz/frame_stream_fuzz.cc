@@ -34,8 +34,7 @@ struct Observer : rdmarpc::transport::ConnectionObserver {
   void OnFrame(ReceivedFrame frame) override {
     FUZZ_CHECK(closes == 0);
     FUZZ_CHECK(frame.type() == rdmarpc::transport::FrameType::kRpc);
-    FUZZ_CHECK(frame.header().size() <=
-               rdmarpc::tunables::kMaxCallHeaderSize);
+    FUZZ_CHECK(frame.header().size() <= rdmarpc::tunables::kMaxCallHeaderSize);
     FUZZ_CHECK(frame.payload_size() <= kMaxPayload);
     if (frame.dropped_payload_size() > 0) {
       FUZZ_CHECK(frame.payload_size() == 0);
@@ -43,8 +42,8 @@ struct Observer : rdmarpc::transport::ConnectionObserver {
     }
     // (A dropped payload is discarded after its header is delivered, as it
     // arrives: it need not have arrived yet.)
-    frame_bytes += rdmarpc::tunables::kFramePrefixSize +
-                   frame.header().size() + frame.payload_size();
+    frame_bytes += rdmarpc::tunables::kFramePrefixSize + frame.header().size() +
+                   frame.payload_size();
     FUZZ_CHECK(frame_bytes <= size);  // Nothing invented.
     (void)rdmarpc::rpc::DecodeCallHeader(frame);
   }

@@ -55,8 +55,7 @@ Status CheckCreditReturn(uint32_t held, uint16_t returned,
 }
 
 StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, bool transfer_open,
-                              uint64_t max_payload_size,
-                              uint64_t budget_left) {
+                              uint64_t max_payload_size, uint64_t budget_left) {
   if (rts.kind != ControlKind::kRts) return Violation("not an RTS");
   if (transfer_open) return Violation("a second transfer while one is open");
   if (rts.header_size > tunables::kMaxCallHeaderSize) {
@@ -95,9 +94,8 @@ Status CheckGrant(const ControlMessage& grant,
 Status CheckLanding(uint32_t imm, uint32_t bytes,
                     const std::optional<OpenGrant>& open) {
   if (!open || imm != open->id || bytes > open->length) {
-    return Violation("unexpected RDMA write (immediate " +
-                     std::to_string(imm) + ", " + std::to_string(bytes) +
-                     " bytes, " +
+    return Violation("unexpected RDMA write (immediate " + std::to_string(imm) +
+                     ", " + std::to_string(bytes) + " bytes, " +
                      (open ? "open grant " + std::to_string(open->id) + " of " +
                                  std::to_string(open->length) + " bytes"
                            : std::string("no open grant")) +

@@ -638,10 +638,9 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   transfer.charge.Release();
   stats_.bytes_received += transfer.block.size();
   stats_.frames_received++;
-  observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(transfer.block),
-                                   transfer.header_size,
-                                   transfer.dropped_payload,
-                                   transfer.drop_reason));
+  observer_->OnFrame(ReceivedFrame(
+      FrameType::kRpc, std::move(transfer.block), transfer.header_size,
+      transfer.dropped_payload, transfer.drop_reason));
 }
 
 void RdmaConnection::Repost(uint32_t slot) {

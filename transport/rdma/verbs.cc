@@ -19,8 +19,7 @@ void MrDeleter::operator()(ibv_mr* mr) const {
   ibv_dereg_mr(mr);
 }
 
-MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length,
-                            int access) {
+MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length, int access) {
   if ((access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)) != 0) {
     errno = EPERM;
     return nullptr;

@@ -62,8 +62,7 @@ using MemoryRegion = std::unique_ptr<ibv_mr, MrDeleter>;
 //  - LiveRegisteredBytes() counts what is registered now, which tests use
 //    to prove that every region is deregistered when its owner closes.
 // Null with errno set on failure, like ibv_reg_mr.
-MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length,
-                            int access);
+MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length, int access);
 uint64_t LiveRegisteredBytes();
 
 // "WHAT: strerror(errno)" as UNAVAILABLE.
