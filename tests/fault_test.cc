@@ -162,6 +162,8 @@ TEST_CASE("faults: shutdown under load drains cleanly") {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     channels.push_back(std::make_unique<Channel>(server->uri));
+  }
+  for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       Channel& channel = *channels[t];
       for (int i = 0; !stop; ++i) {
