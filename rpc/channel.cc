@@ -310,16 +310,9 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
   }
   Status status = StatusFromHeader(*header);
   if (frame.dropped_payload_size() > 0) {
-    const std::string size = std::to_string(frame.dropped_payload_size());
-    status = Status(
-        StatusCode::kResourceExhausted,
-        frame.drop_reason() == transport::DropReason::kMemoryLimit
-            ? "response of " + size +
-                  " bytes refused: the channel's registered-memory limit "
-                  "is reached"
-            : "response of " + size +
-                  " bytes exceeds the channel's maximum of " +
-                  std::to_string(options_.transport.max_payload_size));
+    status = DroppedPayloadStatus(
+        frame, "response", "channel",
+        " of " + std::to_string(options_.transport.max_payload_size));
   }
   Invoke(*done, status,
          status.ok() ? std::move(frame).TakePayload() : Buffer());

@@ -144,21 +144,18 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   MethodEntry& entry = *method->second;
   const MethodHandler* handler = entry.handler;
   MethodMetrics* const metrics = core_->metrics ? &entry.metrics : nullptr;
-  if (frame.dropped_payload_size() > 0) {
+  // Answered at once, without running the handler; counted in the
+  // method's metrics.
+  const auto reject = [&](const Status& status, uint64_t request_bytes) {
     if (metrics != nullptr) {
       metrics->started.fetch_add(1, std::memory_order_relaxed);
-      metrics->RecordRejected(StatusCode::kResourceExhausted,
-                              frame.dropped_payload_size());
+      metrics->RecordRejected(status.code(), request_bytes);
     }
-    const std::string size = std::to_string(frame.dropped_payload_size());
-    return Reply(
-        id, Status(StatusCode::kResourceExhausted,
-                   frame.drop_reason() == transport::DropReason::kMemoryLimit
-                       ? "request of " + size +
-                             " bytes refused: the server's registered-memory "
-                             "limit is reached"
-                       : "request of " + size +
-                             " bytes exceeds the server's maximum"));
+    Reply(id, status);
+  };
+  if (frame.dropped_payload_size() > 0) {
+    return reject(DroppedPayloadStatus(frame, "request", "server"),
+                  frame.dropped_payload_size());
   }
 
   std::optional<Clock::time_point> deadline;
@@ -178,24 +175,9 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       method->first, std::move(frame).TakePayload(), deadline, metrics);
   {
     std::lock_guard lock(mu_);
-    const uint32_t limit = core_->max_calls_per_connection;
-    if (limit > 0 && live_.size() >= limit) {
+    if (Status over = CallLimitLocked(); !over.ok()) {
       call->finished_ = true;
-      core_->calls_over_limit++;
-      if (!std::exchange(limit_logged_, true)) {
-        Log().warn(
-            "{}: {} calls in flight, the limit per connection "
-            "(max_calls_per_connection); answering RESOURCE_EXHAUSTED",
-            connection_->peer(), limit);
-      }
-      if (metrics != nullptr) {
-        metrics->started.fetch_add(1, std::memory_order_relaxed);
-        metrics->RecordRejected(StatusCode::kResourceExhausted, 0);
-      }
-      return Reply(
-          id, Status(StatusCode::kResourceExhausted,
-                     "too many calls in flight on this connection (limit " +
-                         std::to_string(limit) + ")"));
+      return reject(over, 0);
     }
     if (!TrackLocked(id, call)) {
       // Finish the orphan quietly: the connection is going away anyway.
@@ -310,6 +292,21 @@ void ServerSession::UntrackLocked(uint64_t id) {
   if (spare_nodes_.size() < kMaxSpareNodes) {
     spare_nodes_.push_back(std::move(node));
   }
+}
+
+Status ServerSession::CallLimitLocked() {
+  const uint32_t limit = core_->max_calls_per_connection;
+  if (limit == 0 || live_.size() < limit) return Status();
+  core_->calls_over_limit++;
+  if (!std::exchange(limit_logged_, true)) {
+    Log().warn(
+        "{}: {} calls in flight, the limit per connection "
+        "(max_calls_per_connection); answering RESOURCE_EXHAUSTED",
+        connection_->peer(), limit);
+  }
+  return Status(StatusCode::kResourceExhausted,
+                "too many calls in flight on this connection (limit " +
+                    std::to_string(limit) + ")");
 }
 
 void ServerSession::OnClose(const Status& reason) {

@@ -84,6 +84,9 @@ class ServerSession final : public transport::ConnectionObserver,
   StatusCode Send(ServerCall& call, const Status& status, Buffer response);
   void Reply(uint64_t id, const Status& status);
   void ProtocolError(const Status& error);
+  // RESOURCE_EXHAUSTED (logged once) when max_calls_per_connection calls
+  // are live on this connection. Called with mu_ held.
+  Status CallLimitLocked();
 
   const std::shared_ptr<ServerCore> core_;
   const std::shared_ptr<const void> loops_;  // Destroyed after connection_.

@@ -91,6 +91,22 @@ StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
   return header;
 }
 
+Status DroppedPayloadStatus(const transport::ReceivedFrame& frame,
+                            std::string_view what, std::string_view receiver,
+                            std::string_view detail) {
+  std::string message = std::string(what) + " of " +
+                        std::to_string(frame.dropped_payload_size()) +
+                        " bytes ";
+  if (frame.drop_reason() == transport::DropReason::kMemoryLimit) {
+    message += "refused: the " + std::string(receiver) +
+               "'s registered-memory limit is reached";
+  } else {
+    message += "exceeds the " + std::string(receiver) + "'s maximum" +
+               std::string(detail);
+  }
+  return Status(StatusCode::kResourceExhausted, std::move(message));
+}
+
 Status StatusFromHeader(const CallHeader& header) {
   const auto code = StatusCodeFromInt(header.status_code());
   if (!code) {

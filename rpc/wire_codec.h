@@ -27,6 +27,13 @@ transport::OutgoingFrame MakeCancelFrame(uint64_t call_id);
 // should be closed with it.
 StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame);
 
+// RESOURCE_EXHAUSTED for a frame whose payload the transport dropped, naming
+// the limit: "<what> of N bytes exceeds the <receiver>'s maximum<detail>"
+// or "... refused: the <receiver>'s registered-memory limit is reached".
+Status DroppedPayloadStatus(const transport::ReceivedFrame& frame,
+                            std::string_view what, std::string_view receiver,
+                            std::string_view detail = {});
+
 // The status a RESPONSE carries; an unknown code reads as UNKNOWN.
 Status StatusFromHeader(const CallHeader& header);
 

@@ -95,9 +95,8 @@ class TcpConnection final : public Connection,
   std::vector<QueuedFrame> queue_;  // Guarded by mu_.
   // A flush is posted or a write is in flight; either picks up queue_.
   bool flush_pending_ = false;  // Guarded by mu_.
-  bool closing_ = false;
-  uint64_t queued_bytes_ =
-      0;  // Guarded by mu_: the bytes in queue_.        // Guarded by mu_.
+  bool closing_ = false;        // Guarded by mu_.
+  uint64_t queued_bytes_ = 0;   // Guarded by mu_: the bytes in queue_.
 
   std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
   std::vector<boost::asio::const_buffer> gather_;
