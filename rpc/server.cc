@@ -111,7 +111,7 @@ class Server::Impl {
           lock, grace, [this] { return core_->live_calls == 0; });
       if (!drained) {
         Log().warn("shutdown: {} calls still running after {} ms; cancelling",
-                   core_->live_calls, grace.count());
+                   core_->live_calls.load(), grace.count());
       }
     }
     std::set<std::shared_ptr<ServerSession>> sessions;
@@ -138,10 +138,7 @@ class Server::Impl {
       std::lock_guard lock(mu_);
       out.connections = sessions_.size();
     }
-    {
-      std::lock_guard lock(core_->mu);
-      out.live_calls = core_->live_calls;
-    }
+    out.live_calls = core_->live_calls;
     out.calls_started = core_->calls_started;
     out.responses_dropped = core_->responses_dropped;
     out.protocol_errors = core_->protocol_errors;

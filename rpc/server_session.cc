@@ -126,22 +126,28 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   if (core_->draining) {  // Checked again under core_->mu below.
     return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
-  const auto service = core_->services.find(header.service());
-  if (service == core_->services.end()) {
-    core_->unknown_method_calls++;
-    return Reply(
-        id, Status(StatusCode::kUnimplemented,
-                   "unknown service '" + std::string(header.service()) + "'"));
+  if (last_method_.entry == nullptr ||
+      header.method() != *last_method_.method ||
+      header.service() != *last_method_.service) {
+    const auto service = core_->services.find(header.service());
+    if (service == core_->services.end()) {
+      core_->unknown_method_calls++;
+      return Reply(id, Status(StatusCode::kUnimplemented,
+                              "unknown service '" +
+                                  std::string(header.service()) + "'"));
+    }
+    const auto method = service->second.methods.find(header.method());
+    if (method == service->second.methods.end()) {
+      core_->unknown_method_calls++;
+      return Reply(
+          id,
+          Status(StatusCode::kUnimplemented,
+                 "unknown method '" + std::string(header.method()) +
+                     "' of service '" + std::string(header.service()) + "'"));
+    }
+    last_method_ = {&service->first, &method->first, method->second.get()};
   }
-  const auto method = service->second.methods.find(header.method());
-  if (method == service->second.methods.end()) {
-    core_->unknown_method_calls++;
-    return Reply(
-        id, Status(StatusCode::kUnimplemented,
-                   "unknown method '" + std::string(header.method()) +
-                       "' of service '" + std::string(header.service()) + "'"));
-  }
-  MethodEntry& entry = *method->second;
+  MethodEntry& entry = *last_method_.entry;
   const MethodHandler* handler = entry.handler;
   MethodMetrics* const metrics = core_->metrics ? &entry.metrics : nullptr;
   // Answered at once, without running the handler; counted in the
@@ -171,8 +177,9 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
   // Pooled: no heap allocation per call in steady state.
   auto call = std::allocate_shared<ServerCall>(
-      PoolAllocator<ServerCall>(), shared_from_this(), id, service->first,
-      method->first, std::move(frame).TakePayload(), deadline, metrics);
+      PoolAllocator<ServerCall>(), shared_from_this(), id,
+      *last_method_.service, *last_method_.method,
+      std::move(frame).TakePayload(), deadline, metrics);
   {
     std::lock_guard lock(mu_);
     if (Status over = CallLimitLocked(); !over.ok()) {
@@ -188,20 +195,16 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
                                             " is already in use"));
     }
   }
-  {
-    // Shutdown sets draining, then waits under core_->mu for zero live
-    // calls: a call counted here is one it waits for.
-    std::lock_guard lock(core_->mu);
-    if (core_->draining) {
-      call->finished_ = true;
-      {
-        std::lock_guard session_lock(mu_);
-        UntrackLocked(id);
-      }
-      return Reply(id,
-                   Status(StatusCode::kUnavailable, "server shutting down"));
+  // Counted, then draining checked: see ServerCore::live_calls.
+  core_->live_calls.fetch_add(1);
+  if (core_->draining) {
+    call->finished_ = true;
+    {
+      std::lock_guard lock(mu_);
+      UntrackLocked(id);
     }
-    ++core_->live_calls;
+    core_->EndCall();
+    return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
   core_->calls_started++;
   if (metrics != nullptr) {
@@ -209,13 +212,14 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
   if (Log().should_log(spdlog::level::debug)) {
     Log().debug("{}: call {} {}/{} started ({} bytes)", connection_->peer(), id,
-                service->first, method->first, call->request().size());
+                *last_method_.service, *last_method_.method,
+                call->request().size());
   }
   try {
     (*handler)(std::move(call));
   } catch (const std::exception& e) {
     // The call may already be finished; Finish ignores a second attempt.
-    Log().error("{}: handler of call {} threw: {}", service->first, id,
+    Log().error("{}: handler of call {} threw: {}", *last_method_.service, id,
                 e.what());
   }
 }
@@ -241,8 +245,7 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
   }
   // Only now is the call over: a graceful shutdown waiting for it may close
   // the connection, and the response is already queued ahead of the close.
-  std::lock_guard lock(core_->mu);
-  if (--core_->live_calls == 0) core_->idle.notify_all();
+  core_->EndCall();
 }
 
 StatusCode ServerSession::Send(ServerCall& call, const Status& status,

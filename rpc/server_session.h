@@ -40,9 +40,19 @@ struct ServerCore {
   bool metrics = true;
   std::atomic<bool> draining{false};
 
-  std::mutex mu;
-  std::condition_variable idle;  // Notified when live_calls drops to zero.
-  int64_t live_calls = 0;        // Guarded by mu.
+  // Calls started and not finished. A call counts itself before it reads
+  // `draining`, and Shutdown sets `draining` before it reads the count (all
+  // sequentially consistent), so either the call sees the server draining
+  // or Shutdown waits for it: no lock on the call path.
+  std::atomic<int64_t> live_calls{0};
+  std::mutex mu;                 // Only for waiting on `idle`.
+  std::condition_variable idle;  // Notified when draining and live_calls is 0.
+  void EndCall() {
+    if (live_calls.fetch_sub(1) == 1 && draining) {
+      std::lock_guard lock(mu);  // Shutdown is checking or waiting: wake it.
+      idle.notify_all();
+    }
+  }
 
   std::atomic<uint64_t> calls_started{0};
   std::atomic<uint64_t> responses_dropped{0};  // Cancelled or late.
@@ -99,6 +109,16 @@ class ServerSession final : public transport::ConnectionObserver,
   std::vector<LiveCalls::node_type> spare_nodes_;
   bool TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
   void UntrackLocked(uint64_t id);
+  // The service and method named by the previous request, looked up again
+  // only when a request names others: a connection tends to call the same
+  // few methods, and comparing two names costs less than two map lookups.
+  // Used only on the connection's thread (in OnFrame).
+  struct ResolvedMethod {
+    const std::string* service = nullptr;  // Keys in core_->services.
+    const std::string* method = nullptr;
+    MethodEntry* entry = nullptr;
+  };
+  ResolvedMethod last_method_;
   std::function<void()> on_closed_;
   Status refusal_;             // Set by Refuse before Start.
   bool limit_logged_ = false;  // Guarded by mu_.

@@ -106,6 +106,7 @@ struct Options {
   bool raw = true;
   std::string json;
   std::string plot;
+  bool stats = false;
 };
 
 struct Result {
@@ -473,6 +474,33 @@ std::string SizeName(size_t size) {
   return std::to_string(size) + " B";
 }
 
+// The in-process server's transport counters, per frame received, since the
+// last call (--stats 1): what each call cost the server's side of the link.
+void PrintServerStats(const rpc::Server& server, const Result& r) {
+  static std::vector<uint64_t> last;
+  server.ForEachConnection([&](const transport::Connection& connection) {
+    const transport::ConnectionStats& s = connection.stats();
+    const std::vector<uint64_t> now = {
+        s.frames_received, s.frames_sent,     s.write_calls,   s.read_calls,
+        s.inline_sends,    s.credit_messages, s.credit_stalls, s.cq_events,
+        s.cq_polls,        s.rdma_writes,     s.registrations, s.staged_bytes};
+    const char* names[] = {"frames_received", "frames_sent",   "write_calls",
+                           "read_calls",      "inline_sends",  "credit_msgs",
+                           "credit_stalls",   "cq_events",     "cq_polls",
+                           "rdma_writes",     "registrations", "staged_bytes"};
+    last.resize(now.size());
+    const double frames =
+        std::max<double>(1, static_cast<double>(now[0] - last[0]));
+    std::printf("  server stats, %s %s, per frame received (%0.f):",
+                r.mode.c_str(), SizeName(r.size).c_str(), frames);
+    for (size_t i = 1; i < now.size(); ++i) {
+      std::printf(" %s %.2f", names[i], (now[i] - last[i]) / frames);
+    }
+    std::printf("\n");
+    last = now;
+  });
+}
+
 void WriteJson(const Options& options, const std::vector<Result>& results) {
   std::ofstream out(options.json);
   out << "{\"uri\": \"" << options.uri << "\", \"results\": [";
@@ -640,6 +668,7 @@ int Run(int argc, char** argv) {
   options.raw = flags.GetInt("raw", 1) != 0;
   options.json = flags.Get("json", "");
   options.plot = flags.Get("plot", "");
+  options.stats = flags.GetInt("stats", 0) != 0;
   if (options.mode != "latency" && options.mode != "throughput" &&
       options.mode != "bandwidth") {
     std::fprintf(stderr, "bench: --mode latency|throughput|bandwidth\n");
@@ -710,6 +739,7 @@ int Run(int argc, char** argv) {
       }
     }
     total_errors += r.errors;
+    if (options.stats && server) PrintServerStats(*server, r);
     results.push_back(std::move(r));
   }
 

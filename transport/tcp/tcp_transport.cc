@@ -1,5 +1,7 @@
 #include "transport/tcp/tcp_transport.h"
 
+#include <unistd.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -12,6 +14,24 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
+
+// A connected socket whose event-loop registration watches reads only.
+// Asio keeps a descriptor's EPOLLOUT interest (edge-triggered) for good once
+// a write wait was started on it, and async_connect starts one: every ACK
+// that frees send-buffer space would then wake the client's loop for
+// nothing, once per call in a ping-pong. Registering the descriptor afresh
+// drops that interest until a write actually blocks.
+tcp::socket WatchReadsOnly(tcp::socket socket, boost::system::error_code& ec) {
+  const auto executor = socket.get_executor();
+  const tcp protocol = socket.local_endpoint(ec).protocol();
+  if (ec) return socket;
+  const int fd = socket.release(ec);
+  if (ec) return socket;
+  tcp::socket fresh(executor);
+  fresh.assign(protocol, fd, ec);
+  if (ec) ::close(fd);
+  return fresh;
+}
 
 class TcpListener final : public Listener {
  public:
@@ -164,9 +184,16 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
                       const tcp::endpoint&) {
               if (attempt->finished) return;
               if (error) return attempt->Fail("cannot connect to", error);
+              boost::system::error_code rewatch_error;
+              tcp::socket socket =
+                  WatchReadsOnly(std::move(attempt->socket), rewatch_error);
+              if (rewatch_error) {
+                return attempt->Fail("cannot use the connection to",
+                                     rewatch_error);
+              }
               attempt->Finish(
                   std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
-                      std::move(attempt->socket), attempt->options)));
+                      std::move(socket), attempt->options)));
             });
       });
 }
