@@ -3,6 +3,7 @@
 #ifndef RDMARPC_BASE_TUNABLES_H_
 #define RDMARPC_BASE_TUNABLES_H_
 
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +61,11 @@ inline constexpr uint32_t kRdmaSendDepth = 128;
 inline constexpr uint32_t kRdmaSignalEvery = 32;
 // Receives are re-posted in chains of this many.
 inline constexpr uint32_t kRdmaRepostBatch = 8;
+// Busy polling: empty CQ polls between trips through the event loop. A trip
+// (the scheduler's locks and a non-blocking epoll_wait, so timers and other
+// handlers run) costs far more than an empty poll, and adds its length to
+// the time a completion waits to be seen.
+inline constexpr uint32_t kRdmaBusyPollsPerYield = 64;
 // CQ events are acknowledged in batches (ibv_ack_cq_events takes a lock).
 inline constexpr uint32_t kRdmaCqEventAckBatch = 16;
 // RNR never happens while credits are honoured. With no RNR retry at all, a
@@ -77,11 +83,16 @@ inline constexpr uint32_t kRdmaBounceChunks = 4;
 // Receive grants (registered memory for peers' large frames) a process holds
 // at once, over all its connections.
 inline constexpr uint64_t kDefaultMaxGrantBytes = 1ull << 30;
+// Released grant blocks kept for reuse, process-wide (by mapped capacity, a
+// power of two): zeroing a kept block costs half what fresh pages do.
+inline constexpr uint64_t kRdmaGrantCacheBytes = 256ull << 20;
 // Bytes in one RDMA WRITE: below any port's max_msg_sz (at least 2^31).
 inline constexpr uint32_t kRdmaMaxWriteSize = 1u << 30;
 
 static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
               "credits travel in a u16; one is held back for CREDIT");
+static_assert(kRdmaBusyPollsPerYield >= 1 && kRdmaBusyPollsPerYield <= 4096,
+              "a busy loop must still yield to timers and other handlers");
 static_assert(kRdmaRepostBatch <= kRdmaReceiveDepth / 4,
               "batched re-posts must not starve the peer of credits");
 static_assert(kRdmaSignalEvery <= kRdmaSendDepth / 2,
@@ -93,6 +104,9 @@ static_assert(kRdmaBounceChunkSize > kRdmaReceiveBufferSize,
 static_assert(kRdmaBounceChunks >= 2 && kRdmaBounceChunks < kRdmaSendDepth,
               "copying the next chunk overlaps writing the last");
 static_assert(kRdmaMaxWriteSize >= kRdmaBounceChunkSize);
+static_assert(kRdmaGrantCacheBytes >= 2 * std::bit_ceil(kDefaultMaxPayloadSize +
+                                                        kMaxCallHeaderSize),
+              "two largest frames' blocks must fit the grant cache");
 static_assert(kDefaultMaxGrantBytes >=
                   kDefaultMaxPayloadSize + kMaxCallHeaderSize,
               "a largest frame must fit the grant budget on its own");

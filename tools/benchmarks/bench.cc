@@ -107,6 +107,7 @@ struct Options {
   std::string json;
   std::string plot;
   bool stats = false;
+  bool metrics = true;  // The in-process server's per-method metrics.
 };
 
 struct Result {
@@ -669,10 +670,33 @@ int Run(int argc, char** argv) {
   options.json = flags.Get("json", "");
   options.plot = flags.Get("plot", "");
   options.stats = flags.GetInt("stats", 0) != 0;
+  options.metrics = flags.GetInt("metrics", 1) != 0;
   if (options.mode != "latency" && options.mode != "throughput" &&
       options.mode != "bandwidth") {
     std::fprintf(stderr, "bench: --mode latency|throughput|bandwidth\n");
     return 64;
+  }
+
+  // The raw baselines first, while no RPC event loop runs: a busy-polling
+  // loop left spinning would take a core from the baseline.
+  const bool rdma = options.uri.rfind("rdma://", 0) == 0;
+  std::vector<Result> raw(options.sizes.size());
+  for (size_t i = 0; i < options.sizes.size() && options.raw; ++i) {
+    const size_t size = options.sizes[i];
+    Result& r = raw[i];
+    if (options.mode == "latency" && !rdma) {
+      const auto samples = RawTcpPingPong(size, options.warmup, options.iters);
+      r.raw_p50 = Percentile(samples, 0.5);
+      r.raw_p99 = Percentile(samples, 0.99);
+    } else if (options.mode == "latency") {
+      r.raw_p50 = RawVerbs(argv[0], HostOf(options.uri), "pingpong", size,
+                           options.iters, "p50 ");
+    } else if (options.mode == "bandwidth" && !rdma) {
+      r.raw_gbps = RawTcpBandwidth(size, options.iters);
+    } else if (options.mode == "bandwidth") {
+      r.raw_gbps = RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
+                            options.iters, "outstanding: ");
+    }
   }
 
   // Our own server when the port is 0.
@@ -686,6 +710,7 @@ int Run(int argc, char** argv) {
   if (parsed->port == 0) {
     rpc::ServerOptions server_options;
     server_options.workers = 1;
+    server_options.enable_metrics = options.metrics;
     server_options.transport.poll_mode = options.poll;
     server_options.transport.max_payload_size = 1ull << 30;
     server_options.max_response_size = 1ull << 30;
@@ -698,7 +723,6 @@ int Run(int argc, char** argv) {
     }
     options.uri = *bound;
   }
-  const bool rdma = options.uri.rfind("rdma://", 0) == 0;
   const size_t largest =
       *std::max_element(options.sizes.begin(), options.sizes.end());
   auto arena = Arena(largest);
@@ -706,10 +730,14 @@ int Run(int argc, char** argv) {
 
   std::vector<Result> results;
   uint64_t total_errors = 0;
-  for (size_t size : options.sizes) {
+  for (size_t i = 0; i < options.sizes.size(); ++i) {
+    const size_t size = options.sizes[i];
     Result r;
     r.mode = options.mode;
     r.size = size;
+    r.raw_p50 = options.raw ? raw[i].raw_p50 : NAN;
+    r.raw_p99 = options.raw ? raw[i].raw_p99 : NAN;
+    r.raw_gbps = options.raw ? raw[i].raw_gbps : NAN;
     if (options.mode == "latency") {
       r.samples = RpcLatency(channel, *arena, size, options.warmup,
                              options.iters, r.errors);
@@ -717,26 +745,10 @@ int Run(int argc, char** argv) {
       r.p99 = Percentile(r.samples, 0.99);
       r.p999 = Percentile(r.samples, 0.999);
       r.max = r.samples.empty() ? 0 : r.samples.back();
-      r.raw_p50 = r.raw_p99 = NAN;
-      if (options.raw && !rdma) {
-        const auto raw = RawTcpPingPong(size, options.warmup, options.iters);
-        r.raw_p50 = Percentile(raw, 0.5);
-        r.raw_p99 = Percentile(raw, 0.99);
-      } else if (options.raw) {
-        r.raw_p50 = RawVerbs(argv[0], HostOf(options.uri), "pingpong", size,
-                             options.iters, "p50 ");
-      }
     } else if (options.mode == "throughput") {
       r.calls_per_s = RpcThroughput(options, *arena, size, r.errors);
     } else {
       r.gbps = RpcBandwidth(channel, *arena, size, options.iters, r.errors);
-      r.raw_gbps = NAN;
-      if (options.raw && !rdma) {
-        r.raw_gbps = RawTcpBandwidth(size, options.iters);
-      } else if (options.raw) {
-        r.raw_gbps = RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
-                              options.iters, "outstanding: ");
-      }
     }
     total_errors += r.errors;
     if (options.stats && server) PrintServerStats(*server, r);

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
@@ -15,6 +14,7 @@
 #include "base/buffer_pool.h"
 #include "base/log.h"
 #include "base/pooled_handler.h"
+#include "transport/rdma/grant_memory.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -51,28 +51,6 @@ std::string AddressString(const sockaddr* address) {
     return "[" + std::string(host) + "]:" + std::to_string(port);
   }
   return "?";
-}
-
-// Memory for a grant, zero-filled: a transfer may arrive as several WRITEs
-// and the receiver cannot verify which bytes a one-sided WRITE covered, so a
-// peer that skips bytes must deliver zeros, never this process's old memory.
-// Large blocks come straight from mmap, whose fresh pages are zero already.
-void Unmap(void* length, std::byte* block) noexcept {
-  munmap(block, reinterpret_cast<size_t>(length));
-}
-Buffer ZeroedBlock(size_t size) {
-  constexpr size_t kMmapFrom = 64 * 1024;
-  if (size < kMmapFrom) {
-    auto* block = new (std::nothrow) std::byte[std::max<size_t>(size, 1)]();
-    if (block == nullptr) return Buffer();
-    return Buffer(
-        block, size, [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
-  }
-  void* block = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (block == MAP_FAILED) return Buffer();
-  return Buffer(static_cast<std::byte*>(block), size, &Unmap,
-                reinterpret_cast<void*>(size));
 }
 
 ConnParams LocalParams() {
@@ -429,11 +407,22 @@ void RdmaConnection::OnCqReady() {
 
 void RdmaConnection::PollLoop() {
   if (torn_down_) return;
+  if (options_.poll_mode == PollMode::kBusy) {
+    // Several polls per trip through the event loop, and no clock read:
+    // stop at the first completions, so what they started runs next.
+    for (uint32_t i = 0; i < tunables::kRdmaBusyPollsPerYield; ++i) {
+      if (Drain() || torn_down_) break;
+    }
+    if (torn_down_) return;
+    // Poll again from the loop, so timers and other handlers still run.
+    asio::post(context_,
+               Pooled([self = shared_from_this()] { self->PollLoop(); }));
+    return;
+  }
   const auto now = std::chrono::steady_clock::now();
   if (Drain()) spin_until_ = now + options_.hybrid_spin;
   if (torn_down_) return;
-  if (options_.poll_mode == PollMode::kBusy || now < spin_until_) {
-    // Poll again from the loop, so timers and other handlers still run.
+  if (now < spin_until_) {
     asio::post(context_,
                Pooled([self = shared_from_this()] { self->PollLoop(); }));
     return;
@@ -597,7 +586,7 @@ void RdmaConnection::OnRts(const ControlMessage& rts) {
   }
   const size_t length = plan->length;
   // At least one byte, so there is always something to register.
-  transfer.block = ZeroedBlock(std::max<size_t>(length, 1));
+  transfer.block = ZeroedGrantBlock(std::max<size_t>(length, 1));
   if (transfer.block.empty()) {
     return CloseNow(Status(StatusCode::kResourceExhausted,
                            "cannot allocate " + std::to_string(length) +
