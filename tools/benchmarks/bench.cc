@@ -52,6 +52,7 @@
 #include "examples/common/flags.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
+#include "tools/benchmarks/pin.h"
 #include "transport/memory.h"
 #include "transport/uri.h"
 
@@ -78,16 +79,11 @@ void Window(bool open) {
 }
 
 // --pin 1 (the default on two or more CPUs): the client side on CPU 0 and the
-// server side on CPU 1, for the RPC's event loops and the raw baseline's
-// threads alike, as two hosts would be. Left to the scheduler, the two
-// sides share a CPU in some runs and not in others, and the ratio follows.
+// server side on CPU 1 (pin.h), for the RPC's event loops and the raw
+// baseline's threads alike.
 bool pin_sides = false;
 void PinTo(int cpu) {
-  if (!pin_sides) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (pin_sides) PinThisThreadTo(cpu);
 }
 
 class BenchService : public rpc::Service {
@@ -704,13 +700,15 @@ int Run(int argc, char** argv) {
   // The raw baselines first, while no RPC event loop runs: a busy-polling
   // loop left spinning would take a core from the baseline.
   const bool rdma = options.uri.rfind("rdma://", 0) == 0;
+  // NaN where not measured here. Over TCP, latency is measured in rounds
+  // alternating with the RPC's, below.
   std::vector<Result> raw(options.sizes.size());
-  for (size_t i = 0; i < options.sizes.size() && options.raw; ++i) {
+  for (size_t i = 0; i < options.sizes.size(); ++i) {
     const size_t size = options.sizes[i];
     Result& r = raw[i];
-    if (options.mode == "latency" && !rdma) {
-      // Measured in rounds alternating with the RPC's, below.
-    } else if (options.mode == "latency") {
+    r.raw_p50 = r.raw_p99 = r.raw_gbps = NAN;
+    if (!options.raw) continue;
+    if (options.mode == "latency" && rdma) {
       r.raw_p50 = RawVerbs(argv[0], HostOf(options.uri), "pingpong", size,
                            options.iters, "p50 ");
     } else if (options.mode == "bandwidth" && !rdma) {
@@ -766,9 +764,9 @@ int Run(int argc, char** argv) {
     Result r;
     r.mode = options.mode;
     r.size = size;
-    r.raw_p50 = options.raw ? raw[i].raw_p50 : NAN;
-    r.raw_p99 = options.raw ? raw[i].raw_p99 : NAN;
-    r.raw_gbps = options.raw ? raw[i].raw_gbps : NAN;
+    r.raw_p50 = raw[i].raw_p50;
+    r.raw_p99 = raw[i].raw_p99;
+    r.raw_gbps = raw[i].raw_gbps;
     if (options.mode == "latency" && !rdma) {
       // Over TCP, rounds alternate RPC and raw ping-pong, so that a slow
       // spell of this shared machine falls on both alike.

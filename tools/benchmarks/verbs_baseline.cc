@@ -9,8 +9,6 @@
 // rdma_cm on ADDR, with busy polling as perftest does. Every mode checks its
 // data. Prints one line of results; exits non-zero on any error.
 #include <arpa/inet.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +20,7 @@
 #include <vector>
 
 #include "examples/common/flags.h"
+#include "tools/benchmarks/pin.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::bench {
@@ -118,15 +117,6 @@ struct Side {
   }
 };
 
-// --pin 1: the client (this thread) on CPU 0, the server thread on CPU 1,
-// as two hosts would be (tools/bench pins the RPC's loops the same way).
-void PinTo(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
-
 rdma_cm_event* Expect(rdma_event_channel* channel, rdma_cm_event_type type) {
   rdma_cm_event* event = nullptr;
   if (rdma_get_cm_event(channel, &event) != 0) Die("rdma_get_cm_event");
@@ -181,10 +171,11 @@ int Run(const examples::Flags& flags) {
   }
   const uint16_t port = ntohs(rdma_get_src_port(listen_id.get()));
 
+  // --pin 1: this (client) thread on CPU 0, the server thread on CPU 1.
   const bool pin = flags.GetInt("pin", 0) != 0;
-  if (pin) PinTo(0);
+  if (pin) PinThisThreadTo(0);
   std::thread server_thread([&] {
-    if (pin) PinTo(1);
+    if (pin) PinThisThreadTo(1);
     rdma_cm_event* request =
         Expect(server.events.get(), RDMA_CM_EVENT_CONNECT_REQUEST);
     server.id.reset(request->id);
