@@ -22,6 +22,15 @@ class RingQueue {
     assert(size_ > 0);
     return slots_[head_];
   }
+  T& back() {
+    assert(size_ > 0);
+    return (*this)[size_ - 1];
+  }
+  // The i-th element from the front.
+  T& operator[](size_t i) {
+    assert(i < size_);
+    return slots_[(head_ + i) & (slots_.size() - 1)];
+  }
   void push_back(T value) {
     if (size_ == slots_.size()) Grow();
     slots_[(head_ + size_) & (slots_.size() - 1)] = std::move(value);
@@ -33,6 +42,11 @@ class RingQueue {
     assert(size_ > 0);
     slots_[head_] = T();
     head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+  }
+  void pop_back() {
+    assert(size_ > 0);
+    back() = T();
     --size_;
   }
   void clear() {

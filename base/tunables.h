@@ -86,6 +86,10 @@ inline constexpr uint64_t kDefaultMaxGrantBytes = 1ull << 30;
 // Released grant blocks kept for reuse, process-wide (by mapped capacity, a
 // power of two): zeroing a kept block costs half what fresh pages do.
 inline constexpr uint64_t kRdmaGrantCacheBytes = 256ull << 20;
+// Large frames a peer may have under way to us at once (grants open or
+// answered): each one's RTS, zeroing and registration overlap the WRITEs of
+// the one before. Each holds up to a largest frame of registered memory.
+inline constexpr uint32_t kRdmaMaxOpenGrants = 2;
 // Bytes in one RDMA WRITE: below any port's max_msg_sz (at least 2^31).
 inline constexpr uint32_t kRdmaMaxWriteSize = 1u << 30;
 
@@ -104,9 +108,14 @@ static_assert(kRdmaBounceChunkSize > kRdmaReceiveBufferSize,
 static_assert(kRdmaBounceChunks >= 2 && kRdmaBounceChunks < kRdmaSendDepth,
               "copying the next chunk overlaps writing the last");
 static_assert(kRdmaMaxWriteSize >= kRdmaBounceChunkSize);
-static_assert(kRdmaGrantCacheBytes >= 2 * std::bit_ceil(kDefaultMaxPayloadSize +
-                                                        kMaxCallHeaderSize),
-              "two largest frames' blocks must fit the grant cache");
+static_assert(kRdmaMaxOpenGrants >= 1 && kRdmaMaxOpenGrants <= 16 &&
+                  kRdmaMaxOpenGrants < kRdmaReceiveDepth / 2,
+              "each open transfer holds a receive for its RTS or landing");
+static_assert(kRdmaGrantCacheBytes >=
+                  kRdmaMaxOpenGrants * std::bit_ceil(kDefaultMaxPayloadSize +
+                                                     kMaxCallHeaderSize),
+              "a connection's open grants of largest frames must fit the "
+              "grant cache");
 static_assert(kDefaultMaxGrantBytes >=
                   kDefaultMaxPayloadSize + kMaxCallHeaderSize,
               "a largest frame must fit the grant budget on its own");

@@ -3,6 +3,7 @@
 #include "rpc/call_header.h"
 
 #include <catch2/catch_test_macros.hpp>
+#include <deque>
 #include <memory>
 #include <random>
 #include <string>
@@ -173,6 +174,28 @@ TEST_CASE("ring queue: FIFO order across growth and wrap-around") {
   }
   queue.clear();
   CHECK(queue.empty());
+}
+
+TEST_CASE("ring queue: indexing and pop_back agree with std::deque") {
+  RingQueue<std::unique_ptr<int>> queue;
+  std::deque<int> model;
+  std::mt19937_64 random(5);
+  for (int step = 0; step < 20000; ++step) {
+    const auto op = random() % 4;
+    if (op <= 1 || model.empty()) {
+      queue.push_back(std::make_unique<int>(step));
+      model.push_back(step);
+    } else if (op == 2) {
+      queue.pop_front();
+      model.pop_front();
+    } else {
+      REQUIRE(*queue.back() == model.back());
+      queue.pop_back();
+      model.pop_back();
+    }
+    REQUIRE(queue.size() == model.size());
+    for (size_t i = 0; i < model.size(); ++i) REQUIRE(*queue[i] == model[i]);
+  }
 }
 
 }  // namespace

@@ -595,6 +595,43 @@ TEST_CASE("hostile: WRITE WITH IMMEDIATE with the wrong immediate") {
                                "immediate 8");
 }
 
+TEST_CASE("hostile: more transfers under way than the server allows") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  const uint32_t allowed =
+      transport::rdma::OpenGrantsAllowed(peer.server_params());
+  REQUIRE(allowed == tunables::kRdmaMaxOpenGrants);
+  for (uint32_t transfer = 1; transfer <= allowed; ++transfer) {
+    REQUIRE(peer.SendRts(transfer, kRtsHeader, kRtsPayload) ==
+            WcName(IBV_WC_SUCCESS));
+    REQUIRE(peer.WaitForGrant().transfer == transfer);
+  }
+  REQUIRE(peer.SendRts(allowed + 1, kRtsHeader, kRtsPayload) ==
+          WcName(IBV_WC_SUCCESS));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true, "under way");
+}
+
+TEST_CASE("hostile: a later transfer landing before an earlier one") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  REQUIRE(tunables::kRdmaMaxOpenGrants >= 2);
+  REQUIRE(peer.SendRts(1, kRtsHeader, kRtsPayload) == WcName(IBV_WC_SUCCESS));
+  REQUIRE(peer.WaitForGrant().transfer == 1);
+  REQUIRE(peer.SendRts(2, kRtsHeader, kRtsPayload) == WcName(IBV_WC_SUCCESS));
+  const ControlMessage second = peer.WaitForGrant();
+  REQUIRE(second.transfer == 2);
+  // Its own grant and its own immediate, but transfer 1 is still open.
+  const std::string landed =
+      peer.WriteWithImm(second.addr, second.rkey, Pattern(second.length, 5), 2);
+  INFO("the WRITE WITH IMMEDIATE completed: " << landed);
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
+                               "immediate 2");
+}
+
 TEST_CASE("hostile: WRITE WITH IMMEDIATE with no grant open") {
   Fixture fixture;
   HostilePeer peer;

@@ -107,6 +107,8 @@ struct ConnectionStats {
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};  // WRITE WITH IMMEDIATE transfers.
+  // Transfers whose RTS went out while an earlier one was still under way.
+  std::atomic<uint64_t> pipelined_transfers{0};
   // Bytes of those transfers written straight from a MemoryRegistration, and
   // bytes copied into registered staging memory first.
   std::atomic<uint64_t> zero_copy_bytes{0};

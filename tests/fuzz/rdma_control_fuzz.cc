@@ -4,14 +4,17 @@
 // credits in every prefix), WRITE WITH IMMEDIATE completions, and our own
 // sends using up credits. Whatever the peer does, an accepted event keeps
 // the invariants the connection relies on: credits never exceed the depth
-// the peer announced, a grant never exceeds the limits or the budget, one
-// grant is open at a time, a landing names the open grant and fits it, and
-// a GRANT answers exactly the transfer we asked for.
+// the peer announced, a grant never exceeds the limits or the budget, at
+// most max_open_grants transfers are under way, a payload over the budget
+// waits only behind transfers of this peer, a landing names the oldest open
+// grant and fits it, and a GRANT answers exactly the oldest transfer we
+// asked for.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "base/tunables.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -54,14 +57,20 @@ class Input {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
-  // The session: the depth the peer announced, our grant budget, and one
-  // large frame of ours waiting for its GRANT.
+  // The session: the depth the peer announced, how many transfers we let it
+  // have under way, our grant budget (split among our open grants), and two
+  // large frames of ours waiting for their GRANTs, oldest first.
   const uint32_t depth = 4 + in.Take<uint8_t>();
+  const uint32_t max_open = 1 + in.Take<uint8_t>() % 4;
   const uint64_t budget = uint64_t{in.Take<uint32_t>()};
   uint32_t credits = depth;
-  std::optional<OpenGrant> open;
-  std::optional<PendingTransfer> pending = PendingTransfer{
-      in.Take<uint32_t>(), false, in.Take<uint16_t>(), in.Take<uint32_t>()};
+  std::vector<OpenGrant> open;  // Oldest first.
+  uint64_t granted_bytes = 0;
+  std::vector<PendingTransfer> pending;
+  for (int i = 0; i < 2; ++i) {
+    pending.push_back(PendingTransfer{
+        in.Take<uint32_t>(), false, in.Take<uint16_t>(), in.Take<uint32_t>()});
+  }
 
   while (!in.empty()) {
     switch (in.Take<uint8_t>() % 3) {
@@ -85,37 +94,64 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         const ControlMessage& control = *inbound->control;
         if (control.kind == ControlKind::kRts) {
-          auto plan = PlanGrant(control, open.has_value(), kMaxPayload, budget);
+          // Grants of headers alone are not held to the budget.
+          const auto left = [&] {
+            return granted_bytes < budget ? budget - granted_bytes : 0;
+          };
+          auto ahead = static_cast<uint32_t>(open.size());
+          auto plan = PlanGrant(control, ahead, max_open, kMaxPayload, left());
           if (!plan.ok()) return 0;
-          FUZZ_CHECK(!open);
+          FUZZ_CHECK(ahead < max_open);
           FUZZ_CHECK(control.header_size <=
                      rdmarpc::tunables::kMaxCallHeaderSize);
+          while (plan->wait) {
+            // Only behind transfers of this peer, whose landings free
+            // memory; the connection plans it again after each one.
+            FUZZ_CHECK(ahead > 0 && plan->drop_reason == DropReason::kNone);
+            FUZZ_CHECK(uint64_t{control.header_size} + control.payload_size >
+                       left());
+            granted_bytes -= open.front().length;
+            open.erase(open.begin());
+            ahead = static_cast<uint32_t>(open.size());
+            plan = PlanGrant(control, ahead, max_open, kMaxPayload, left());
+            FUZZ_CHECK(plan.ok());
+          }
           if (plan->drop_reason == DropReason::kNone) {
             FUZZ_CHECK(control.payload_size <= kMaxPayload);
-            FUZZ_CHECK(plan->length <= budget);
+            FUZZ_CHECK(plan->length <= left());
             FUZZ_CHECK(plan->length ==
                        uint64_t{control.header_size} + control.payload_size);
           } else {
             FUZZ_CHECK(plan->length == control.header_size);
             FUZZ_CHECK(plan->dropped_payload == control.payload_size);
+            FUZZ_CHECK(plan->drop_reason == DropReason::kTooLarge ||
+                       ahead == 0);
           }
-          open = OpenGrant{control.transfer, plan->length};
+          open.push_back(OpenGrant{control.transfer, plan->length});
+          granted_bytes += plan->length;
         } else if (control.kind == ControlKind::kGrant) {
-          if (!CheckGrant(control, pending).ok()) return 0;
-          FUZZ_CHECK(!pending->granted && pending->id == control.transfer);
+          std::optional<PendingTransfer> oldest;
+          size_t index = 0;
+          while (index < pending.size() && pending[index].granted) ++index;
+          if (index < pending.size()) oldest = pending[index];
+          if (!CheckGrant(control, oldest).ok()) return 0;
+          FUZZ_CHECK(oldest && oldest->id == control.transfer);
           FUZZ_CHECK(control.length ==
-                     pending->header_size +
-                         (control.dropped ? 0 : pending->payload_size));
-          pending->granted = true;
+                     oldest->header_size +
+                         (control.dropped ? 0 : oldest->payload_size));
+          pending[index].granted = true;
         }
         break;
       }
       case 1: {  // A WRITE WITH IMMEDIATE landed.
         const auto imm = in.Take<uint32_t>();
         const auto bytes = in.Take<uint32_t>();
-        if (!CheckLanding(imm, bytes, open).ok()) return 0;
-        FUZZ_CHECK(open && open->id == imm && bytes <= open->length);
-        open.reset();
+        std::optional<OpenGrant> oldest;
+        if (!open.empty()) oldest = open.front();
+        if (!CheckLanding(imm, bytes, oldest).ok()) return 0;
+        FUZZ_CHECK(oldest && oldest->id == imm && bytes <= oldest->length);
+        granted_bytes -= open.front().length;
+        open.erase(open.begin());
         break;
       }
       case 2:  // We send something: a credit is used up.

@@ -54,10 +54,15 @@ Status CheckCreditReturn(uint32_t held, uint16_t returned,
   return Status();
 }
 
-StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, bool transfer_open,
+StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
+                              uint32_t max_open_grants,
                               uint64_t max_payload_size, uint64_t budget_left) {
   if (rts.kind != ControlKind::kRts) return Violation("not an RTS");
-  if (transfer_open) return Violation("a second transfer while one is open");
+  if (ahead >= max_open_grants) {
+    return Violation("transfer " + std::to_string(rts.transfer) + " while " +
+                     std::to_string(ahead) + " are under way (the limit is " +
+                     std::to_string(max_open_grants) + ")");
+  }
   if (rts.header_size > tunables::kMaxCallHeaderSize) {
     return Violation("transfer header of " + std::to_string(rts.header_size) +
                      " bytes");
@@ -66,6 +71,9 @@ StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, bool transfer_open,
   plan.length = uint64_t{rts.header_size} + rts.payload_size;
   if (rts.payload_size > max_payload_size) {
     plan.drop_reason = DropReason::kTooLarge;
+  } else if (plan.length > budget_left && ahead > 0) {
+    plan.wait = true;
+    return plan;
   } else if (plan.length > budget_left) {
     plan.drop_reason = DropReason::kMemoryLimit;
   }

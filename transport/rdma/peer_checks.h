@@ -43,12 +43,18 @@ struct GrantPlan {
   uint64_t length = 0;  // Bytes the peer may write: the header, maybe more.
   uint64_t dropped_payload = 0;  // Non-zero: the payload is not granted.
   DropReason drop_reason = DropReason::kNone;
+  // Not now: the payload exceeds the budget while grants ahead of it are
+  // open. Plan it again once they have landed.
+  bool wait = false;
 };
 
-// An RTS. `transfer_open`: a grant of ours is still open (the protocol
-// allows one at a time). `budget_left`: registered bytes this receiver may
-// still grant; a payload that does not fit is dropped, never waited for.
-StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, bool transfer_open,
+// An RTS. `ahead`: the peer's transfers to us already under way (granted or
+// waiting), at most `max_open_grants` in all. `budget_left`: registered
+// bytes this receiver may still grant. A payload that does not fit waits
+// while transfers are ahead (their landing frees memory), and is dropped
+// when none are: it is never waited for on other connections' account.
+StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
+                              uint32_t max_open_grants,
                               uint64_t max_payload_size, uint64_t budget_left);
 
 // The transfer of ours that a GRANT must answer.
@@ -59,8 +65,8 @@ struct PendingTransfer {
   uint64_t payload_size = 0;
 };
 
-// A GRANT: it must answer our one ungranted transfer, for exactly the bytes
-// we asked for (or the header alone when it drops the payload).
+// A GRANT: it must answer our oldest ungranted transfer, for exactly the
+// bytes we asked for (or the header alone when it drops the payload).
 Status CheckGrant(const ControlMessage& grant,
                   const std::optional<PendingTransfer>& pending);
 
@@ -70,9 +76,9 @@ struct OpenGrant {
   uint64_t length = 0;
 };
 
-// A WRITE WITH IMMEDIATE completed: `imm` must name the open grant, and the
-// last WRITE (`bytes`) fits inside it. (The memory region bounds every
-// WRITE; the NIC rejects any outside it.)
+// A WRITE WITH IMMEDIATE completed: `imm` must name our oldest open grant
+// (transfers land in order), and the last WRITE (`bytes`) fits inside it. (The
+// memory region bounds every WRITE; the NIC rejects any outside it.)
 Status CheckLanding(uint32_t imm, uint32_t bytes,
                     const std::optional<OpenGrant>& open);
 

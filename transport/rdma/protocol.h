@@ -20,13 +20,23 @@
 //      (write_plan.h: registered memory is gathered in place, the rest is
 //      staged through registered memory); the last is a WRITE WITH
 //      IMMEDIATE, immediate = transfer id, and consumes a credit like a SEND
-//   4. receiver checks the immediate against the one open grant, deregisters
-//      it, and delivers the block without a copy
+//   4. receiver checks the immediate against its oldest open grant,
+//      deregisters it, and delivers the block without a copy
 // A grant starts zero-filled: the receiver cannot tell which bytes one-sided
 // WRITEs covered, so a peer that skips some delivers zeros, never this
 // process's old memory. The grant's memory region bounds every WRITE.
-// A sender runs one transfer at a time and sends nothing else meanwhile, so
-// frames arrive in order.
+//
+// Pipelining: a sender may have up to the receiver's `max_open_grants`
+// transfers under way, so the next RTS, and the receiver's zeroing and
+// registering of its grant, overlap the WRITEs of the one before. Grants
+// answer RTSs in order, and transfers are written in order. A receiver short
+// of grant memory (max_grant_bytes) while grants of this connection are open
+// answers the RTS once they have landed instead of dropping the payload.
+//
+// Order: control messages may go at any time, but frames (SENDs and WRITE
+// WITH IMMEDIATEs) are posted in the order the sender queued them, so a
+// small frame behind a large one waits until that one's last WRITE is
+// posted; RC delivers them to the receiver in that order.
 #ifndef RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
 #define RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
 
@@ -46,9 +56,16 @@ struct ConnParams {
   uint16_t version = kConnVersion;
   uint16_t receive_depth = 0;        // Receives posted: the peer's credits.
   uint32_t receive_buffer_size = 0;  // Largest SEND the peer may post.
-  uint32_t reserved = 0;
+  // Transfers the peer may have under way to this side at once. Zero (a
+  // peer from before pipelining, whose field was reserved) means one.
+  uint16_t max_open_grants = 0;
+  uint16_t reserved = 0;
 };
 static_assert(sizeof(ConnParams) == 16);
+
+inline uint32_t OpenGrantsAllowed(const ConnParams& params) {
+  return params.max_open_grants == 0 ? 1 : params.max_open_grants;
+}
 
 enum class ControlKind : uint8_t {
   kCredit = 1,  // Nothing but the credits in the prefix.

@@ -57,6 +57,7 @@ ConnParams LocalParams() {
   ConnParams params;
   params.receive_depth = kRdmaReceiveDepth;
   params.receive_buffer_size = kRdmaReceiveBufferSize;
+  params.max_open_grants = tunables::kRdmaMaxOpenGrants;
   return params;
 }
 
@@ -117,8 +118,8 @@ RdmaConnection::~RdmaConnection() {
   if (cq_ && unacked_cq_events_ > 0) {
     ibv_ack_cq_events(cq_.get(), unacked_cq_events_);
   }
-  outgoing_.reset();
-  incoming_.reset();
+  outgoing_.clear();
+  incoming_.clear();
 }
 
 asio::any_io_executor RdmaConnection::executor() const {
@@ -180,6 +181,8 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
   self->on_established_ = std::move(on_established);
   self->peer_params_ = peer;
   self->credits_ = peer.receive_depth;
+  self->max_transfers_ =
+      std::min(OpenGrantsAllowed(peer), tunables::kRdmaMaxOpenGrants);
   self->peer_ = "rdma://" + AddressString(rdma_get_peer_addr(id.get()));
   auto shared_id = std::make_shared<CmId>(std::move(id));
   asio::post(context, [self, shared_id] {
@@ -319,6 +322,8 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
         }
         peer_params_ = params;
         credits_ = params.receive_depth;
+        max_transfers_ =
+            std::min(OpenGrantsAllowed(params), tunables::kRdmaMaxOpenGrants);
       }
       established_ = true;
       return Established(Status());
@@ -493,9 +498,13 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
     case kWriteTag:  // The last WRITE of a transfer.
       completed_ = std::max(completed_, value);
       ReleaseBounceChunks(completed_);
-      stats_.rdma_writes++;
-      stats_.frames_sent++;
-      outgoing_.reset();  // Releases the caller's buffers and registrations.
+      // Releases the callers' buffers and registrations.
+      while (!outgoing_.empty() && outgoing_.front().last_seq != 0 &&
+             outgoing_.front().last_seq <= value) {
+        outgoing_.pop_front();
+        stats_.rdma_writes++;
+        stats_.frames_sent++;
+      }
       return MaybeFinishClose();
   }
 }
@@ -543,48 +552,83 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
     case ControlKind::kRts:
       return OnRts(message);
     case ControlKind::kGrant: {
+      // Grants answer our RTSs in order: this one is for the oldest transfer
+      // still without one.
+      OutgoingTransfer* oldest = nullptr;
+      for (size_t i = 0; i < outgoing_.size() && !oldest; ++i) {
+        if (!outgoing_[i].granted) oldest = &outgoing_[i];
+      }
       std::optional<PendingTransfer> pending;
-      if (outgoing_) {
-        pending = PendingTransfer{outgoing_->id, outgoing_->granted,
-                                  outgoing_->frame.header.size(),
-                                  outgoing_->frame.payload_size()};
+      if (oldest) {
+        pending =
+            PendingTransfer{oldest->id, false, oldest->frame.header.size(),
+                            oldest->frame.payload_size()};
       }
       if (Status s = CheckGrant(message, pending); !s.ok()) {
         return ProtocolError(s);
       }
-      outgoing_->granted = true;
-      outgoing_->grant = message;
-      return StartWrites();
+      oldest->granted = true;
+      oldest->grant = message;
+      return StartWrites(*oldest);
     }
   }
 }
 
-void RdmaConnection::OnRts(const ControlMessage& rts) {
+namespace {
+uint64_t BudgetLeft(uint64_t limit) {
   const uint64_t in_use = GrantedBytes();
-  const uint64_t budget_left =
-      in_use < options_.max_grant_bytes ? options_.max_grant_bytes - in_use : 0;
-  StatusOr<GrantPlan> plan = PlanGrant(rts, incoming_.has_value(),
-                                       options_.max_payload_size, budget_left);
+  return in_use < limit ? limit - in_use : 0;
+}
+}  // namespace
+
+void RdmaConnection::OnRts(const ControlMessage& rts) {
+  StatusOr<GrantPlan> plan =
+      PlanGrant(rts, static_cast<uint32_t>(incoming_.size()),
+                tunables::kRdmaMaxOpenGrants, options_.max_payload_size,
+                BudgetLeft(options_.max_grant_bytes));
   if (!plan.ok()) return ProtocolError(plan.status());
+  // Behind one that waits for memory, it waits too: grants go out in order.
+  const bool behind = !incoming_.empty() && !incoming_.back().granted;
   IncomingTransfer transfer;
+  transfer.rts = rts;
   transfer.id = rts.transfer;
+  incoming_.push_back(std::move(transfer));
+  if (!behind && !plan->wait) Grant(incoming_.back(), *plan);
+}
+
+void RdmaConnection::GrantWaiting() {
+  for (size_t i = 0; i < incoming_.size() && !torn_down_; ++i) {
+    IncomingTransfer& transfer = incoming_[i];
+    if (transfer.granted) continue;
+    // Checked when it arrived; only the budget can have changed.
+    StatusOr<GrantPlan> plan = PlanGrant(
+        transfer.rts, static_cast<uint32_t>(i), tunables::kRdmaMaxOpenGrants,
+        options_.max_payload_size, BudgetLeft(options_.max_grant_bytes));
+    if (!plan.ok()) return ProtocolError(plan.status());
+    if (plan->wait) return;
+    Grant(transfer, *plan);
+  }
+}
+
+void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
+  const ControlMessage& rts = transfer.rts;
   transfer.header_size = rts.header_size;
-  transfer.dropped_payload = plan->dropped_payload;
-  transfer.drop_reason = plan->drop_reason;
-  if (plan->drop_reason == DropReason::kTooLarge) {
+  transfer.dropped_payload = plan.dropped_payload;
+  transfer.drop_reason = plan.drop_reason;
+  if (plan.drop_reason == DropReason::kTooLarge) {
     Log().warn(
         "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
         "discarding it",
         peer_, rts.payload_size, options_.max_payload_size);
     stats_.oversized_frames_dropped++;
-  } else if (plan->drop_reason == DropReason::kMemoryLimit) {
+  } else if (plan.drop_reason == DropReason::kMemoryLimit) {
     Log().warn(
         "{}: payload of {} bytes would exceed the registered-memory limit "
         "(max_grant_bytes {}, {} in use); discarding it",
-        peer_, rts.payload_size, options_.max_grant_bytes, in_use);
+        peer_, rts.payload_size, options_.max_grant_bytes, GrantedBytes());
     stats_.oversized_frames_dropped++;
   }
-  const size_t length = plan->length;
+  const size_t length = plan.length;
   // At least one byte, so there is always something to register.
   transfer.block = ZeroedGrantBlock(std::max<size_t>(length, 1));
   if (transfer.block.empty()) {
@@ -601,14 +645,14 @@ void RdmaConnection::OnRts(const ControlMessage& rts) {
     return CloseNow(ErrnoStatus("ibv_reg_mr (grant)", errno));
   }
   transfer.charge = GrantCharge(transfer.region->length);
+  transfer.granted = true;
   ControlMessage grant;
   grant.kind = ControlKind::kGrant;
-  grant.dropped = static_cast<uint8_t>(plan->drop_reason);
+  grant.dropped = static_cast<uint8_t>(plan.drop_reason);
   grant.transfer = transfer.id;
   grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
   grant.rkey = transfer.region->rkey;
   grant.length = static_cast<uint32_t>(length);
-  incoming_ = std::move(transfer);
   control_queue_.push_back(grant);
 }
 
@@ -616,13 +660,15 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
                                    uint32_t bytes) {
   // `bytes` counts the last WRITE only (the grant bounds the others).
   std::optional<OpenGrant> open;
-  if (incoming_) open = OpenGrant{incoming_->id, incoming_->block.size()};
+  if (!incoming_.empty() && incoming_.front().granted) {
+    open = OpenGrant{incoming_.front().id, incoming_.front().block.size()};
+  }
   if (Status s = CheckLanding(imm, bytes, open); !s.ok()) {
     return ProtocolError(s);
   }
   Repost(slot);
-  IncomingTransfer transfer = std::move(*incoming_);
-  incoming_.reset();
+  IncomingTransfer transfer = std::move(incoming_.front());
+  incoming_.pop_front();
   transfer.region.reset();  // No remote access once the data has landed.
   transfer.charge.Release();
   stats_.bytes_received += transfer.block.size();
@@ -630,6 +676,7 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   observer_->OnFrame(ReceivedFrame(
       FrameType::kRpc, std::move(transfer.block), transfer.header_size,
       transfer.dropped_payload, transfer.drop_reason));
+  if (!torn_down_) GrantWaiting();  // Memory came free.
 }
 
 void RdmaConnection::Repost(uint32_t slot) {
@@ -710,14 +757,12 @@ void RdmaConnection::Flush() {
     PostControl(control_queue_.front());
     control_queue_.pop_front();
   }
-  while (outgoing_ && outgoing_->granted &&
-         outgoing_->next_write < outgoing_->plan.writes.size() && PostWrite()) {
-  }
+  PostWrites();
   const size_t small_limit =
       std::min(kRdmaReceiveBufferSize, peer_params_.receive_buffer_size);
   {
     std::lock_guard lock(mu_);
-    while (!outgoing_ && !queue_.empty()) {
+    while (!queue_.empty()) {
       OutgoingFrame& frame = queue_.front();
       // One credit stays in reserve for CREDIT messages.
       if (credits_ < 2 || !SendSlotFree()) {
@@ -726,13 +771,17 @@ void RdmaConnection::Flush() {
       }
       const uint64_t total =
           kFramePrefixSize + frame.header.size() + frame.payload_size();
+      const bool small = total <= small_limit;
+      // A small frame follows the WRITEs of the large ones ahead of it; a
+      // large one may ask for its grant while those are under way.
+      if (small ? WritesPending() : outgoing_.size() >= max_transfers_) break;
       queued_bytes_ -= total;  // Leaves the queue now, one way or the other.
-      if (total <= small_limit) {
+      if (small) {
         PostSmall(frame, frame.type, {});
         queue_.pop_front();
         continue;
       }
-      // Large: ask for a grant; nothing else leaves until it is written.
+      if (!outgoing_.empty()) stats_.pipelined_transfers++;
       OutgoingTransfer transfer;
       transfer.id = next_transfer_id_++;
       transfer.frame = std::move(frame);
@@ -742,7 +791,7 @@ void RdmaConnection::Flush() {
       rts.transfer = transfer.id;
       rts.header_size = static_cast<uint32_t>(transfer.frame.header.size());
       rts.payload_size = static_cast<uint32_t>(transfer.frame.payload_size());
-      outgoing_ = std::move(transfer);
+      outgoing_.push_back(std::move(transfer));
       PostControl(rts);
     }
   }
@@ -816,8 +865,25 @@ void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   if (type == FrameType::kRpc) stats_.frames_sent++;
 }
 
-void RdmaConnection::StartWrites() {
-  OutgoingTransfer& transfer = *outgoing_;
+bool RdmaConnection::WritesPending() {
+  // Transfers post their WRITEs in order: if the newest has posted all of
+  // its own, so has every one before it.
+  if (outgoing_.empty()) return false;
+  const OutgoingTransfer& newest = outgoing_.back();
+  return !newest.granted || newest.next_write < newest.plan.writes.size();
+}
+
+void RdmaConnection::PostWrites() {
+  for (size_t i = 0; i < outgoing_.size(); ++i) {
+    OutgoingTransfer& transfer = outgoing_[i];
+    if (!transfer.granted) return;
+    while (transfer.next_write < transfer.plan.writes.size()) {
+      if (!PostWrite(transfer)) return;
+    }
+  }
+}
+
+void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
   std::array<WriteSource, 1 + tunables::kMaxPayloadSlices> sources;
   size_t count = 0;
   sources[count++] = {transfer.frame.header.span(), std::nullopt};
@@ -846,8 +912,7 @@ void RdmaConnection::StartWrites() {
                  tunables::kRdmaBounceChunkSize, tunables::kRdmaMaxWriteSize);
 }
 
-bool RdmaConnection::PostWrite() {
-  OutgoingTransfer& transfer = *outgoing_;
+bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   const PlannedWrite& write = transfer.plan.writes[transfer.next_write];
   const bool last = transfer.next_write + 1 == transfer.plan.writes.size();
   if (!SendSlotFree()) return false;
@@ -905,6 +970,7 @@ bool RdmaConnection::PostWrite() {
     wr.send_flags = IBV_SEND_SIGNALED;  // Its completion frees the buffers.
     unsignaled_ = 0;
     --credits_;
+    transfer.last_seq = seq;
   } else {
     wr.wr_id = WrId(kSendTag, seq);
     wr.opcode = IBV_WR_RDMA_WRITE;
@@ -994,7 +1060,7 @@ void RdmaConnection::MaybeFinishClose() {
     std::lock_guard lock(mu_);
     queued = !queue_.empty();
   }
-  if (!queued && !outgoing_ && completed_ == posted_) {
+  if (!queued && outgoing_.empty() && completed_ == posted_) {
     CloseNow(*close_after_drain_);
   }
 }
@@ -1019,10 +1085,12 @@ void RdmaConnection::CloseNow(const Status& reason) {
     queued_bytes_ = 0;
   }
   close_timer_.cancel();
-  // A transfer with nothing posted yet (its grant never came) lets go of the
-  // caller's buffers and registrations now; one under way keeps them until
-  // the QP is destroyed, since its WRITEs may still be reading them.
-  if (outgoing_ && outgoing_->next_write == 0) outgoing_.reset();
+  // Transfers with nothing posted yet (no grant came) let go of the callers'
+  // buffers and registrations now; one under way keeps them until the QP is
+  // destroyed, since its WRITEs may still be reading them.
+  while (!outgoing_.empty() && outgoing_.back().next_write == 0) {
+    outgoing_.pop_back();
+  }
   if (id_ && established_) rdma_disconnect(id_.get());
   if (auto done = std::move(on_established_)) done(reason);
   boost::system::error_code ignored;

@@ -109,6 +109,7 @@ class RdmaConnection final
     WritePlan plan;
     size_t next_write = 0;       // Index into plan.writes.
     uint64_t remote_offset = 0;  // Where the next WRITE lands in the grant.
+    uint64_t last_seq = 0;       // Its WRITE WITH IMMEDIATE's, once posted.
     // The registrations the plan reads from stay alive until it is done.
     std::vector<std::shared_ptr<MemoryRegistration>> pins;
   };
@@ -117,8 +118,10 @@ class RdmaConnection final
     bool busy = false;
     uint64_t seq = 0;
   };
-  // A grant of ours: where the peer's large frame will land.
+  // A transfer of the peer's to us: once granted, where its frame will land.
   struct IncomingTransfer {
+    ControlMessage rts;
+    bool granted = false;  // Else it waits for grant memory (GrantWaiting).
     uint32_t id = 0;
     uint32_t header_size = 0;
     uint64_t dropped_payload = 0;
@@ -145,6 +148,8 @@ class RdmaConnection final
   void OnWriteLanded(uint32_t slot, uint32_t imm, uint32_t bytes);
   void OnControl(const ControlMessage& message);
   void OnRts(const ControlMessage& rts);
+  void Grant(IncomingTransfer& transfer, const GrantPlan& plan);
+  void GrantWaiting();  // Grants RTSs that waited for memory, in order.
   void Repost(uint32_t slot);
   void FlushReposts();
 
@@ -153,8 +158,14 @@ class RdmaConnection final
   void PostSmall(const OutgoingFrame& frame, FrameType type,
                  std::span<const std::byte> body);
   void PostControl(const ControlMessage& message);
-  void StartWrites();  // The grant arrived: plan the WRITEs.
-  bool PostWrite();    // Posts the next planned WRITE; false if blocked.
+  // True while a large frame of ours has WRITEs left to post: frames queued
+  // behind it wait (the peer receives frames in the order they are posted).
+  bool WritesPending();
+  void PostWrites();
+  // The grant arrived: plan the WRITEs.
+  void StartWrites(OutgoingTransfer& transfer);
+  // Posts the next planned WRITE; false if blocked.
+  bool PostWrite(OutgoingTransfer& transfer);
   std::byte* AcquireBounceChunk(uint64_t seq);  // Null when all are busy.
   void ReleaseBounceChunks(uint64_t completed);
   bool SendSlotFree() const {
@@ -216,8 +227,11 @@ class RdmaConnection final
   uint64_t queued_bytes_ = 0;       // Guarded by mu_: the bytes in queue_.
 
   RingQueue<ControlMessage> control_queue_;  // Grants and credits to send.
-  std::optional<OutgoingTransfer> outgoing_;
-  std::optional<IncomingTransfer> incoming_;
+  // Our large frames under way, oldest first: at most max_transfers_.
+  RingQueue<OutgoingTransfer> outgoing_;
+  uint32_t max_transfers_ = 1;  // The peer's max_open_grants.
+  // The peer's, oldest first: granted ones, then any waiting for memory.
+  RingQueue<IncomingTransfer> incoming_;
   uint32_t next_transfer_id_ = 1;
   std::chrono::steady_clock::time_point spin_until_;
   std::optional<Status> close_after_drain_;
