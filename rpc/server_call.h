@@ -65,7 +65,10 @@ class ServerCall {
   const Buffer request_;
   const std::optional<Clock::time_point> deadline_;
   MethodMetrics* const metrics_;  // Lives in the server's core.
-  const Clock::time_point started_ = Clock::now();
+  // For the metrics' latency only: a clock read is not free everywhere
+  // (3.3 us in the emulated test VM).
+  const Clock::time_point started_ =
+      metrics_ != nullptr ? Clock::now() : Clock::time_point();
   std::atomic<bool> finished_{false};
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;

@@ -92,6 +92,15 @@ class ReceivedFrame {
 };
 
 // Counters a connection keeps; read from any thread.
+// Adds to a ConnectionStats counter. Only the connection's event-loop thread
+// writes its counters, so a relaxed load and store do, where ++ would be a
+// locked read-modify-write on every message; other threads read them
+// relaxed.
+inline void Bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+  counter.store(counter.load(std::memory_order_relaxed) + n,
+                std::memory_order_relaxed);
+}
+
 struct ConnectionStats {
   std::atomic<uint64_t> frames_sent{0};
   std::atomic<uint64_t> frames_received{0};

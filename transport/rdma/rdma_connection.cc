@@ -388,7 +388,7 @@ void RdmaConnection::OnCqReady() {
   void* context = nullptr;
   while (ibv_get_cq_event(completion_channel_.get(), &cq, &context) == 0) {
     ++unacked_cq_events_;
-    stats_.cq_events++;
+    Bump(stats_.cq_events);
   }
   if (unacked_cq_events_ >= tunables::kRdmaCqEventAckBatch) {
     ibv_ack_cq_events(cq_.get(), unacked_cq_events_);
@@ -445,7 +445,7 @@ bool RdmaConnection::Drain() {
   bool any = false;
   while (!torn_down_) {
     const int n = ibv_poll_cq(cq_.get(), 32, wcs);
-    stats_.cq_polls++;
+    Bump(stats_.cq_polls);
     if (n < 0) {
       CloseNow(Status(StatusCode::kUnavailable, "ibv_poll_cq failed"));
       break;
@@ -465,7 +465,7 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
   const auto tag = static_cast<WrTag>(wc.wr_id >> kTagShift);
   const uint64_t value = wc.wr_id & kValueMask;
   if (wc.status != IBV_WC_SUCCESS) {
-    if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) stats_.rnr_errors++;
+    if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) Bump(stats_.rnr_errors);
     const std::string why = std::string("completion error: ") +
                             ibv_wc_status_str(wc.status) + " (vendor error " +
                             std::to_string(wc.vendor_err) + ")";
@@ -502,15 +502,15 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
       while (!outgoing_.empty() && outgoing_.front().last_seq != 0 &&
              outgoing_.front().last_seq <= value) {
         outgoing_.pop_front();
-        stats_.rdma_writes++;
-        stats_.frames_sent++;
+        Bump(stats_.rdma_writes);
+        Bump(stats_.frames_sent);
       }
       return MaybeFinishClose();
   }
 }
 
 void RdmaConnection::ProtocolError(const Status& error) {
-  stats_.protocol_errors++;
+  Bump(stats_.protocol_errors);
   Log().warn("{}: closing: {}", peer_, error.message());
   CloseNow(error);
 }
@@ -528,7 +528,7 @@ void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
     return ProtocolError(s);
   }
   credits_ += prefix.credits;
-  stats_.bytes_received += bytes;
+  Bump(stats_.bytes_received, bytes);
   if (inbound->control) {
     Repost(slot);
     return OnControl(*inbound->control);
@@ -539,7 +539,7 @@ void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
   Buffer block = PooledBuffer(keep);
   if (keep > 0) std::memcpy(block.data(), header, keep);
   Repost(slot);  // Copied out: the buffer can take the next message now.
-  stats_.frames_received++;
+  Bump(stats_.frames_received);
   observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(block),
                                    prefix.header_size,
                                    dropped ? prefix.payload_size : 0));
@@ -620,13 +620,13 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
         "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
         "discarding it",
         peer_, rts.payload_size, options_.max_payload_size);
-    stats_.oversized_frames_dropped++;
+    Bump(stats_.oversized_frames_dropped);
   } else if (plan.drop_reason == DropReason::kMemoryLimit) {
     Log().warn(
         "{}: payload of {} bytes would exceed the registered-memory limit "
         "(max_grant_bytes {}, {} in use); discarding it",
         peer_, rts.payload_size, options_.max_grant_bytes, GrantedBytes());
-    stats_.oversized_frames_dropped++;
+    Bump(stats_.oversized_frames_dropped);
   }
   const size_t length = plan.length;
   // At least one byte, so there is always something to register.
@@ -671,8 +671,8 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   incoming_.pop_front();
   transfer.region.reset();  // No remote access once the data has landed.
   transfer.charge.Release();
-  stats_.bytes_received += transfer.block.size();
-  stats_.frames_received++;
+  Bump(stats_.bytes_received, transfer.block.size());
+  Bump(stats_.frames_received);
   observer_->OnFrame(ReceivedFrame(
       FrameType::kRpc, std::move(transfer.block), transfer.header_size,
       transfer.dropped_payload, transfer.drop_reason));
@@ -766,7 +766,7 @@ void RdmaConnection::Flush() {
       OutgoingFrame& frame = queue_.front();
       // One credit stays in reserve for CREDIT messages.
       if (credits_ < 2 || !SendSlotFree()) {
-        stats_.credit_stalls++;
+        Bump(stats_.credit_stalls);
         break;
       }
       const uint64_t total =
@@ -781,7 +781,7 @@ void RdmaConnection::Flush() {
         queue_.pop_front();
         continue;
       }
-      if (!outgoing_.empty()) stats_.pipelined_transfers++;
+      if (!outgoing_.empty()) Bump(stats_.pipelined_transfers);
       OutgoingTransfer transfer;
       transfer.id = next_transfer_id_++;
       transfer.frame = std::move(frame);
@@ -801,7 +801,7 @@ void RdmaConnection::Flush() {
     ControlMessage credit;
     credit.kind = ControlKind::kCredit;
     PostControl(credit);
-    stats_.credit_messages++;
+    Bump(stats_.credit_messages);
   }
   Post();
 }
@@ -853,7 +853,7 @@ void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   wr.num_sge = 1;
   if (length <= max_inline_) {
     wr.send_flags |= IBV_SEND_INLINE;
-    stats_.inline_sends++;
+    Bump(stats_.inline_sends);
   }
   if (++unsignaled_ >= tunables::kRdmaSignalEvery) {
     wr.send_flags |= IBV_SEND_SIGNALED;
@@ -861,8 +861,8 @@ void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   }
   send_wrs_.push_back(wr);
   --credits_;
-  stats_.bytes_sent += length;
-  if (type == FrameType::kRpc) stats_.frames_sent++;
+  Bump(stats_.bytes_sent, length);
+  if (type == FrameType::kRpc) Bump(stats_.frames_sent);
 }
 
 bool RdmaConnection::WritesPending() {
@@ -905,8 +905,8 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
     }
     transfer.pins.push_back(std::move(registration));
   }
-  stats_.registrations +=
-      registrations_->registrations() - registrations_before;
+  Bump(stats_.registrations,
+       registrations_->registrations() - registrations_before);
   transfer.plan =
       PlanWrites(std::span(sources.data(), count), tunables::kRdmaMaxSendSge,
                  tunables::kRdmaBounceChunkSize, tunables::kRdmaMaxWriteSize);
@@ -918,7 +918,7 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   if (!SendSlotFree()) return false;
   // Only the last WRITE carries an immediate and so consumes a receive.
   if (last && credits_ < 1) {
-    stats_.credit_stalls++;
+    Bump(stats_.credit_stalls);
     return false;
   }
   const uint64_t seq = posted_ + 1;
@@ -948,7 +948,7 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
     if (!segment.staged) {
       sges[count++] = {reinterpret_cast<uint64_t>(segment.data), segment.size,
                        segment.lkey};
-      stats_.zero_copy_bytes += segment.size;
+      Bump(stats_.zero_copy_bytes, segment.size);
       continue;
     }
     if (staged == 0) {
@@ -958,7 +958,7 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
     std::memcpy(staging + staged, segment.data, segment.size);
     staged += segment.size;
   }
-  stats_.staged_bytes += staged;
+  Bump(stats_.staged_bytes, staged);
   ibv_send_wr wr{};
   wr.num_sge = count;
   wr.wr.rdma.remote_addr = transfer.grant.addr + transfer.remote_offset;
@@ -982,7 +982,7 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   send_wrs_.push_back(wr);
   transfer.remote_offset += write.length;
   ++transfer.next_write;
-  stats_.bytes_sent += write.length;
+  Bump(stats_.bytes_sent, write.length);
   return true;
 }
 

@@ -117,7 +117,7 @@ void TcpConnection::ConsumeStaged() {
         if (decoded.verdict == PrefixVerdict::kPayloadTooLarge) {
           Log().warn("{}: {}; discarding it", peer_, decoded.error.message());
           rx_.discard_left = decoded.prefix.payload_size;
-          stats_.oversized_frames_dropped++;
+          Bump(stats_.oversized_frames_dropped);
         } else {
           keep += decoded.prefix.payload_size;
         }
@@ -136,7 +136,7 @@ void TcpConnection::ConsumeStaged() {
           // into the block; a small one through the staging area.
           if (need - take >= kTcpCopyOutLimit) {
             staged_begin_ = staged_end_ = 0;
-            stats_.read_calls++;
+            Bump(stats_.read_calls);
             asio::async_read(
                 socket_,
                 asio::buffer(rx_.block.data() + rx_.filled,
@@ -168,7 +168,7 @@ void TcpConnection::ConsumeStaged() {
 }
 
 void TcpConnection::ProtocolError(const Status& error) {
-  stats_.protocol_errors++;
+  Bump(stats_.protocol_errors);
   Log().warn("{}: closing: {}", peer_, error.message());
   CloseNow(error);
 }
@@ -178,7 +178,7 @@ void TcpConnection::OnBodyRead(const boost::system::error_code& error,
   if (torn_down_) return;
   if (error) return OnReadError(error);
   rx_.filled = rx_.block.size();
-  stats_.bytes_received += bytes;
+  Bump(stats_.bytes_received, bytes);
   const bool discard = rx_.discard_left > 0;
   DeliverFrame();
   rx_.phase = discard ? RxState::Phase::kDiscard : RxState::Phase::kPrefix;
@@ -187,7 +187,7 @@ void TcpConnection::OnBodyRead(const boost::system::error_code& error,
 
 void TcpConnection::DeliverFrame() {
   if (receive_stopped_) return;
-  stats_.frames_received++;
+  Bump(stats_.frames_received);
   ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
                       rx_.prefix.header_size, rx_.discard_left);
   observer_->OnFrame(std::move(frame));
@@ -239,8 +239,8 @@ void TcpConnection::ReadMore() {
 thread_local TcpConnection* delivering = nullptr;
 
 void TcpConnection::OnRead(size_t bytes) {
-  stats_.read_calls++;
-  stats_.bytes_received += bytes;
+  Bump(stats_.read_calls);
+  Bump(stats_.bytes_received, bytes);
   staged_end_ += bytes;
   // Reset even if a handler throws (the event loop logs and goes on).
   struct Delivery {
@@ -369,7 +369,7 @@ void TcpConnection::Flush() {
       msghdr message{};
       message.msg_iov = iov_.data();
       message.msg_iovlen = count;
-      stats_.write_calls++;
+      Bump(stats_.write_calls);
       const ssize_t n =
           ::sendmsg(socket_.native_handle(), &message, MSG_NOSIGNAL);
       if (n < 0) {
@@ -410,8 +410,8 @@ void TcpConnection::Flush() {
 }
 
 void TcpConnection::FinishWrite(size_t bytes) {
-  stats_.frames_sent += writing_.size();
-  stats_.bytes_sent += bytes;
+  Bump(stats_.frames_sent, writing_.size());
+  Bump(stats_.bytes_sent, bytes);
   writing_.clear();  // Releases every sent buffer.
 }
 
