@@ -91,7 +91,6 @@ class ReceivedFrame {
   uint64_t dropped_payload_size_;
 };
 
-// Counters a connection keeps; read from any thread.
 // Adds to a ConnectionStats counter. Only the connection's event-loop thread
 // writes its counters, so a relaxed load and store do, where ++ would be a
 // locked read-modify-write on every message; other threads read them
@@ -101,6 +100,7 @@ inline void Bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
                 std::memory_order_relaxed);
 }
 
+// Counters a connection keeps; read from any thread.
 struct ConnectionStats {
   std::atomic<uint64_t> frames_sent{0};
   std::atomic<uint64_t> frames_received{0};

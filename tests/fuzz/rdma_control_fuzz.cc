@@ -67,9 +67,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<OpenGrant> open;  // Oldest first.
   uint64_t granted_bytes = 0;
   std::vector<PendingTransfer> pending;
+  size_t granted = 0;  // GRANTs answer them in order.
   for (int i = 0; i < 2; ++i) {
-    pending.push_back(PendingTransfer{
-        in.Take<uint32_t>(), false, in.Take<uint16_t>(), in.Take<uint32_t>()});
+    pending.push_back(PendingTransfer{in.Take<uint32_t>(), in.Take<uint16_t>(),
+                                      in.Take<uint32_t>()});
   }
 
   while (!in.empty()) {
@@ -131,15 +132,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           granted_bytes += plan->length;
         } else if (control.kind == ControlKind::kGrant) {
           std::optional<PendingTransfer> oldest;
-          size_t index = 0;
-          while (index < pending.size() && pending[index].granted) ++index;
-          if (index < pending.size()) oldest = pending[index];
+          if (granted < pending.size()) oldest = pending[granted];
           if (!CheckGrant(control, oldest).ok()) return 0;
           FUZZ_CHECK(oldest && oldest->id == control.transfer);
           FUZZ_CHECK(control.length ==
                      oldest->header_size +
                          (control.dropped ? 0 : oldest->payload_size));
-          pending[index].granted = true;
+          ++granted;
         }
         break;
       }

@@ -158,6 +158,11 @@ double Percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
+// Round `round`'s share of `iters` spread over `rounds` alternating rounds.
+int RoundShare(int iters, int rounds, int round) {
+  return iters / rounds + (round < iters % rounds);
+}
+
 std::string HostOf(const std::string& uri) {
   auto parsed = transport::ParseUri(uri);
   return parsed.ok() ? parsed->host : "127.0.0.1";
@@ -781,8 +786,7 @@ int Run(int argc, char** argv) {
       constexpr int kRounds = 10;
       std::vector<double> raw_samples;
       for (int round = 0; round < kRounds; ++round) {
-        const int n =
-            options.iters / kRounds + (round < options.iters % kRounds);
+        const int n = RoundShare(options.iters, kRounds, round);
         const auto rpc =
             RpcLatency(channel, *arena, size, round == 0 ? options.warmup : 0,
                        n, r.errors);
@@ -814,8 +818,7 @@ int Run(int argc, char** argv) {
       constexpr int kRounds = 4;
       double rpc_seconds = 0, raw_seconds = 0;
       for (int round = 0; round < kRounds; ++round) {
-        const int n =
-            options.iters / kRounds + (round < options.iters % kRounds);
+        const int n = RoundShare(options.iters, kRounds, round);
         if (n == 0) continue;
         const double bytes = static_cast<double>(size) * n;
         raw_seconds += bytes / 1e9 /

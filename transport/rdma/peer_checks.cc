@@ -87,7 +87,7 @@ StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
 Status CheckGrant(const ControlMessage& grant,
                   const std::optional<PendingTransfer>& pending) {
   if (grant.kind != ControlKind::kGrant) return Violation("not a GRANT");
-  if (!pending || pending->granted || pending->id != grant.transfer) {
+  if (!pending || pending->id != grant.transfer) {
     return Violation("grant for no open transfer");
   }
   const uint64_t want =

@@ -60,7 +60,6 @@ StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
 // The transfer of ours that a GRANT must answer.
 struct PendingTransfer {
   uint32_t id = 0;
-  bool granted = false;
   uint64_t header_size = 0;
   uint64_t payload_size = 0;
 };

@@ -179,10 +179,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     const TransportOptions& options, EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
-  self->peer_params_ = peer;
-  self->credits_ = peer.receive_depth;
-  self->max_transfers_ =
-      std::min(OpenGrantsAllowed(peer), tunables::kRdmaMaxOpenGrants);
+  self->AdoptPeerParams(peer);
   self->peer_ = "rdma://" + AddressString(rdma_get_peer_addr(id.get()));
   auto shared_id = std::make_shared<CmId>(std::move(id));
   asio::post(context, [self, shared_id] {
@@ -207,6 +204,13 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     self->WatchCm();
   });
   return self;
+}
+
+void RdmaConnection::AdoptPeerParams(const ConnParams& params) {
+  peer_params_ = params;
+  credits_ = params.receive_depth;
+  max_transfers_ =
+      std::min(OpenGrantsAllowed(params), tunables::kRdmaMaxOpenGrants);
 }
 
 Status RdmaConnection::CreateResources() {
@@ -320,10 +324,7 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
           return Established(Status(StatusCode::kUnavailable,
                                     peer_ + " is not an rdmarpc server"));
         }
-        peer_params_ = params;
-        credits_ = params.receive_depth;
-        max_transfers_ =
-            std::min(OpenGrantsAllowed(params), tunables::kRdmaMaxOpenGrants);
+        AdoptPeerParams(params);
       }
       established_ = true;
       return Established(Status());
@@ -560,9 +561,8 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
       }
       std::optional<PendingTransfer> pending;
       if (oldest) {
-        pending =
-            PendingTransfer{oldest->id, false, oldest->frame.header.size(),
-                            oldest->frame.payload_size()};
+        pending = PendingTransfer{oldest->id, oldest->frame.header.size(),
+                                  oldest->frame.payload_size()};
       }
       if (Status s = CheckGrant(message, pending); !s.ok()) {
         return ProtocolError(s);
@@ -574,24 +574,22 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
   }
 }
 
-namespace {
-uint64_t BudgetLeft(uint64_t limit) {
+StatusOr<GrantPlan> RdmaConnection::PlanGrantFor(const ControlMessage& rts,
+                                                 size_t ahead) {
   const uint64_t in_use = GrantedBytes();
-  return in_use < limit ? limit - in_use : 0;
+  const uint64_t limit = options_.max_grant_bytes;
+  return PlanGrant(rts, static_cast<uint32_t>(ahead),
+                   tunables::kRdmaMaxOpenGrants, options_.max_payload_size,
+                   in_use < limit ? limit - in_use : 0);
 }
-}  // namespace
 
 void RdmaConnection::OnRts(const ControlMessage& rts) {
-  StatusOr<GrantPlan> plan =
-      PlanGrant(rts, static_cast<uint32_t>(incoming_.size()),
-                tunables::kRdmaMaxOpenGrants, options_.max_payload_size,
-                BudgetLeft(options_.max_grant_bytes));
+  StatusOr<GrantPlan> plan = PlanGrantFor(rts, incoming_.size());
   if (!plan.ok()) return ProtocolError(plan.status());
   // Behind one that waits for memory, it waits too: grants go out in order.
   const bool behind = !incoming_.empty() && !incoming_.back().granted;
   IncomingTransfer transfer;
   transfer.rts = rts;
-  transfer.id = rts.transfer;
   incoming_.push_back(std::move(transfer));
   if (!behind && !plan->wait) Grant(incoming_.back(), *plan);
 }
@@ -601,9 +599,7 @@ void RdmaConnection::GrantWaiting() {
     IncomingTransfer& transfer = incoming_[i];
     if (transfer.granted) continue;
     // Checked when it arrived; only the budget can have changed.
-    StatusOr<GrantPlan> plan = PlanGrant(
-        transfer.rts, static_cast<uint32_t>(i), tunables::kRdmaMaxOpenGrants,
-        options_.max_payload_size, BudgetLeft(options_.max_grant_bytes));
+    StatusOr<GrantPlan> plan = PlanGrantFor(transfer.rts, i);
     if (!plan.ok()) return ProtocolError(plan.status());
     if (plan->wait) return;
     Grant(transfer, *plan);
@@ -612,7 +608,6 @@ void RdmaConnection::GrantWaiting() {
 
 void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   const ControlMessage& rts = transfer.rts;
-  transfer.header_size = rts.header_size;
   transfer.dropped_payload = plan.dropped_payload;
   transfer.drop_reason = plan.drop_reason;
   if (plan.drop_reason == DropReason::kTooLarge) {
@@ -649,7 +644,7 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   ControlMessage grant;
   grant.kind = ControlKind::kGrant;
   grant.dropped = static_cast<uint8_t>(plan.drop_reason);
-  grant.transfer = transfer.id;
+  grant.transfer = rts.transfer;
   grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
   grant.rkey = transfer.region->rkey;
   grant.length = static_cast<uint32_t>(length);
@@ -661,7 +656,8 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   // `bytes` counts the last WRITE only (the grant bounds the others).
   std::optional<OpenGrant> open;
   if (!incoming_.empty() && incoming_.front().granted) {
-    open = OpenGrant{incoming_.front().id, incoming_.front().block.size()};
+    open = OpenGrant{incoming_.front().rts.transfer,
+                     incoming_.front().block.size()};
   }
   if (Status s = CheckLanding(imm, bytes, open); !s.ok()) {
     return ProtocolError(s);
@@ -674,7 +670,7 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   Bump(stats_.bytes_received, transfer.block.size());
   Bump(stats_.frames_received);
   observer_->OnFrame(ReceivedFrame(
-      FrameType::kRpc, std::move(transfer.block), transfer.header_size,
+      FrameType::kRpc, std::move(transfer.block), transfer.rts.header_size,
       transfer.dropped_payload, transfer.drop_reason));
   if (!torn_down_) GrantWaiting();  // Memory came free.
 }

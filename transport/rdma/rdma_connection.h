@@ -120,10 +120,8 @@ class RdmaConnection final
   };
   // A transfer of the peer's to us: once granted, where its frame will land.
   struct IncomingTransfer {
-    ControlMessage rts;
+    ControlMessage rts;    // Its id (transfer) and header size.
     bool granted = false;  // Else it waits for grant memory (GrantWaiting).
-    uint32_t id = 0;
-    uint32_t header_size = 0;
     uint64_t dropped_payload = 0;
     DropReason drop_reason = DropReason::kNone;
     Buffer block;
@@ -136,6 +134,7 @@ class RdmaConnection final
   void WatchCm();
   void OnCmEvent(rdma_cm_event* event);
   Status CreateResources();
+  void AdoptPeerParams(const ConnParams& params);  // Credits and grants.
   void Established(const Status& status);
 
   // Completions.
@@ -148,6 +147,8 @@ class RdmaConnection final
   void OnWriteLanded(uint32_t slot, uint32_t imm, uint32_t bytes);
   void OnControl(const ControlMessage& message);
   void OnRts(const ControlMessage& rts);
+  // PlanGrant for `rts` with `ahead` of the peer's transfers before it.
+  StatusOr<GrantPlan> PlanGrantFor(const ControlMessage& rts, size_t ahead);
   void Grant(IncomingTransfer& transfer, const GrantPlan& plan);
   void GrantWaiting();  // Grants RTSs that waited for memory, in order.
   void Repost(uint32_t slot);
