@@ -415,8 +415,12 @@ void RdmaConnection::PollLoop() {
   if (torn_down_) return;
   if (options_.poll_mode == PollMode::kBusy) {
     // Several polls per trip through the event loop, and no clock read:
-    // stop at the first completions, so what they started runs next.
+    // stop at the first completions, so what they started runs next. A
+    // frame queued meanwhile (by a handler that ran before this one, or by
+    // another thread) is posted at once: its Flush, queued behind this loop,
+    // would otherwise wait out every poll of it.
     for (uint32_t i = 0; i < tunables::kRdmaBusyPollsPerYield; ++i) {
+      if (flush_pending_.load(std::memory_order_relaxed)) Flush();
       if (Drain() || torn_down_) break;
     }
     if (torn_down_) return;
@@ -733,7 +737,7 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
     }
     queued_bytes_ += bytes;
     queue_.push_back(std::move(frame));
-    post = !std::exchange(flush_pending_, true);
+    post = !flush_pending_.exchange(true, std::memory_order_relaxed);
   }
   if (post) {
     asio::post(context_,
@@ -745,7 +749,7 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
 void RdmaConnection::Flush() {
   {
     std::lock_guard lock(mu_);
-    flush_pending_ = false;
+    flush_pending_.store(false, std::memory_order_relaxed);
   }
   if (torn_down_ || !established_) return;
   // Grants first: the peer's large frame waits on them.

@@ -18,6 +18,7 @@
 #ifndef RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 #define RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -223,9 +224,11 @@ class RdmaConnection final
 
   std::mutex mu_;
   RingQueue<OutgoingFrame> queue_;  // Guarded by mu_.
-  bool flush_pending_ = false;      // Guarded by mu_.
-  bool closing_ = false;            // Guarded by mu_.
-  uint64_t queued_bytes_ = 0;       // Guarded by mu_: the bytes in queue_.
+  // Written under mu_. The busy loop reads it without the lock, as a hint
+  // that a frame is waiting for Flush.
+  std::atomic<bool> flush_pending_{false};
+  bool closing_ = false;       // Guarded by mu_.
+  uint64_t queued_bytes_ = 0;  // Guarded by mu_: the bytes in queue_.
 
   RingQueue<ControlMessage> control_queue_;  // Grants and credits to send.
   // Our large frames under way, oldest first: at most max_transfers_.
