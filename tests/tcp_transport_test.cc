@@ -3,6 +3,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <future>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "rpc/event_loop.h"
@@ -51,7 +52,8 @@ OutgoingFrame MakeFrame(std::string header, size_t payload) {
 
 // A connected pair on one loop: `client` sends, the server side records.
 struct Pair {
-  Pair() {
+  explicit Pair(std::shared_ptr<ConnectionObserver> client_observer =
+                    std::make_shared<Recorder>()) {
     std::promise<std::shared_ptr<Connection>> accepted;
     auto listener = Listen(
         loop.context(), "tcp://127.0.0.1:0", {},
@@ -68,7 +70,7 @@ struct Pair {
     client = *c;
     server = accepted.get_future().get();
     server->Start(recorder);
-    client->Start(std::make_shared<Recorder>());
+    client->Start(std::move(client_observer));
   }
   ~Pair() { loop.Stop(); }
 
@@ -135,6 +137,75 @@ TEST_CASE("tcp: frames queued together leave in one gathered write") {
   // sendmsg, so 2 system calls for all of them.
   CHECK(pair.client->stats().write_calls == 2);
   CHECK(pair.server->stats().read_calls < kFrames / 10);
+}
+
+// Answers each frame from inside OnFrame, and notes whether the answer had
+// already been written when Send returned.
+struct Answerer : ConnectionObserver {
+  void OnFrame(ReceivedFrame) override {
+    auto connection = this->connection.lock();
+    if (!connection) return;
+    const uint64_t before = connection->stats().frames_sent;
+    const bool sent = connection->Send(MakeFrame("answer", 16)).ok();
+    const uint64_t after = connection->stats().frames_sent;
+    std::lock_guard lock(mu);
+    if (sent) ++answered;
+    if (after > before) ++left_at_once;
+  }
+  void OnClose(const Status&) override {}
+
+  std::weak_ptr<Connection> connection;  // (It holds us.)
+  std::mutex mu;
+  int answered = 0;
+  int left_at_once = 0;
+};
+
+// A ping-pong's reply must not wait for the rest of the handler's work (or
+// for the next read to be set up): it is written inside Send.
+TEST_CASE("tcp: a reply to the only frame of a read leaves inside Send") {
+  auto answerer = std::make_shared<Answerer>();
+  Pair pair(answerer);
+  answerer->connection = pair.client;
+  constexpr size_t kPings = 20;
+  for (size_t i = 0; i < kPings; ++i) {
+    // One at a time: each ping is the only frame its read finds.
+    REQUIRE(pair.server->Send(MakeFrame("ping", 16)).ok());
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      {
+        std::lock_guard lock(pair.recorder->mu);
+        if (pair.recorder->headers.size() == i + 1) break;
+      }
+      REQUIRE(std::chrono::steady_clock::now() < until);
+      std::this_thread::sleep_for(100us);
+    }
+  }
+  std::lock_guard lock(answerer->mu);
+  CHECK(answerer->answered == kPings);
+  CHECK(answerer->left_at_once == kPings);
+}
+
+// ...while replies to frames that one read delivered together still leave
+// together: one write per read, not one per reply.
+TEST_CASE("tcp: replies to the frames of one read leave in one write") {
+  auto answerer = std::make_shared<Answerer>();
+  Pair pair(answerer);
+  answerer->connection = pair.client;
+  // (Few enough that a read's replies fit in one sendmsg: 3 buffers each.)
+  constexpr int kFrames = 200;
+  boost::asio::post(pair.server->executor(), [&] {
+    for (int i = 0; i < kFrames; ++i) {
+      pair.server->Send(MakeFrame("f", 16)).IgnoreError();
+    }
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (pair.client->stats().frames_sent < kFrames &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(pair.client->stats().frames_sent == kFrames);
+  CHECK(pair.client->stats().write_calls <= pair.client->stats().read_calls);
+  CHECK(pair.client->stats().write_calls < kFrames / 10);
 }
 
 }  // namespace

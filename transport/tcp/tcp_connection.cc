@@ -90,6 +90,12 @@ void TcpConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
 
 // ---------------------------------------------------------------- receive --
 
+// The connection whose received frames this thread is delivering. Frames
+// sent meanwhile are written without a trip through the event loop: at once
+// when the frame being delivered is the last one staged (a reply leaves
+// before the handler's bookkeeping), otherwise together after the last one.
+thread_local TcpConnection* delivering = nullptr;
+
 void TcpConnection::ConsumeStaged() {
   using Phase = RxState::Phase;
   while (!torn_down_ && !receive_stopped_) {
@@ -150,7 +156,9 @@ void TcpConnection::ConsumeStaged() {
           return ReadMore();
         }
         const bool discard = rx_.discard_left > 0;
+        more_staged_ = staged_end_ > staged_begin_;
         DeliverFrame();
+        more_staged_ = false;
         rx_.phase = discard ? Phase::kDiscard : Phase::kPrefix;
         break;
       }
@@ -194,6 +202,11 @@ void TcpConnection::DeliverFrame() {
 }
 
 void TcpConnection::ReadMore() {
+  // Answers to the frames just delivered leave before the wait is set up:
+  // that costs a system call, and the peer is waiting for them.
+  if (delivering == this && std::exchange(flush_after_delivery_, false)) {
+    Flush();
+  }
   if (torn_down_) return;
   // Keep the unconsumed tail at the front so the rest of it can follow.
   if (staged_begin_ > 0) {
@@ -233,10 +246,6 @@ void TcpConnection::ReadMore() {
             self->OnRead(bytes);
           }));
 }
-
-// Frames sent while a read's frames are delivered are written together when
-// the delivery ends, without a trip through the event loop.
-thread_local TcpConnection* delivering = nullptr;
 
 void TcpConnection::OnRead(size_t bytes) {
   Bump(stats_.read_calls);
@@ -298,7 +307,11 @@ Status TcpConnection::Send(OutgoingFrame frame) {
     post = !std::exchange(flush_pending_, true);
   }
   if (post && delivering == this) {  // On our own thread, mid-delivery.
-    flush_after_delivery_ = true;
+    if (more_staged_) {
+      flush_after_delivery_ = true;
+    } else {
+      Flush();
+    }
     return Status();
   }
   if (post) {
@@ -391,6 +404,16 @@ void TcpConnection::Flush() {
       }
     }
     if (error && error != asio::error::would_block) {
+      if (delivering == this) {
+        // Perhaps inside the observer's OnFrame, in Send: OnClose must not
+        // run in there, so the close waits for the loop. flush_pending_
+        // stays set, so nothing else is written meanwhile.
+        FinishWrite(written);
+        asio::post(socket_.get_executor(), [self = shared_from_this(), error] {
+          self->OnWritten(error, 0);
+        });
+        return;
+      }
       return OnWritten(error, written);
     }
     if (written == total) {

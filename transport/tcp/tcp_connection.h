@@ -103,6 +103,9 @@ class TcpConnection final : public Connection,
   std::vector<iovec> iov_;      // gather_ as sendmsg takes it.
   bool direct_writes_ = false;  // The socket is non-blocking: Flush writes.
   bool flush_after_delivery_ = false;  // Loop thread only.
+  // Mid-delivery: more received bytes are staged behind the frame being
+  // delivered, so replies to it wait to leave with the others' (loop thread).
+  bool more_staged_ = false;
   // The socket's io_context executor: unlike the type-erased one, it
   // allocates posted handlers with their own (pooled) allocator.
   std::optional<boost::asio::io_context::executor_type> loop_;
