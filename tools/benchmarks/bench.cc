@@ -16,6 +16,8 @@
 // baseline runs on the same link: a TCP ping-pong (latency) or one-way
 // stream (bandwidth) between two threads for tcp://, the raw-verbs SEND/RECV
 // ping-pong and RDMA WRITE bandwidth (verbs_baseline) for rdma://. TCP
+// latency also measures a bare Asio echo: the floor for any Asio-based
+// stack, which splits the ratio into Asio's share and rdmarpc's. TCP
 // latency and event-mode RDMA bandwidth alternate rounds of RPC and raw, so
 // that the shared machine's slow spells fall on both alike; elsewhere the raw
 // baseline runs first, before any RPC loop can spin.
@@ -36,7 +38,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -44,6 +49,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <sstream>
@@ -132,6 +138,7 @@ struct Result {
   // latency (µs)
   double p50 = 0, p99 = 0, p999 = 0, max = 0;
   double raw_p50 = 0, raw_p99 = 0;
+  double asio_p50 = NAN;        // The bare Asio echo (TCP only).
   std::vector<double> samples;  // For the CDF plot.
   // throughput
   double calls_per_s = 0;
@@ -238,6 +245,74 @@ bool WriteAll(int fd, const std::byte* data, size_t size) {
     size -= static_cast<size_t>(n);
   }
   return true;
+}
+
+// The same ping-pong as an Asio program written plainly: each side its own
+// io_context thread, async_read of the message, async_write of the answer,
+// the next round trip started from the completion handler. Nothing of
+// rdmarpc: this is the floor for any event-driven stack on Asio (a wait in
+// epoll, a non-blocking read, a handler dispatch per message), the part of
+// the RPC/raw ratio that no RPC code can remove.
+std::vector<double> AsioTcpPingPong(size_t size, int warmup, int iters) {
+  namespace asio = boost::asio;
+  TcpPair pair;
+  struct Side {
+    asio::io_context context{1};
+    asio::ip::tcp::socket socket;
+    std::vector<std::byte> buffer;
+    Side(int fd, size_t size)
+        : socket(context, asio::ip::tcp::v4(), dup(fd)),
+          buffer(std::max<size_t>(size, 1)) {}
+  };
+  Side server(pair.server, size), client(pair.client, size);
+  const int total = warmup + iters;
+  std::function<void(int)> serve = [&](int left) {
+    if (left == 0) return;
+    asio::async_read(
+        server.socket, asio::buffer(server.buffer.data(), size),
+        [&, left](const boost::system::error_code& error, size_t) {
+          if (error) return;
+          asio::async_write(
+              server.socket, asio::buffer(server.buffer.data(), size),
+              [&, left](const boost::system::error_code& error, size_t) {
+                if (!error) serve(left - 1);
+              });
+        });
+  };
+  std::vector<double> rtt;
+  rtt.reserve(iters);
+  Clock::time_point t0;
+  std::function<void(int)> ping = [&](int done) {
+    if (done == total) return;
+    t0 = Clock::now();
+    asio::async_write(
+        client.socket, asio::buffer(client.buffer.data(), size),
+        [&, done](const boost::system::error_code& error, size_t) {
+          if (error) return;
+          asio::async_read(
+              client.socket, asio::buffer(client.buffer.data(), size),
+              [&, done](const boost::system::error_code& error, size_t) {
+                if (error) return;
+                if (done >= warmup) {
+                  rtt.push_back(std::chrono::duration<double, std::micro>(
+                                    Clock::now() - t0)
+                                    .count());
+                }
+                ping(done + 1);
+              });
+        });
+  };
+  serve(total);
+  std::thread echo([&] {
+    PinTo(1);
+    server.context.run();
+  });
+  PinTo(0);
+  ping(0);
+  client.context.run();
+  echo.join();
+  std::sort(rtt.begin(), rtt.end());
+  return rtt;
 }
 
 // Round trips of `size` bytes each way, in µs, sorted.
@@ -550,6 +625,7 @@ void WriteJson(const Options& options, const std::vector<Result>& results) {
       number("max_us", r.max);
       number("raw_p50_us", r.raw_p50);
       number("ratio_p50", r.p50 / r.raw_p50);
+      number("asio_p50_us", r.asio_p50);
     } else if (r.mode == "throughput") {
       number("calls_per_s", r.calls_per_s);
       out << ", \"outstanding\": " << options.outstanding
@@ -781,10 +857,10 @@ int Run(int argc, char** argv) {
     r.raw_p99 = raw[i].raw_p99;
     r.raw_gbps = raw[i].raw_gbps;
     if (options.mode == "latency" && !rdma) {
-      // Over TCP, rounds alternate RPC and raw ping-pong, so that a slow
-      // spell of this shared machine falls on both alike.
+      // Over TCP, rounds alternate RPC, raw and bare-Asio ping-pongs, so
+      // that a slow spell of this shared machine falls on all alike.
       constexpr int kRounds = 10;
-      std::vector<double> raw_samples;
+      std::vector<double> raw_samples, asio_samples;
       for (int round = 0; round < kRounds; ++round) {
         const int n = RoundShare(options.iters, kRounds, round);
         const auto rpc =
@@ -795,13 +871,18 @@ int Run(int argc, char** argv) {
           const auto base =
               RawTcpPingPong(size, round == 0 ? options.warmup : 0, n);
           raw_samples.insert(raw_samples.end(), base.begin(), base.end());
+          const auto floor =
+              AsioTcpPingPong(size, round == 0 ? options.warmup : 0, n);
+          asio_samples.insert(asio_samples.end(), floor.begin(), floor.end());
         }
       }
       std::sort(r.samples.begin(), r.samples.end());
       std::sort(raw_samples.begin(), raw_samples.end());
+      std::sort(asio_samples.begin(), asio_samples.end());
       if (options.raw) {
         r.raw_p50 = Percentile(raw_samples, 0.5);
         r.raw_p99 = Percentile(raw_samples, 0.99);
+        r.asio_p50 = Percentile(asio_samples, 0.5);
       }
     } else if (options.mode == "latency") {
       r.samples = RpcLatency(channel, *arena, size, options.warmup,
@@ -850,6 +931,13 @@ int Run(int argc, char** argv) {
           "%8.2f us | ratio %.2f\n",
           SizeName(r.size).c_str(), r.p50, r.p99, r.p999, r.max, raw_name,
           r.raw_p50, r.p50 / r.raw_p50);
+      if (std::isfinite(r.asio_p50)) {
+        // The floor: how much of the ratio an Asio echo alone costs.
+        std::printf(
+            "  %-8s bare Asio echo p50 %8.2f us = %.2f x raw; rdmarpc = "
+            "%.2f x bare Asio\n",
+            "", r.asio_p50, r.asio_p50 / r.raw_p50, r.p50 / r.asio_p50);
+      }
     } else if (r.mode == "throughput") {
       std::printf("  %-8s %10.0f calls/s  (%d outstanding x %d connections)\n",
                   SizeName(r.size).c_str(), r.calls_per_s, options.outstanding,
