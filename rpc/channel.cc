@@ -164,15 +164,11 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   const CallId id = calls_.Add(std::move(done), call_options.deadline);
   OutgoingFrame frame =
       MakeRequestFrame(id, service, method, timeout_us, std::move(request));
+  // Sent outside the lock: a Send on the connection's own thread may write
+  // at once, and other callers need not wait out that system call.
+  std::shared_ptr<Connection> ready;
   if (state_ == ChannelState::kReady) {
-    const Status sent = connection_->Send(std::move(frame));
-    // UNAVAILABLE: the connection is closing and OnClose fails the call.
-    if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
-      auto failed = calls_.Take(id);
-      lock.unlock();
-      if (failed) Complete(std::move(*failed), sent, Buffer());
-      return id;
-    }
+    ready = connection_;
   } else {
     waiting_.emplace_back(id, std::move(frame));
     if (state_ == ChannelState::kIdle) {
@@ -186,6 +182,19 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
     asio::post(context_, [self = shared_from_this()] { self->ArmTimer(); });
   }
   lock.unlock();
+  if (ready) {
+    const Status sent = ready->Send(std::move(frame));
+    // UNAVAILABLE: the connection is closing and OnClose fails the call.
+    if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+      std::optional<ResponseCallback> failed;
+      {
+        std::lock_guard relock(mu_);
+        failed = calls_.Take(id);
+      }
+      if (failed) Complete(std::move(*failed), sent, Buffer());
+      return id;
+    }
+  }
   if (call_options.cancellation) {
     // Outside the lock: an already cancelled token cancels at once.
     call_options.cancellation->Attach([weak = weak_from_this(), id] {
@@ -199,10 +208,10 @@ void Channel::Impl::Cancel(CallId id) {
   std::unique_lock lock(mu_);
   auto done = calls_.Take(id);
   if (!done) return;  // Already complete.
-  if (state_ == ChannelState::kReady) {
-    connection_->Send(MakeCancelFrame(id)).IgnoreError();
-  }
+  std::shared_ptr<Connection> ready;
+  if (state_ == ChannelState::kReady) ready = connection_;
   lock.unlock();
+  if (ready) ready->Send(MakeCancelFrame(id)).IgnoreError();
   Log().debug("{}: call {} cancelled by the client", target_, id);
   Complete(std::move(*done),
            Status(StatusCode::kCancelled, "call cancelled by the client"),
