@@ -1,8 +1,14 @@
 // The TCP transport on its own: ordering, batching, graceful close.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -206,6 +212,72 @@ TEST_CASE("tcp: replies to the frames of one read leave in one write") {
   REQUIRE(pair.client->stats().frames_sent == kFrames);
   CHECK(pair.client->stats().write_calls <= pair.client->stats().read_calls);
   CHECK(pair.client->stats().write_calls < kFrames / 10);
+}
+
+// Notes whether OnClose ran inside OnFrame.
+struct ReentryCheck : ConnectionObserver {
+  void OnFrame(ReceivedFrame) override {
+    in_frame = true;
+    if (auto connection = this->connection.lock()) {
+      connection->Send(MakeFrame("answer", 16)).IgnoreError();
+    }
+    in_frame = false;
+    ++frames;
+  }
+  void OnClose(const Status&) override {
+    closed_inside_frame = in_frame;
+    closed.set_value();
+  }
+  std::weak_ptr<Connection> connection;
+  bool in_frame = false;  // Loop thread only.
+  std::atomic<bool> closed_inside_frame{false};
+  std::atomic<int> frames{0};
+  std::promise<void> closed;
+};
+
+// The write of a reply can fail inside Send (the peer reset the
+// connection), and Send may run inside OnFrame: the close it causes must
+// wait until OnFrame has returned, or the observer is re-entered.
+TEST_CASE("tcp: a reply that fails to write inside OnFrame closes after it") {
+  rpc::EventLoop loop;
+  std::promise<std::shared_ptr<Connection>> accepted;
+  auto listener = Listen(
+      loop.context(), "tcp://127.0.0.1:0", {},
+      [&]() -> boost::asio::io_context& { return loop.context(); },
+      [&](std::shared_ptr<Connection> c) { accepted.set_value(c); });
+  REQUIRE(listener.ok());
+  const std::string& uri = (*listener)->uri();
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port =
+      htons(static_cast<uint16_t>(std::stoi(uri.substr(uri.rfind(':') + 1))));
+  const int peer = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(connect(peer, reinterpret_cast<sockaddr*>(&address),
+                  sizeof(address)) == 0);
+  std::shared_ptr<Connection> server = accepted.get_future().get();
+  // Hold the loop while the peer sends a frame and then resets the
+  // connection, so the frame is read with the reset already in.
+  std::promise<void> gate;
+  boost::asio::post(loop.context(), [&] { gate.get_future().wait(); });
+  auto check = std::make_shared<ReentryCheck>();
+  check->connection = server;
+  server->Start(check);
+  const EncodedPrefix prefix = EncodeFramePrefix({FrameType::kRpc, 0, 1, 0});
+  std::string bytes(reinterpret_cast<const char*>(prefix.data()),
+                    prefix.size());
+  bytes += "h";
+  REQUIRE(write(peer, bytes.data(), bytes.size()) ==
+          static_cast<ssize_t>(bytes.size()));
+  const linger reset{1, 0};
+  setsockopt(peer, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  close(peer);
+  std::this_thread::sleep_for(50ms);
+  gate.set_value();
+  REQUIRE(check->closed.get_future().wait_for(10s) ==
+          std::future_status::ready);
+  CHECK(check->frames == 1);
+  CHECK_FALSE(check->closed_inside_frame);
 }
 
 }  // namespace
