@@ -62,7 +62,8 @@ OutgoingFrame MakeFrame(size_t payload) {
 // A connected pair on two loops; the server side records what arrives.
 struct Pair {
   explicit Pair(PollMode mode,
-                uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes) {
+                uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes,
+                std::shared_ptr<ConnectionObserver> server_observer = nullptr) {
     options.poll_mode = mode;
     options.max_grant_bytes = max_grant_bytes;
     // (Members: see the note on the loops below.)
@@ -95,7 +96,11 @@ struct Pair {
       REQUIRE(std::chrono::steady_clock::now() < until);
       std::this_thread::sleep_for(1ms);
     }
-    server->Start(recorder);
+    if (server_observer) {
+      server->Start(std::move(server_observer));
+    } else {
+      server->Start(recorder);
+    }
     client->Start(client_recorder);
   }
   ~Pair() {
@@ -226,6 +231,47 @@ TEST_CASE("rdma: busy poll posts a frame sent from a handler at once") {
   for (const Seen& s : seen) {
     CHECK(s.sent);
     CHECK(s.frames_next == s.frames_at_send + 1);
+  }
+}
+
+// Answers every frame from inside OnFrame, and notes whether the answer had
+// been posted when Send returned.
+struct Answerer : ConnectionObserver {
+  void OnFrame(ReceivedFrame) override {
+    std::lock_guard lock(mu);
+    auto c = connection.lock();
+    if (!c) return;
+    const uint64_t before = c->stats().frames_sent;
+    if (c->Send(MakeFrame(16)).ok()) ++answered;
+    if (c->stats().frames_sent > before) ++posted_at_once;
+  }
+  void OnClose(const Status&) override {}
+  std::mutex mu;
+  std::weak_ptr<Connection> connection;  // (It holds us.)
+  int answered = 0;
+  int posted_at_once = 0;
+};
+
+// A reply must not wait for the handler's bookkeeping after Send (server
+// metrics, releasing the call) nor for the rest of the drain: when its
+// request was the last completion polled, Send posts it.
+TEST_CASE("rdma: a reply to the last completion polled is posted in Send") {
+  for (const PollMode mode : {PollMode::kEvent, PollMode::kBusy}) {
+    auto answerer = std::make_shared<Answerer>();
+    Pair pair(mode, tunables::kDefaultMaxGrantBytes, answerer);
+    {
+      std::lock_guard lock(answerer->mu);
+      answerer->connection = pair.server;
+    }
+    constexpr size_t kPings = 20;
+    for (size_t i = 0; i < kPings; ++i) {  // One at a time.
+      REQUIRE(pair.client->Send(MakeFrame(16)).ok());
+      REQUIRE(
+          WaitUntil([&] { return pair.client_recorder->count() == i + 1; }));
+    }
+    std::lock_guard lock(answerer->mu);
+    CHECK(answerer->answered == static_cast<int>(kPings));
+    CHECK(answerer->posted_at_once == static_cast<int>(kPings));
   }
 }
 

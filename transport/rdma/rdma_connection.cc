@@ -445,6 +445,12 @@ void RdmaConnection::PollLoop() {
   if (!torn_down_) WatchCq();
 }
 
+// The connection delivering the last completion of the batch this thread
+// polled. A frame sent meanwhile (a handler's reply) is posted inside Send:
+// nothing else in hand could join it, and the handler's bookkeeping after
+// Send (metrics, releasing the call) need not delay it.
+thread_local RdmaConnection* delivering_last = nullptr;
+
 bool RdmaConnection::Drain() {
   ibv_wc wcs[32];
   bool any = false;
@@ -457,7 +463,14 @@ bool RdmaConnection::Drain() {
     }
     if (n == 0) break;
     any = true;
-    for (int i = 0; i < n && !torn_down_; ++i) OnCompletion(wcs[i]);
+    for (int i = 0; i < n && !torn_down_; ++i) {
+      // Reset even if a handler throws (the event loop logs and goes on).
+      struct Last {
+        explicit Last(RdmaConnection* c) { delivering_last = c; }
+        ~Last() { delivering_last = nullptr; }
+      } last(i == n - 1 ? this : nullptr);
+      OnCompletion(wcs[i]);
+    }
   }
   if (!torn_down_ && any) {
     FlushReposts();
@@ -545,6 +558,7 @@ void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
   if (keep > 0) std::memcpy(block.data(), header, keep);
   Repost(slot);  // Copied out: the buffer can take the next message now.
   Bump(stats_.frames_received);
+  InObserver guard(this);
   observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(block),
                                    prefix.header_size,
                                    dropped ? prefix.payload_size : 0));
@@ -673,9 +687,12 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   transfer.charge.Release();
   Bump(stats_.bytes_received, transfer.block.size());
   Bump(stats_.frames_received);
-  observer_->OnFrame(ReceivedFrame(
-      FrameType::kRpc, std::move(transfer.block), transfer.rts.header_size,
-      transfer.dropped_payload, transfer.drop_reason));
+  {
+    InObserver guard(this);
+    observer_->OnFrame(ReceivedFrame(
+        FrameType::kRpc, std::move(transfer.block), transfer.rts.header_size,
+        transfer.dropped_payload, transfer.drop_reason));
+  }
   if (!torn_down_) GrantWaiting();  // Memory came free.
 }
 
@@ -738,6 +755,11 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
     queued_bytes_ += bytes;
     queue_.push_back(std::move(frame));
     post = !flush_pending_.exchange(true, std::memory_order_relaxed);
+  }
+  if (post && delivering_last == this) {
+    FlushReposts();  // Their credits ride on this frame.
+    Flush();
+    return Status();
   }
   if (post) {
     asio::post(context_,
@@ -1096,7 +1118,17 @@ void RdmaConnection::CloseNow(const Status& reason) {
   boost::system::error_code ignored;
   if (cq_fd_.is_open()) cq_fd_.cancel(ignored);
   if (cm_fd_.is_open()) cm_fd_.cancel(ignored);
-  if (auto observer = std::move(observer_)) observer->OnClose(reason);
+  if (auto observer = std::move(observer_)) {
+    if (in_observer_) {
+      // Closed from inside the observer's OnFrame (a post failed in Send):
+      // OnClose waits until OnFrame has returned.
+      asio::post(context_, [observer = std::move(observer), reason] {
+        observer->OnClose(reason);
+      });
+    } else {
+      observer->OnClose(reason);
+    }
+  }
 }
 
 }  // namespace rdmarpc::transport::rdma
