@@ -445,10 +445,10 @@ void RdmaConnection::PollLoop() {
   if (!torn_down_) WatchCq();
 }
 
-// The connection delivering the last completion of the batch this thread
-// polled. A frame sent meanwhile (a handler's reply) is posted inside Send:
-// nothing else in hand could join it, and the handler's bookkeeping after
-// Send (metrics, releasing the call) need not delay it.
+// The connection delivering the last received message of the batch this
+// thread polled. A frame sent meanwhile (a handler's reply) is posted inside
+// Send: nothing else in hand could join it, and the handler's bookkeeping
+// after Send (metrics, releasing the call) need not delay it.
 thread_local RdmaConnection* delivering_last = nullptr;
 
 bool RdmaConnection::Drain() {
@@ -463,12 +463,19 @@ bool RdmaConnection::Drain() {
     }
     if (n == 0) break;
     any = true;
+    // The last completion that can deliver a frame: send completions
+    // polled after it carry none, so a reply need not wait for them.
+    int last = n - 1;
+    while (last > 0 && (wcs[last].status != IBV_WC_SUCCESS ||
+                        (wcs[last].opcode & IBV_WC_RECV) == 0)) {
+      --last;
+    }
     for (int i = 0; i < n && !torn_down_; ++i) {
       // Reset even if a handler throws (the event loop logs and goes on).
       struct Last {
         explicit Last(RdmaConnection* c) { delivering_last = c; }
         ~Last() { delivering_last = nullptr; }
-      } last(i == n - 1 ? this : nullptr);
+      } guard(i == last ? this : nullptr);
       OnCompletion(wcs[i]);
     }
   }
@@ -557,6 +564,7 @@ void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
   Buffer block = PooledBuffer(keep);
   if (keep > 0) std::memcpy(block.data(), header, keep);
   Repost(slot);  // Copied out: the buffer can take the next message now.
+  if (torn_down_) return;  // The repost failed: observer_ is gone.
   Bump(stats_.frames_received);
   InObserver guard(this);
   observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(block),
@@ -681,6 +689,7 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
     return ProtocolError(s);
   }
   Repost(slot);
+  if (torn_down_) return;  // The repost failed: observer_ is gone.
   IncomingTransfer transfer = std::move(incoming_.front());
   incoming_.pop_front();
   transfer.region.reset();  // No remote access once the data has landed.
