@@ -17,6 +17,7 @@
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <cassert>
 #include <chrono>
 #include <cstdint>
@@ -200,6 +201,19 @@ inline Status CheckQueueRoom(uint64_t queued, uint64_t frame_bytes,
                 "send queue to " + peer + " is full (" +
                     std::to_string(queued) + " bytes waiting, limit " +
                     std::to_string(limit) + "): the peer is not keeping up");
+}
+
+// A transport's last word to its observer. Closed from inside the
+// observer's own OnFrame (a write that failed in Send), OnClose is posted to
+// `executor`, so it runs after OnFrame has returned, never inside it.
+inline void NotifyClosed(std::shared_ptr<ConnectionObserver> observer,
+                         const Status& reason, bool inside_on_frame,
+                         const boost::asio::any_io_executor& executor) {
+  if (!observer) return;
+  if (!inside_on_frame) return observer->OnClose(reason);
+  boost::asio::post(executor, [observer = std::move(observer), reason] {
+    observer->OnClose(reason);
+  });
 }
 
 // Picks the io_context that will own the next accepted connection.

@@ -1127,17 +1127,8 @@ void RdmaConnection::CloseNow(const Status& reason) {
   boost::system::error_code ignored;
   if (cq_fd_.is_open()) cq_fd_.cancel(ignored);
   if (cm_fd_.is_open()) cm_fd_.cancel(ignored);
-  if (auto observer = std::move(observer_)) {
-    if (in_observer_) {
-      // Closed from inside the observer's OnFrame (a post failed in Send):
-      // OnClose waits until OnFrame has returned.
-      asio::post(context_, [observer = std::move(observer), reason] {
-        observer->OnClose(reason);
-      });
-    } else {
-      observer->OnClose(reason);
-    }
-  }
+  NotifyClosed(std::move(observer_), reason, in_observer_,
+               context_.get_executor());
 }
 
 }  // namespace rdmarpc::transport::rdma

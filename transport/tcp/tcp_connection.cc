@@ -198,6 +198,7 @@ void TcpConnection::DeliverFrame() {
   Bump(stats_.frames_received);
   ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
                       rx_.prefix.header_size, rx_.discard_left);
+  InObserver guard(this);
   observer_->OnFrame(std::move(frame));
 }
 
@@ -404,16 +405,6 @@ void TcpConnection::Flush() {
       }
     }
     if (error && error != asio::error::would_block) {
-      if (delivering == this) {
-        // Perhaps inside the observer's OnFrame, in Send: OnClose must not
-        // run in there, so the close waits for the loop. flush_pending_
-        // stays set, so nothing else is written meanwhile.
-        FinishWrite(written);
-        asio::post(socket_.get_executor(), [self = shared_from_this(), error] {
-          self->OnWritten(error, 0);
-        });
-        return;
-      }
       return OnWritten(error, written);
     }
     if (written == total) {
@@ -496,7 +487,8 @@ void TcpConnection::CloseNow(const Status& reason) {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   rx_.block.Reset();
-  if (auto observer = std::move(observer_)) observer->OnClose(reason);
+  NotifyClosed(std::move(observer_), reason, in_observer_,
+               socket_.get_executor());
 }
 
 }  // namespace rdmarpc::transport::tcp
