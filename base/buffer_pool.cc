@@ -6,6 +6,8 @@
 #include <new>
 #include <vector>
 
+#include "base/large_block.h"
+
 namespace rdmarpc {
 namespace {
 
@@ -143,6 +145,11 @@ void PoolFree(void* block, size_t size) noexcept {
 }
 
 Buffer PooledBuffer(size_t size) {
+  if (size >= kLargeBlockMin) {
+    Buffer block = LargeBlock(size, BlockFill::kAnything);
+    if (block.size() != size) throw std::bad_alloc();  // As the heap would.
+    return block;
+  }
   const int c = ClassOf(size);
   if (c < 0 || size == 0) return Buffer::Allocate(size);
   return Buffer(static_cast<std::byte*>(Take(c)), size, &ReleasePooled,

@@ -4,12 +4,13 @@
 // allocates nothing.
 //
 // Blocks come in five size classes (256 B to 32 KiB); larger requests
-// go to the heap. A block may be released on any thread: it joins that
-// thread's cache, and a cache that grows past its limit hands half its
-// blocks to a shared list, from which a thread with an empty cache refills.
-// Memory is bounded: each thread caches at most kThreadCacheBytes per class
-// and the shared list holds at most kSharedBytes per class; beyond that
-// blocks are freed.
+// go to the heap, and those of kLargeBlockMin (64 KiB) and more are
+// LargeBlocks, kept for reuse once released (base/large_block.h). A block may
+// be released on any thread: it joins that thread's cache, and a cache that
+// grows past its limit hands half its blocks to a shared list, from which a
+// thread with an empty cache refills. Memory is bounded: each thread caches at
+// most kThreadCacheBytes per class and the shared list holds at most
+// kSharedBytes per class; beyond that blocks are freed.
 #ifndef RDMARPC_BASE_BUFFER_POOL_H_
 #define RDMARPC_BASE_BUFFER_POOL_H_
 
@@ -19,7 +20,8 @@
 
 namespace rdmarpc {
 
-// A Buffer of `size` uninitialised bytes, pooled when size <= kLargestPooled.
+// A Buffer of `size` uninitialised bytes, pooled when size <= kLargestPooled
+// or size >= kLargeBlockMin. Throws std::bad_alloc as operator new does.
 Buffer PooledBuffer(size_t size);
 
 // Raw blocks for allocators (PoolAllocator below); `size` picks the class.

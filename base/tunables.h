@@ -27,6 +27,17 @@ static_assert(kMaxCallHeaderSize >= 1024, "headers must fit long names");
 static_assert(kDefaultMaxPayloadSize <= kMaxPayloadSizeLimit,
               "payload length must fit the u32 prefix field");
 
+// --- Memory ----------------------------------------------------------------
+// Released large blocks (received frames and grants of 64 KiB and more,
+// base/large_block.h) kept for reuse, process-wide, by mapped capacity (a
+// power of two): a kept block skips the kernel's page faults and zeroing.
+inline constexpr uint64_t kLargeBlockCacheBytes = 256ull << 20;
+static_assert(kLargeBlockCacheBytes >=
+                  2 * std::bit_ceil(kDefaultMaxPayloadSize +
+                                    kMaxCallHeaderSize),
+              "two largest frames must fit: one being read or written, one "
+              "just released");
+
 // --- TCP transport ---------------------------------------------------------
 // Receive staging area: one read() can bring in many small frames.
 inline constexpr size_t kTcpReceiveChunk = 64 * 1024;
@@ -83,9 +94,6 @@ inline constexpr uint32_t kRdmaBounceChunks = 4;
 // Receive grants (registered memory for peers' large frames) a process holds
 // at once, over all its connections.
 inline constexpr uint64_t kDefaultMaxGrantBytes = 1ull << 30;
-// Released grant blocks kept for reuse, process-wide (by mapped capacity, a
-// power of two): zeroing a kept block costs half what fresh pages do.
-inline constexpr uint64_t kRdmaGrantCacheBytes = 256ull << 20;
 // Large frames a peer may have under way to us at once (grants open or
 // answered): each one's RTS, zeroing and registration overlap the WRITEs of
 // the one before. Each holds up to a largest frame of registered memory.
@@ -111,11 +119,11 @@ static_assert(kRdmaMaxWriteSize >= kRdmaBounceChunkSize);
 static_assert(kRdmaMaxOpenGrants >= 1 && kRdmaMaxOpenGrants <= 16 &&
                   kRdmaMaxOpenGrants < kRdmaReceiveDepth / 2,
               "each open transfer holds a receive for its RTS or landing");
-static_assert(kRdmaGrantCacheBytes >=
+static_assert(kLargeBlockCacheBytes >=
                   kRdmaMaxOpenGrants * std::bit_ceil(kDefaultMaxPayloadSize +
                                                      kMaxCallHeaderSize),
               "a connection's open grants of largest frames must fit the "
-              "grant cache");
+              "large-block cache");
 static_assert(kDefaultMaxGrantBytes >=
                   kDefaultMaxPayloadSize + kMaxCallHeaderSize,
               "a largest frame must fit the grant budget on its own");

@@ -5,11 +5,11 @@
 // receiver cannot verify which bytes a one-sided WRITE covered: a peer that
 // skips bytes must deliver zeros, never this process's old memory.
 //
-// Fresh anonymous memory is zeroed by the kernel page by page when the grant
-// is registered (pinned), one fault per page; a block the application has
+// Blocks of 64 KiB and more are LargeBlocks (base/large_block.h). Fresh
+// anonymous memory is zeroed by the kernel page by page when the grant is
+// registered (pinned), one fault per page; a block the application has
 // released is kept and zeroed again with one memset, which costs about half
-// as much (64 MiB in the Soft-RoCE VM: 520 ms fresh, 240 ms reused). Up to
-// tunables::kRdmaGrantCacheBytes of released blocks are kept, process-wide.
+// as much (64 MiB in the Soft-RoCE VM: 520 ms fresh, 240 ms reused).
 #ifndef RDMARPC_TRANSPORT_RDMA_GRANT_MEMORY_H_
 #define RDMARPC_TRANSPORT_RDMA_GRANT_MEMORY_H_
 
@@ -22,9 +22,6 @@ namespace rdmarpc::transport::rdma {
 // `size` zero bytes (an empty Buffer when memory is exhausted). Releasing the
 // Buffer returns a large block to the cache.
 Buffer ZeroedGrantBlock(size_t size);
-
-// Bytes of released blocks kept for reuse (for tests).
-size_t CachedGrantBytes();
 
 }  // namespace rdmarpc::transport::rdma
 

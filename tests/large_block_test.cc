@@ -1,0 +1,60 @@
+// Large blocks are reused by size class, the cache is bounded, and the pool
+// hands out large blocks for large requests.
+#include "base/large_block.h"
+
+#include <catch2/catch_test_macros.hpp>
+#include <cstring>
+#include <vector>
+
+#include "base/buffer_pool.h"
+#include "base/tunables.h"
+
+namespace rdmarpc {
+namespace {
+
+TEST_CASE("a released large block serves the next request of its class") {
+  std::byte* first_address = nullptr;
+  const size_t before = CachedLargeBlockBytes();
+  {
+    Buffer block = LargeBlock(600 * 1024, BlockFill::kAnything);
+    REQUIRE(block.size() == 600 * 1024);
+    first_address = block.data();
+    std::memset(block.data(), 1, block.size());  // All of it is writable.
+  }
+  CHECK(CachedLargeBlockBytes() == before + (1u << 20));
+  Buffer again = LargeBlock(900 * 1024, BlockFill::kAnything);  // Same class.
+  CHECK(again.data() == first_address);
+  CHECK(CachedLargeBlockBytes() == before);
+  Buffer other = LargeBlock(3 << 20, BlockFill::kAnything);  // Another class.
+  CHECK(other.data() != first_address);
+}
+
+TEST_CASE("the cache keeps at most kLargeBlockCacheBytes") {
+  const size_t size = 32u << 20;
+  std::vector<Buffer> blocks;
+  const size_t count = tunables::kLargeBlockCacheBytes / size + 2;
+  for (size_t i = 0; i < count; ++i) {
+    blocks.push_back(LargeBlock(size, BlockFill::kAnything));
+    REQUIRE(blocks.back().size() == size);
+  }
+  blocks.clear();  // All released: the cache keeps what fits.
+  CHECK(CachedLargeBlockBytes() <= tunables::kLargeBlockCacheBytes);
+  CHECK(CachedLargeBlockBytes() >= tunables::kLargeBlockCacheBytes - size);
+}
+
+TEST_CASE("PooledBuffer gives large requests a reusable large block") {
+  const size_t before = CachedLargeBlockBytes();
+  std::byte* first_address = nullptr;
+  {
+    Buffer block = PooledBuffer(kLargeBlockMin);
+    REQUIRE(block.size() == kLargeBlockMin);
+    first_address = block.data();
+  }
+  CHECK(CachedLargeBlockBytes() == before + kLargeBlockMin);
+  Buffer again = PooledBuffer(kLargeBlockMin);
+  CHECK(again.data() == first_address);
+  CHECK(CachedLargeBlockBytes() == before);
+}
+
+}  // namespace
+}  // namespace rdmarpc
