@@ -39,14 +39,24 @@ static_assert(kLargeBlockCacheBytes >=
               "just released");
 
 // --- TCP transport ---------------------------------------------------------
-// Receive staging area: one read() can bring in many small frames.
-inline constexpr size_t kTcpReceiveChunk = 64 * 1024;
+// Receive staging area: one read() can bring in many small frames, or the
+// whole of a 64 KiB message.
+inline constexpr size_t kTcpReceiveChunk = 128 * 1024;
 // Frames at most this large are copied out of the staging area; larger ones
 // are read straight into their own block.
 inline constexpr size_t kTcpCopyOutLimit = 16 * 1024;
+// A frame at least this large that the staging area holds from where it
+// starts, with nothing staged behind it, is received in place: the staging
+// block becomes the frame's and a fresh one replaces it. The bound keeps a
+// frame from pinning a staging block many times its size.
+inline constexpr size_t kTcpReceiveInPlaceMin = kTcpReceiveChunk / 4;
 
 static_assert(kTcpReceiveChunk >= kFramePrefixSize + kTcpCopyOutLimit,
               "a copied-out frame must fit the staging area");
+static_assert(kTcpReceiveInPlaceMin > kTcpCopyOutLimit &&
+                  kTcpReceiveInPlaceMin >= kTcpReceiveChunk / 4,
+              "in place: frames too large to copy out, at least a quarter "
+              "of the block they keep");
 
 // Bytes a connection queues for a peer that does not keep up, before Send
 // refuses more (TransportOptions::max_queued_bytes).

@@ -114,6 +114,8 @@ struct ConnectionStats {
   // Set when this connection closed because the peer broke the protocol
   // (a malformed frame, a bad credit, grant or immediate value).
   std::atomic<uint64_t> protocol_errors{0};
+  // TCP only: frames handed over in the block they were read into, uncopied.
+  std::atomic<uint64_t> frames_received_in_place{0};
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};  // WRITE WITH IMMEDIATE transfers.

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "base/buffer_pool.h"
+#include "base/large_block.h"
 #include "base/log.h"
 #include "base/pooled_handler.h"
 
@@ -34,6 +35,9 @@ using tunables::kFramePrefixSize;
 using tunables::kTcpCopyOutLimit;
 using tunables::kTcpReceiveChunk;
 
+// Staging blocks handed to frames come back through the large-block cache.
+static_assert(kTcpReceiveChunk >= kLargeBlockMin);
+
 namespace {
 
 std::string PeerUri(const asio::ip::tcp::socket& socket) {
@@ -54,7 +58,7 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
       options_(options),
       peer_(PeerUri(socket_)),
       close_timer_(socket_.get_executor()),
-      staging_(new std::byte[kTcpReceiveChunk]) {
+      staging_(PooledBuffer(kTcpReceiveChunk)) {
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
   if (ec) Log().warn("{}: cannot set TCP_NODELAY: {}", peer_, ec.message());
@@ -100,7 +104,7 @@ void TcpConnection::ConsumeStaged() {
   using Phase = RxState::Phase;
   while (!torn_down_ && !receive_stopped_) {
     const size_t staged = staged_end_ - staged_begin_;
-    std::byte* in = staging_.get() + staged_begin_;
+    std::byte* in = staging_.data() + staged_begin_;
     switch (rx_.phase) {
       case Phase::kPrefix: {
         if (staged < kFramePrefixSize) return ReadMore();
@@ -127,7 +131,7 @@ void TcpConnection::ConsumeStaged() {
         } else {
           keep += decoded.prefix.payload_size;
         }
-        rx_.block = PooledBuffer(keep);
+        if (!ReceiveInPlace(keep)) rx_.block = PooledBuffer(keep);
         rx_.phase = Phase::kBody;
         break;
       }
@@ -181,6 +185,23 @@ void TcpConnection::ProtocolError(const Status& error) {
   CloseNow(error);
 }
 
+bool TcpConnection::ReceiveInPlace(uint64_t frame_size) {
+  const size_t staged = staged_end_ - staged_begin_;
+  if (frame_size < tunables::kTcpReceiveInPlaceMin || staged > frame_size ||
+      staged_begin_ + frame_size > kTcpReceiveChunk) {
+    return false;
+  }
+  Buffer fresh = LargeBlock(kTcpReceiveChunk, BlockFill::kAnything);
+  if (fresh.empty()) return false;  // Copy out, as if it did not fit.
+  rx_.block = std::exchange(staging_, std::move(fresh));
+  rx_.block.RemovePrefix(staged_begin_);
+  rx_.block.Truncate(frame_size);
+  rx_.filled = staged;
+  staged_begin_ = staged_end_ = 0;
+  Bump(stats_.frames_received_in_place);
+  return true;
+}
+
 void TcpConnection::OnBodyRead(const boost::system::error_code& error,
                                size_t bytes) {
   if (torn_down_) return;
@@ -212,13 +233,13 @@ void TcpConnection::ReadMore() {
   // Keep the unconsumed tail at the front so the rest of it can follow.
   if (staged_begin_ > 0) {
     const size_t tail = staged_end_ - staged_begin_;
-    std::memmove(staging_.get(), staging_.get() + staged_begin_, tail);
+    std::memmove(staging_.data(), staging_.data() + staged_begin_, tail);
     staged_begin_ = 0;
     staged_end_ = tail;
   }
   if (!direct_writes_) {  // A blocking socket: let Asio do the reading.
     socket_.async_read_some(
-        asio::buffer(staging_.get() + staged_end_,
+        asio::buffer(staging_.data() + staged_end_,
                      kTcpReceiveChunk - staged_end_),
         Pooled([self = shared_from_this()](
                    const boost::system::error_code& error, size_t bytes) {
@@ -228,24 +249,42 @@ void TcpConnection::ReadMore() {
         }));
     return;
   }
+  // A frame larger than the staging space the last read had left (a 64 KiB
+  // payload behind its header) leaves its tail in the socket: read it now
+  // rather than wait for readiness the socket already has. Once per wake-up,
+  // so a peer that keeps the socket full cannot hold the loop.
+  if (std::exchange(read_filled_space_, false) && !read_again_) {
+    read_again_ = true;
+    if (ReadStaged() != ReadOutcome::kWouldBlock) return;
+  }
+  read_again_ = false;
   // Wait, then read once. (async_read_some would first try a read that
   // finds nothing, right after the last one drained the socket: one wasted
   // system call per message.)
-  socket_.async_wait(
-      asio::ip::tcp::socket::wait_read,
-      Pooled(
-          [self = shared_from_this()](const boost::system::error_code& error) {
-            if (self->torn_down_) return;
-            if (error) return self->OnReadError(error);
-            boost::system::error_code read_error;
-            const size_t bytes = self->socket_.read_some(
-                asio::buffer(self->staging_.get() + self->staged_end_,
-                             kTcpReceiveChunk - self->staged_end_),
-                read_error);
-            if (read_error == asio::error::would_block) return self->ReadMore();
-            if (read_error) return self->OnReadError(read_error);
-            self->OnRead(bytes);
-          }));
+  socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                     Pooled([self = shared_from_this()](
+                                const boost::system::error_code& error) {
+                       if (self->torn_down_) return;
+                       if (error) return self->OnReadError(error);
+                       if (self->ReadStaged() == ReadOutcome::kWouldBlock) {
+                         self->ReadMore();
+                       }
+                     }));
+}
+
+TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
+  const size_t space = kTcpReceiveChunk - staged_end_;
+  boost::system::error_code error;
+  const size_t bytes = socket_.read_some(
+      asio::buffer(staging_.data() + staged_end_, space), error);
+  if (error == asio::error::would_block) return ReadOutcome::kWouldBlock;
+  if (error) {
+    OnReadError(error);
+  } else {
+    read_filled_space_ = bytes == space;
+    OnRead(bytes);
+  }
+  return ReadOutcome::kHandled;
 }
 
 void TcpConnection::OnRead(size_t bytes) {

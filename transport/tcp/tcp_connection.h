@@ -58,6 +58,14 @@ class TcpConnection final : public Connection,
   // Receive path (executor only).
   void ConsumeStaged();
   void ReadMore();
+  // One non-blocking read into the staging area, handed to OnRead (or
+  // OnReadError); kWouldBlock when the socket had nothing.
+  enum class ReadOutcome { kHandled, kWouldBlock };
+  ReadOutcome ReadStaged();
+  void OnRead(size_t bytes);  // Into the staging area.
+  // Makes the staging block the block of the frame whose prefix was just
+  // consumed, if kTcpReceiveInPlaceMin allows; false leaves all as it was.
+  bool ReceiveInPlace(uint64_t frame_size);
   void OnBodyRead(const boost::system::error_code& error, size_t bytes);
   void DeliverFrame();
   void OnReadError(const boost::system::error_code& error);
@@ -65,7 +73,6 @@ class TcpConnection final : public Connection,
   // Send path (executor only).
   void Flush();
   void PostFlush();                // Flush later, on the loop.
-  void OnRead(size_t bytes);       // Into the staging area.
   void FinishWrite(size_t bytes);  // The batch in writing_ has left.
   void OnWritten(const boost::system::error_code& error, size_t bytes);
 
@@ -93,7 +100,7 @@ class TcpConnection final : public Connection,
   std::optional<Status> close_after_flush_;
   boost::asio::steady_timer close_timer_;
 
-  std::unique_ptr<std::byte[]> staging_;
+  Buffer staging_;  // kTcpReceiveChunk bytes, a LargeBlock.
   size_t staged_begin_ = 0;
   size_t staged_end_ = 0;
   RxState rx_;
@@ -113,6 +120,10 @@ class TcpConnection final : public Connection,
   // Mid-delivery: more received bytes are staged behind the frame being
   // delivered, so replies to it wait to leave with the others' (loop thread).
   bool more_staged_ = false;
+  // The last read filled all the staging space it was given, so more may be
+  // waiting in the socket (loop thread).
+  bool read_filled_space_ = false;
+  bool read_again_ = false;  // Read again without a wait since the last one.
   // The socket's io_context executor: unlike the type-erased one, it
   // allocates posted handlers with their own (pooled) allocator.
   std::optional<boost::asio::io_context::executor_type> loop_;
