@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/large_block.h"
+#include "base/tunables.h"
 #include "rpc/event_loop.h"
 #include "transport/factory/factory.h"
 
@@ -174,6 +175,26 @@ TEST_CASE("tcp: a 64 KiB frame is received in place, and stays intact") {
     }
     CHECK(intact);
   }
+}
+
+// Frames whose ends straddle full reads of the staging area, and frames
+// large enough to receive in place with others staged behind them.
+TEST_CASE("tcp: frames around the staging area's size arrive whole") {
+  Pair pair;
+  const size_t chunk = tunables::kTcpReceiveChunk;
+  const std::vector<size_t> sizes = {chunk - 40, chunk + 8, 40000,     40000,
+                                     chunk / 2,  7,         chunk - 16};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    REQUIRE(
+        pair.client->Send(MakeFrame("h" + std::to_string(i), sizes[i])).ok());
+  }
+  AwaitFrames(*pair.recorder, sizes.size());
+  std::lock_guard lock(pair.recorder->mu);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    CHECK(pair.recorder->headers[i] == "h" + std::to_string(i));
+    CHECK(pair.recorder->payload_sizes[i] == sizes[i]);
+  }
+  CHECK(pair.recorder->payloads_intact);
 }
 
 // Regression: Close() used to drop frames queued but not yet written, so a
