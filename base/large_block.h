@@ -7,7 +7,8 @@
 // tcp:// on the development VM took 16,400 faults each and ran at 0.54-0.69
 // of the raw socket's bandwidth (0.93-1.23 with reuse). Instead, blocks are
 // mapped in power-of-two capacities and, once released, kept for the next
-// request of their class, up to tunables::kLargeBlockCacheBytes process-wide.
+// request of their class: a few per thread (released on the thread that will
+// likely reuse them), then up to tunables::kLargeBlockCacheBytes shared.
 #ifndef RDMARPC_BASE_LARGE_BLOCK_H_
 #define RDMARPC_BASE_LARGE_BLOCK_H_
 
@@ -30,7 +31,8 @@ enum class BlockFill {
 // block to the cache or unmaps it.
 Buffer LargeBlock(size_t size, BlockFill fill);
 
-// Bytes of released blocks kept for reuse, by mapped capacity (for tests).
+// Bytes of released blocks kept for reuse, by mapped capacity: the shared
+// cache's and the calling thread's own (for tests).
 size_t CachedLargeBlockBytes();
 
 }  // namespace rdmarpc

@@ -32,6 +32,10 @@ static_assert(kDefaultMaxPayloadSize <= kMaxPayloadSizeLimit,
 // base/large_block.h) kept for reuse, process-wide, by mapped capacity (a
 // power of two): a kept block skips the kernel's page faults and zeroing.
 inline constexpr uint64_t kLargeBlockCacheBytes = 256ull << 20;
+// Of which each thread first keeps a few of its own (at most this many
+// blocks, this many bytes), so a block stays with the core that reuses it.
+inline constexpr int kLargeBlockThreadBlocks = 4;
+inline constexpr size_t kLargeBlockThreadBytes = 512 * 1024;
 static_assert(kLargeBlockCacheBytes >=
                   2 * std::bit_ceil(kDefaultMaxPayloadSize +
                                     kMaxCallHeaderSize),
@@ -57,6 +61,10 @@ static_assert(kTcpReceiveInPlaceMin > kTcpCopyOutLimit &&
                   kTcpReceiveInPlaceMin >= kTcpReceiveChunk / 4,
               "in place: frames too large to copy out, at least a quarter "
               "of the block they keep");
+static_assert(kLargeBlockThreadBlocks >= 4 &&
+                  kLargeBlockThreadBytes >= 4 * kTcpReceiveChunk,
+              "each side of an in-process echo keeps its staging blocks and "
+              "a 64 KiB frame's block");
 
 // Bytes a connection queues for a peer that does not keep up, before Send
 // refuses more (TransportOptions::max_queued_bytes).

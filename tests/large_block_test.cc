@@ -4,6 +4,8 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <cstring>
+#include <future>
+#include <thread>
 #include <vector>
 
 #include "base/buffer_pool.h"
@@ -54,6 +56,34 @@ TEST_CASE("PooledBuffer gives large requests a reusable large block") {
   Buffer again = PooledBuffer(kLargeBlockMin);
   CHECK(again.data() == first_address);
   CHECK(CachedLargeBlockBytes() == before);
+}
+
+// Regression (latency): through one shared cache, the blocks of an echo's
+// client and server moved between their cores on every call.
+TEST_CASE("a block stays with the thread that released it") {
+  const size_t size = 100 * 1024;
+  std::promise<std::byte*> released;
+  std::promise<void> looked;
+  std::promise<std::byte*> reused;
+  std::thread other([&] {
+    std::byte* address = nullptr;
+    {
+      Buffer block = LargeBlock(size, BlockFill::kAnything);
+      address = block.data();
+    }
+    released.set_value(address);
+    looked.get_future().wait();
+    Buffer again = LargeBlock(size, BlockFill::kAnything);
+    reused.set_value(again.data());
+  });
+  std::byte* const theirs = released.get_future().get();
+  {
+    Buffer mine = LargeBlock(size, BlockFill::kAnything);
+    CHECK(mine.data() != theirs);
+  }
+  looked.set_value();
+  CHECK(reused.get_future().get() == theirs);
+  other.join();
 }
 
 }  // namespace
