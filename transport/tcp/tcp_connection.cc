@@ -131,7 +131,9 @@ void TcpConnection::ConsumeStaged() {
         } else {
           keep += decoded.prefix.payload_size;
         }
-        if (!ReceiveInPlace(keep)) rx_.block = PooledBuffer(keep);
+        if (keep < tunables::kTcpReceiveInPlaceMin || !ReceiveInPlace(keep)) {
+          rx_.block = PooledBuffer(keep);
+        }
         rx_.phase = Phase::kBody;
         break;
       }
@@ -187,8 +189,7 @@ void TcpConnection::ProtocolError(const Status& error) {
 
 bool TcpConnection::ReceiveInPlace(uint64_t frame_size) {
   const size_t staged = staged_end_ - staged_begin_;
-  if (frame_size < tunables::kTcpReceiveInPlaceMin || staged > frame_size ||
-      staged_begin_ + frame_size > kTcpReceiveChunk) {
+  if (staged > frame_size || staged_begin_ + frame_size > kTcpReceiveChunk) {
     return false;
   }
   Buffer fresh = LargeBlock(kTcpReceiveChunk, BlockFill::kAnything);

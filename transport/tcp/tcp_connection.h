@@ -64,7 +64,8 @@ class TcpConnection final : public Connection,
   ReadOutcome ReadStaged();
   void OnRead(size_t bytes);  // Into the staging area.
   // Makes the staging block the block of the frame whose prefix was just
-  // consumed, if kTcpReceiveInPlaceMin allows; false leaves all as it was.
+  // consumed (at least kTcpReceiveInPlaceMin long), if it fits there with
+  // nothing staged behind it; false leaves all as it was.
   bool ReceiveInPlace(uint64_t frame_size);
   void OnBodyRead(const boost::system::error_code& error, size_t bytes);
   void DeliverFrame();
