@@ -1,10 +1,12 @@
 // A Connection over a TCP stream socket (Boost.Asio).
 //
-// Receive: one read() fills a staging area that may hold many small frames;
-// each is copied out into its own Buffer. A frame too large for the staging
-// area is read straight into its own block, so a 64 MiB payload is never
-// copied on the way in. A payload over the limit is read and discarded in
-// staging-sized pieces while its header is still delivered.
+// Receive: one read() fills a staging area (a LargeBlock) that may hold many
+// small frames; each is copied out into its own Buffer. A frame of at least
+// kTcpReceiveInPlaceMin that the staging area can hold where it starts takes
+// the staging block itself, and a fresh one replaces it. A frame too large
+// for the staging area is read straight into its own block. So a 64 KiB or a
+// 64 MiB payload is never copied on the way in. A payload over the limit is
+// read and discarded in staging-sized pieces while its header is delivered.
 //
 // Send: frames queue under a mutex; the socket's executor writes everything
 // queued in one gathered write, so frames produced while a write is in flight
