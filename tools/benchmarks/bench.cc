@@ -788,9 +788,9 @@ int Run(int argc, char** argv) {
   // Where the RPC side's loops sleep between calls, rounds alternate RPC
   // and raw, so that a slow spell of this shared machine falls on both
   // alike: TCP latency and bandwidth, and RDMA bandwidth in event mode.
-  const bool alternate_rdma_bandwidth =
-      rdma && options.mode == "bandwidth" && options.raw &&
-      options.poll == transport::PollMode::kEvent;
+  const bool alternate_bandwidth =
+      options.mode == "bandwidth" && options.raw &&
+      (!rdma || options.poll == transport::PollMode::kEvent);
   // NaN where not measured here (or measured in alternating rounds below).
   std::vector<Result> raw(options.sizes.size());
   for (size_t i = 0; i < options.sizes.size(); ++i) {
@@ -801,7 +801,7 @@ int Run(int argc, char** argv) {
     if (options.mode == "latency" && rdma) {
       r.raw_p50 = RawVerbs(argv[0], HostOf(options.uri), "pingpong", size,
                            options.iters, "p50 ");
-    } else if (options.mode == "bandwidth" && !alternate_rdma_bandwidth) {
+    } else if (options.mode == "bandwidth" && !alternate_bandwidth) {
       r.raw_gbps = RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
                             options.iters, "outstanding: ");
     }
@@ -894,31 +894,20 @@ int Run(int argc, char** argv) {
       r.max = r.samples.empty() ? 0 : r.samples.back();
     } else if (options.mode == "throughput") {
       r.calls_per_s = RpcThroughput(options, *arena, size, r.errors);
-    } else if (options.mode == "bandwidth" && !rdma && options.raw) {
-      // Rounds alternate RPC and raw stream, as for latency.
+    } else if (alternate_bandwidth) {
+      // Rounds alternate RPC and the raw stream or WRITEs, as for latency.
+      const auto raw_gbps = [&](int n) {
+        return rdma ? RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
+                               n, "outstanding: ")
+                    : RawTcpBandwidth(size, n);
+      };
       constexpr int kRounds = 4;
       double rpc_seconds = 0, raw_seconds = 0;
       for (int round = 0; round < kRounds; ++round) {
         const int n = RoundShare(options.iters, kRounds, round);
         if (n == 0) continue;
         const double bytes = static_cast<double>(size) * n;
-        raw_seconds += bytes / 1e9 / RawTcpBandwidth(size, n);
-        rpc_seconds +=
-            bytes / 1e9 / RpcBandwidth(channel, *arena, size, n, r.errors);
-      }
-      const double bytes = static_cast<double>(size) * options.iters;
-      r.gbps = bytes / rpc_seconds / 1e9;
-      r.raw_gbps = bytes / raw_seconds / 1e9;
-    } else if (alternate_rdma_bandwidth) {
-      constexpr int kRounds = 4;
-      double rpc_seconds = 0, raw_seconds = 0;
-      for (int round = 0; round < kRounds; ++round) {
-        const int n = RoundShare(options.iters, kRounds, round);
-        if (n == 0) continue;
-        const double bytes = static_cast<double>(size) * n;
-        raw_seconds += bytes / 1e9 /
-                       RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
-                                n, "outstanding: ");
+        raw_seconds += bytes / 1e9 / raw_gbps(n);
         rpc_seconds +=
             bytes / 1e9 / RpcBandwidth(channel, *arena, size, n, r.errors);
       }
