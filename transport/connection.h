@@ -205,6 +205,19 @@ inline Status CheckQueueRoom(uint64_t queued, uint64_t frame_bytes,
                     std::to_string(limit) + "): the peer is not keeping up");
 }
 
+// Marks a transport as inside its observer's OnFrame for one scope (the
+// `inside_on_frame` that NotifyClosed takes), even if OnFrame throws.
+class InsideOnFrame {
+ public:
+  explicit InsideOnFrame(bool& flag) : flag_(flag) { flag_ = true; }
+  ~InsideOnFrame() { flag_ = false; }
+  InsideOnFrame(const InsideOnFrame&) = delete;
+  InsideOnFrame& operator=(const InsideOnFrame&) = delete;
+
+ private:
+  bool& flag_;
+};
+
 // A transport's last word to its observer. Closed from inside the
 // observer's own OnFrame (a write that failed in Send), OnClose is posted to
 // `executor`, so it runs after OnFrame has returned, never inside it.

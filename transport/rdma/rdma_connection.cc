@@ -566,7 +566,7 @@ void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
   Repost(slot);  // Copied out: the buffer can take the next message now.
   if (torn_down_) return;  // The repost failed: observer_ is gone.
   Bump(stats_.frames_received);
-  InObserver guard(this);
+  InsideOnFrame guard(in_observer_);
   observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(block),
                                    prefix.header_size,
                                    dropped ? prefix.payload_size : 0));
@@ -697,7 +697,7 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   Bump(stats_.bytes_received, transfer.block.size());
   Bump(stats_.frames_received);
   {
-    InObserver guard(this);
+    InsideOnFrame guard(in_observer_);
     observer_->OnFrame(ReceivedFrame(
         FrameType::kRpc, std::move(transfer.block), transfer.rts.header_size,
         transfer.dropped_payload, transfer.drop_reason));

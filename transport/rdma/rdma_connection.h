@@ -188,11 +188,6 @@ class RdmaConnection final
   bool established_ = false;
   // Inside observer_->OnFrame (loop thread): CloseNow defers OnClose.
   bool in_observer_ = false;
-  struct InObserver {
-    explicit InObserver(RdmaConnection* c) : c(c) { c->in_observer_ = true; }
-    ~InObserver() { c->in_observer_ = false; }
-    RdmaConnection* c;
-  };
   bool torn_down_ = false;
   Status close_reason_;
   ConnParams peer_params_;

@@ -220,7 +220,7 @@ void TcpConnection::DeliverFrame() {
   Bump(stats_.frames_received);
   ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
                       rx_.prefix.header_size, rx_.discard_left);
-  InObserver guard(this);
+  InsideOnFrame guard(in_observer_);
   observer_->OnFrame(std::move(frame));
 }
 

@@ -92,11 +92,6 @@ class TcpConnection final : public Connection,
   std::shared_ptr<ConnectionObserver> observer_;  // Reset after OnClose.
   // Inside observer_->OnFrame (loop thread): CloseNow defers OnClose.
   bool in_observer_ = false;
-  struct InObserver {
-    explicit InObserver(TcpConnection* c) : c(c) { c->in_observer_ = true; }
-    ~InObserver() { c->in_observer_ = false; }
-    TcpConnection* c;
-  };
   bool torn_down_ = false;
   std::atomic<bool> receive_stopped_{false};
   Status close_reason_;
