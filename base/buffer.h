@@ -38,7 +38,13 @@ class Buffer {
   // of this Buffer is gone; nothing is released.
   static Buffer Borrow(std::span<const std::byte> bytes) noexcept;
 
-  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  // Takes the fields as they are: a new Buffer has nothing to release.
+  Buffer(Buffer&& other) noexcept
+      : block_(std::exchange(other.block_, nullptr)),
+        data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        release_(std::exchange(other.release_, nullptr)),
+        context_(std::exchange(other.context_, nullptr)) {}
   Buffer& operator=(Buffer&& other) noexcept {
     if (this != &other) {
       Reset();

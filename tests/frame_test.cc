@@ -3,6 +3,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "base/buffer.h"
+#include "transport/connection.h"
 
 namespace rdmarpc::transport {
 namespace {
@@ -97,6 +98,61 @@ TEST_CASE("Buffer: release hook runs once, windows do not change it") {
     CHECK(released == 0);
   }
   CHECK(released == 1);
+}
+
+// Buffers over storage[i] whose release is counted in count[i].
+struct Released {
+  int count[4] = {};
+  std::byte storage[4][8] = {};
+  Buffer Make(int index) {
+    return Buffer(
+        storage[index], sizeof(storage[index]),
+        [](void* counter, std::byte*) noexcept {
+          ++*static_cast<int*>(counter);
+        },
+        &count[index]);
+  }
+};
+
+TEST_CASE("OutgoingFrame: a move takes the header and the slices in use") {
+  Released released;
+  OutgoingFrame frame;
+  frame.header = released.Make(0);
+  frame.AddPayload(released.Make(1));
+  frame.AddPayload(released.Make(2));
+  OutgoingFrame moved(std::move(frame));
+  CHECK(moved.payload_slices == 2);
+  CHECK(moved.header.data() == released.storage[0]);
+  CHECK(moved.payload[0].data() == released.storage[1]);
+  CHECK(moved.payload[1].data() == released.storage[2]);
+  CHECK(moved.payload_size() == 16);
+  CHECK(frame.payload_slices == 0);
+  CHECK(frame.header.empty());
+  CHECK(frame.payload[0].empty());
+  CHECK(frame.payload[1].empty());
+  CHECK(released.count[0] + released.count[1] + released.count[2] == 0);
+}
+
+TEST_CASE("OutgoingFrame: move-assigning over more slices releases the rest") {
+  Released released;
+  OutgoingFrame target;
+  target.AddPayload(released.Make(0));
+  target.AddPayload(released.Make(1));
+  target.AddPayload(released.Make(2));
+  OutgoingFrame source;
+  source.AddPayload(released.Make(3));
+  target = std::move(source);
+  CHECK(target.payload_slices == 1);
+  CHECK(target.payload[0].data() == released.storage[3]);
+  CHECK(target.payload[1].empty());
+  CHECK(target.payload[2].empty());
+  CHECK(released.count[0] == 1);
+  CHECK(released.count[1] == 1);
+  CHECK(released.count[2] == 1);
+  CHECK(released.count[3] == 0);
+  CHECK(source.payload_slices == 0);
+  target = OutgoingFrame();
+  CHECK(released.count[3] == 1);
 }
 
 TEST_CASE("Buffer: CopyOf copies") {

@@ -282,6 +282,49 @@ TEST_CASE("tcp: a reply to the only frame of a read leaves inside Send") {
   std::lock_guard lock(answerer->mu);
   CHECK(answerer->answered == kPings);
   CHECK(answerer->left_at_once == kPings);
+  // Written as sent, without a trip through the queue and the batch path.
+  CHECK(pair.client->stats().frames_written_directly == kPings);
+}
+
+// Answers the first frame with a reply far larger than the socket takes at
+// once, then sends a small one behind it.
+struct LargeAnswerer : ConnectionObserver {
+  void OnFrame(ReceivedFrame) override {
+    auto connection = this->connection.lock();
+    if (!connection || answered++ > 0) return;
+    sent_large = connection->Send(MakeFrame("large", kLarge)).ok();
+    sent_small = connection->Send(MakeFrame("small", 16)).ok();
+  }
+  void OnClose(const Status&) override {}
+
+  static constexpr size_t kLarge = 24 << 20;
+  std::weak_ptr<Connection> connection;
+  int answered = 0;  // Loop thread only.
+  std::atomic<bool> sent_large{false}, sent_small{false};
+};
+
+// A reply written at once from OnFrame that the socket takes only part of
+// goes on asynchronously from where it stopped; a frame sent behind it waits
+// its turn.
+TEST_CASE(
+    "tcp: a reply that fills the socket finishes later, whole and in "
+    "order") {
+  auto answerer = std::make_shared<LargeAnswerer>();
+  Pair pair(answerer);
+  answerer->connection = pair.client;
+  REQUIRE(pair.server->Send(MakeFrame("ping", 16)).ok());
+  AwaitFrames(*pair.recorder, 2);
+  CHECK(answerer->sent_large);
+  CHECK(answerer->sent_small);
+  std::lock_guard lock(pair.recorder->mu);
+  REQUIRE(pair.recorder->headers.size() == 2);
+  CHECK(pair.recorder->headers[0] == "large");
+  CHECK(pair.recorder->payload_sizes[0] == LargeAnswerer::kLarge);
+  CHECK(pair.recorder->headers[1] == "small");
+  CHECK(pair.recorder->payloads_intact);
+  // It did not all leave in one sendmsg.
+  CHECK(pair.client->stats().write_calls > 1);
+  CHECK(pair.client->stats().frames_written_directly == 0);
 }
 
 // ...while replies to frames that one read delivered together still leave

@@ -13,6 +13,7 @@
 #ifndef RDMARPC_TRANSPORT_CONNECTION_H_
 #define RDMARPC_TRANSPORT_CONNECTION_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "base/buffer.h"
 #include "base/status.h"
@@ -39,8 +41,32 @@ namespace rdmarpc::transport {
 struct OutgoingFrame {
   FrameType type = FrameType::kRpc;
   Buffer header;
+  // Slices [0, payload_slices) hold the payload; the rest are empty.
   std::array<Buffer, tunables::kMaxPayloadSlices> payload;
   size_t payload_slices = 0;
+
+  OutgoingFrame() = default;
+  // Moves only the slices in use: a frame is moved into a send queue on
+  // every call, and most carry one slice or none.
+  OutgoingFrame(OutgoingFrame&& other) noexcept
+      : type(other.type),
+        header(std::move(other.header)),
+        payload_slices(std::exchange(other.payload_slices, 0)) {
+    for (size_t i = 0; i < payload_slices; ++i) {
+      payload[i] = std::move(other.payload[i]);
+    }
+  }
+  OutgoingFrame& operator=(OutgoingFrame&& other) noexcept {
+    if (this != &other) {
+      type = other.type;
+      header = std::move(other.header);
+      const size_t used = std::max(payload_slices, other.payload_slices);
+      for (size_t i = 0; i < used; ++i)
+        payload[i] = std::move(other.payload[i]);
+      payload_slices = std::exchange(other.payload_slices, 0);
+    }
+    return *this;
+  }
 
   void AddPayload(Buffer slice) {
     assert(payload_slices < payload.size());
@@ -116,6 +142,9 @@ struct ConnectionStats {
   std::atomic<uint64_t> protocol_errors{0};
   // TCP only: frames handed over in the block they were read into, uncopied.
   std::atomic<uint64_t> frames_received_in_place{0};
+  // TCP only: frames written as they were sent, without being queued (a
+  // reply from the loop thread with nothing else waiting).
+  std::atomic<uint64_t> frames_written_directly{0};
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};  // WRITE WITH IMMEDIATE transfers.

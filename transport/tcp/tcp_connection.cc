@@ -5,9 +5,11 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <cstring>
 
 #include "base/buffer_pool.h"
@@ -330,6 +332,13 @@ Status TcpConnection::Send(OutgoingFrame frame) {
   const EncodedPrefix prefix = EncodeFramePrefix(
       {frame.type, 0, static_cast<uint32_t>(frame.header.size()),
        static_cast<uint32_t>(payload)});
+  // On our own loop thread, answering the last frame staged, with nothing
+  // queued and no write in flight, the frame is written from here without
+  // passing through the queue: every reply, and every next request of a
+  // closed loop.
+  const bool may_write_now =
+      delivering == this && !more_staged_ && direct_writes_ && !torn_down_;
+  bool write_now = false;
   bool post = false;
   {
     std::lock_guard lock(mu_);
@@ -337,15 +346,24 @@ Status TcpConnection::Send(OutgoingFrame frame) {
       return Status(StatusCode::kUnavailable,
                     "connection to " + peer_ + " is closed");
     }
-    const uint64_t bytes = kFramePrefixSize + frame.header.size() + payload;
-    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
-                                     options_.max_queued_bytes, peer_);
-        !room.ok()) {
-      return room;
+    if (may_write_now && !flush_pending_) {
+      flush_pending_ = true;  // This thread writes until Flush lets go.
+      write_now = true;
+    } else {
+      const uint64_t bytes = kFramePrefixSize + frame.header.size() + payload;
+      if (Status room = CheckQueueRoom(queued_bytes_, bytes,
+                                       options_.max_queued_bytes, peer_);
+          !room.ok()) {
+        return room;
+      }
+      queued_bytes_ += bytes;
+      queue_.push_back({prefix, std::move(frame)});
+      post = !std::exchange(flush_pending_, true);
     }
-    queued_bytes_ += bytes;
-    queue_.push_back({prefix, std::move(frame)});
-    post = !std::exchange(flush_pending_, true);
+  }
+  if (write_now) {
+    WriteNow(prefix, std::move(frame));
+    return Status();
   }
   if (post && delivering == this) {  // On our own thread, mid-delivery.
     if (more_staged_) {
@@ -359,6 +377,46 @@ Status TcpConnection::Send(OutgoingFrame frame) {
     PostFlush();
   }
   return Status();
+}
+
+void TcpConnection::WriteNow(const EncodedPrefix& prefix, OutgoingFrame frame) {
+  std::array<iovec, 2 + tunables::kMaxPayloadSlices> iov;
+  size_t count = 0;
+  size_t total = 0;
+  const auto add = [&](const void* data, size_t size) {
+    iov[count++] = {const_cast<void*>(data), size};
+    total += size;
+  };
+  add(prefix.data(), prefix.size());
+  if (!frame.header.empty()) add(frame.header.data(), frame.header.size());
+  for (size_t i = 0; i < frame.payload_slices; ++i) {
+    add(frame.payload[i].data(), frame.payload[i].size());
+  }
+  msghdr message{};
+  message.msg_iov = iov.data();
+  message.msg_iovlen = count;
+  Bump(stats_.write_calls);
+  ssize_t n;
+  do {
+    n = ::sendmsg(socket_.native_handle(), &message, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (static_cast<size_t>(n) == total) {
+    Bump(stats_.frames_sent);
+    Bump(stats_.bytes_sent, total);
+    Bump(stats_.frames_written_directly);
+  } else {
+    // The socket took part of it, or none, or failed: the batch path takes
+    // over, with this frame as its batch (no write is in flight).
+    const int error = n < 0 ? errno : 0;
+    writing_.push_back({prefix, std::move(frame)});
+    if (error != 0 && error != EAGAIN && error != EWOULDBLOCK) {
+      return OnWritten(
+          boost::system::error_code(error, boost::system::system_category()),
+          0);
+    }
+    if (!WriteBatch(n > 0 ? static_cast<size_t>(n) : 0)) return;
+  }
+  Flush();  // Frames queued meanwhile by other threads; then lets go.
 }
 
 void TcpConnection::PostFlush() {
@@ -391,76 +449,86 @@ void TcpConnection::Flush() {
       if (close_after_flush_) CloseNow(*close_after_flush_);
       return;
     }
-    gather_.clear();
-    size_t total = 0;
-    auto add = [&](const void* data, size_t size) {
-      gather_.emplace_back(data, size);
-      total += size;
-    };
-    for (const QueuedFrame& queued : writing_) {
-      add(queued.prefix.data(), queued.prefix.size());
-      if (!queued.frame.header.empty()) {
-        add(queued.frame.header.data(), queued.frame.header.size());
-      }
-      for (size_t i = 0; i < queued.frame.payload_slices; ++i) {
-        add(queued.frame.payload[i].data(), queued.frame.payload[i].size());
-      }
-    }
-    // Write now: on a socket with room (the usual case) the whole batch
-    // leaves at once and no asynchronous operation is started.
-    // One sendmsg takes up to IOV_MAX buffers (Asio's write_some only 64):
-    // write until everything has left or the socket is full.
-    boost::system::error_code error =
-        direct_writes_ ? boost::system::error_code() : asio::error::would_block;
-    size_t written = 0, first = 0;
-    while (!error && written < total) {
-      const size_t count = std::min<size_t>(gather_.size() - first, IOV_MAX);
-      iov_.resize(count);
-      for (size_t i = 0; i < count; ++i) {
-        iov_[i].iov_base = const_cast<void*>(gather_[first + i].data());
-        iov_[i].iov_len = gather_[first + i].size();
-      }
-      msghdr message{};
-      message.msg_iov = iov_.data();
-      message.msg_iovlen = count;
-      Bump(stats_.write_calls);
-      const ssize_t n =
-          ::sendmsg(socket_.native_handle(), &message, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        error = (errno == EAGAIN || errno == EWOULDBLOCK)
-                    ? asio::error::would_block
-                    : boost::system::error_code(
-                          errno, boost::system::system_category());
-        break;
-      }
-      written += static_cast<size_t>(n);
-      for (size_t skip = static_cast<size_t>(n); skip > 0;) {
-        if (skip >= gather_[first].size()) {
-          skip -= gather_[first++].size();
-        } else {
-          gather_[first] += skip;
-          skip = 0;
-        }
-      }
-    }
-    if (error && error != asio::error::would_block) {
-      return OnWritten(error, written);
-    }
-    if (written == total) {
-      FinishWrite(written);
-      continue;
-    }
-    // The socket is full: the rest goes asynchronously.
-    asio::async_write(
-        socket_,
-        GatherView{gather_.data() + first, gather_.data() + gather_.size()},
-        Pooled([self = shared_from_this(), done = written](
-                   const boost::system::error_code& error, size_t bytes) {
-          self->OnWritten(error, done + bytes);
-        }));
-    return;
+    if (!WriteBatch(0)) return;
   }
+}
+
+bool TcpConnection::WriteBatch(size_t already_written) {
+  gather_.clear();
+  size_t total = 0;
+  auto add = [&](const void* data, size_t size) {
+    gather_.emplace_back(data, size);
+    total += size;
+  };
+  for (const QueuedFrame& queued : writing_) {
+    add(queued.prefix.data(), queued.prefix.size());
+    if (!queued.frame.header.empty()) {
+      add(queued.frame.header.data(), queued.frame.header.size());
+    }
+    for (size_t i = 0; i < queued.frame.payload_slices; ++i) {
+      add(queued.frame.payload[i].data(), queued.frame.payload[i].size());
+    }
+  }
+  size_t written = 0, first = 0;
+  // Steps the gather list past `n` bytes that have left.
+  const auto advance = [&](size_t n) {
+    written += n;
+    while (n > 0) {
+      if (n >= gather_[first].size()) {
+        n -= gather_[first++].size();
+      } else {
+        gather_[first] += n;
+        n = 0;
+      }
+    }
+  };
+  advance(already_written);
+  // Write now: on a socket with room (the usual case) the whole batch
+  // leaves at once and no asynchronous operation is started.
+  // One sendmsg takes up to IOV_MAX buffers (Asio's write_some only 64):
+  // write until everything has left or the socket is full.
+  boost::system::error_code error =
+      direct_writes_ ? boost::system::error_code() : asio::error::would_block;
+  while (!error && written < total) {
+    const size_t count = std::min<size_t>(gather_.size() - first, IOV_MAX);
+    iov_.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      iov_[i].iov_base = const_cast<void*>(gather_[first + i].data());
+      iov_[i].iov_len = gather_[first + i].size();
+    }
+    msghdr message{};
+    message.msg_iov = iov_.data();
+    message.msg_iovlen = count;
+    Bump(stats_.write_calls);
+    const ssize_t n =
+        ::sendmsg(socket_.native_handle(), &message, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = (errno == EAGAIN || errno == EWOULDBLOCK)
+                  ? asio::error::would_block
+                  : boost::system::error_code(errno,
+                                              boost::system::system_category());
+      break;
+    }
+    advance(static_cast<size_t>(n));
+  }
+  if (error && error != asio::error::would_block) {
+    OnWritten(error, written);
+    return false;
+  }
+  if (written == total) {
+    FinishWrite(written);
+    return true;
+  }
+  // The socket is full: the rest goes asynchronously.
+  asio::async_write(
+      socket_,
+      GatherView{gather_.data() + first, gather_.data() + gather_.size()},
+      Pooled([self = shared_from_this(), done = written](
+                 const boost::system::error_code& error, size_t bytes) {
+        self->OnWritten(error, done + bytes);
+      }));
+  return false;
 }
 
 void TcpConnection::FinishWrite(size_t bytes) {

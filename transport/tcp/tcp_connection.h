@@ -10,7 +10,9 @@
 //
 // Send: frames queue under a mutex; the socket's executor writes everything
 // queued in one gathered write, so frames produced while a write is in flight
-// leave together.
+// leave together. A frame sent from the loop thread while it delivers the
+// last frame staged, with nothing queued, is written at once without
+// queuing: a reply, or the next request of a closed loop.
 #ifndef RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 #define RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 
@@ -74,7 +76,15 @@ class TcpConnection final : public Connection,
   void OnReadError(const boost::system::error_code& error);
 
   // Send path (executor only).
+  // Writes one frame at once, from the loop thread mid-delivery, when
+  // nothing is queued or in flight (Send has set flush_pending_); what does
+  // not leave goes on as a batch.
+  void WriteNow(const EncodedPrefix& prefix, OutgoingFrame frame);
   void Flush();
+  // Writes the batch in writing_, whose first `already_written` bytes have
+  // left: true once all of it has; false if the rest is left to an
+  // asynchronous write, or the write failed (the connection is closing).
+  bool WriteBatch(size_t already_written);
   void PostFlush();                // Flush later, on the loop.
   void FinishWrite(size_t bytes);  // The batch in writing_ has left.
   void OnWritten(const boost::system::error_code& error, size_t bytes);
