@@ -61,8 +61,9 @@ struct OutgoingFrame {
       type = other.type;
       header = std::move(other.header);
       const size_t used = std::max(payload_slices, other.payload_slices);
-      for (size_t i = 0; i < used; ++i)
+      for (size_t i = 0; i < used; ++i) {
         payload[i] = std::move(other.payload[i]);
+      }
       payload_slices = std::exchange(other.payload_slices, 0);
     }
     return *this;

@@ -17,12 +17,12 @@
 // stream (bandwidth) between two threads for tcp://, the raw-verbs SEND/RECV
 // ping-pong and RDMA WRITE bandwidth (verbs_baseline) for rdma://. TCP
 // latency also measures two floors: the same ping-pong as a plain epoll
-// loop in C (what any event-driven program must do: wait, then read) and as
-// an Asio loop (the floor for a stack on Asio). Together they split
-// the ratio into the kernel's event path, Asio's share and rdmarpc's. TCP
-// latency and bandwidth and event-mode RDMA bandwidth alternate rounds of RPC
-// and raw, so that the shared machine's slow spells fall on both alike;
-// elsewhere the raw baseline runs first, before any RPC loop can spin.
+// loop without Asio (what any event-driven program must do: wait, then read)
+// and as an Asio loop (the floor for a stack on Asio). Together they split the
+// ratio into the kernel's event path, Asio's share and rdmarpc's. TCP latency
+// and bandwidth and event-mode RDMA bandwidth alternate rounds of RPC and raw,
+// so that the shared machine's slow spells fall on both alike; elsewhere the
+// raw baseline runs first, before any RPC loop can spin.
 //
 // Modes:
 //   latency     one call outstanding, closed loop: p50, p99, p999, max
@@ -263,8 +263,8 @@ bool WriteAll(int fd, const std::byte* data, size_t size) {
 // 630 here, so that floor overstated Asio's share.)
 class AsioEchoSide {
  public:
-  // The client side (`t0` set) times each round trip into `rtt` and sends
-  // first; the server side answers each message it receives.
+  // The client side (`rtt` given) sends first and times each round trip
+  // into `rtt`; the server side (nullptr) answers each message it receives.
   AsioEchoSide(int fd, size_t size, int messages, std::vector<double>* rtt)
       : socket_(context_, boost::asio::ip::tcp::v4(), dup(fd)),
         size_(size),
@@ -290,7 +290,8 @@ class AsioEchoSide {
     for (;;) {
       const ssize_t n =
           recv(socket_.native_handle(), buffer_.data() + got_, size_ - got_, 0);
-      if (n <= 0) break;  // EAGAIN: wait again (EOF, errors: the end).
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+      if (n < 0) break;  // Nothing more yet: wait.
       got_ += static_cast<size_t>(n);
       if (got_ < size_) continue;
       got_ = 0;
@@ -352,8 +353,8 @@ std::vector<double> AsioTcpPingPong(size_t size, int warmup, int iters) {
   return rtt;
 }
 
-// The ping-pong as the least an event-driven loop does, in C: each side's
-// socket non-blocking and registered once (edge-triggered) with its own
+// The ping-pong as the least an event-driven loop does, without Asio: each
+// side's socket non-blocking and registered once (edge-triggered) with its own
 // epoll instance; a message is read with recv until it is whole, waiting in
 // epoll_wait whenever the socket is empty, and answered with send. Against
 // the blocking ping-pong it adds only the wait in epoll before each read:
