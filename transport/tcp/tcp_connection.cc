@@ -30,6 +30,18 @@ struct GatherView {
   const_iterator end() const { return last; }
 };
 
+// Calls add(data, size) for each piece of a frame in wire order: its
+// prefix, its header (if any), its payload slices.
+template <typename Add>
+void ForEachPiece(const EncodedPrefix& prefix, const OutgoingFrame& frame,
+                  Add&& add) {
+  add(prefix.data(), prefix.size());
+  if (!frame.header.empty()) add(frame.header.data(), frame.header.size());
+  for (size_t i = 0; i < frame.payload_slices; ++i) {
+    add(frame.payload[i].data(), frame.payload[i].size());
+  }
+}
+
 }  // namespace
 
 namespace asio = boost::asio;
@@ -387,11 +399,7 @@ void TcpConnection::WriteNow(const EncodedPrefix& prefix, OutgoingFrame frame) {
     iov[count++] = {const_cast<void*>(data), size};
     total += size;
   };
-  add(prefix.data(), prefix.size());
-  if (!frame.header.empty()) add(frame.header.data(), frame.header.size());
-  for (size_t i = 0; i < frame.payload_slices; ++i) {
-    add(frame.payload[i].data(), frame.payload[i].size());
-  }
+  ForEachPiece(prefix, frame, add);
   msghdr message{};
   message.msg_iov = iov.data();
   message.msg_iovlen = count;
@@ -461,13 +469,7 @@ bool TcpConnection::WriteBatch(size_t already_written) {
     total += size;
   };
   for (const QueuedFrame& queued : writing_) {
-    add(queued.prefix.data(), queued.prefix.size());
-    if (!queued.frame.header.empty()) {
-      add(queued.frame.header.data(), queued.frame.header.size());
-    }
-    for (size_t i = 0; i < queued.frame.payload_slices; ++i) {
-      add(queued.frame.payload[i].data(), queued.frame.payload[i].size());
-    }
+    ForEachPiece(queued.prefix, queued.frame, add);
   }
   size_t written = 0, first = 0;
   // Steps the gather list past `n` bytes that have left.
