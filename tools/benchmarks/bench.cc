@@ -356,7 +356,7 @@ std::vector<double> AsioTcpPingPong(size_t size, int warmup, int iters) {
 // The ping-pong as the least an event-driven loop does, without Asio: each
 // side's socket non-blocking and registered once (edge-triggered) with its own
 // epoll instance; a message is read with recv until it is whole, waiting in
-// epoll_wait whenever the socket is empty, and answered with send. Against
+// epoll_wait whenever the socket is empty, and answered with write. Against
 // the blocking ping-pong it adds only the wait in epoll before each read:
 // the kernel's share of the cost of being event-driven.
 class EpollSide {
@@ -390,14 +390,9 @@ class EpollSide {
     }
     return true;
   }
+  // 16 B to 64 KiB: the socket buffer takes it at once.
   bool Write(const std::byte* data, size_t size) {
-    while (size > 0) {  // 16 B to 64 KiB: the socket buffer takes it at once.
-      const ssize_t n = send(fd_, data, size, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      data += n;
-      size -= static_cast<size_t>(n);
-    }
-    return true;
+    return WriteAll(fd_, data, size);
   }
 
  private:
@@ -405,12 +400,30 @@ class EpollSide {
   const int epoll_;
 };
 
-std::vector<double> EpollTcpPingPong(size_t size, int warmup, int iters) {
+// The blocking ping-pong's side: read and write block until done.
+class BlockingSide {
+ public:
+  explicit BlockingSide(int fd) : fd_(fd) {}
+  bool Read(std::byte* data, size_t size) { return ReadAll(fd_, data, size); }
+  bool Write(const std::byte* data, size_t size) {
+    return WriteAll(fd_, data, size);
+  }
+
+ private:
+  const int fd_;
+};
+
+// Round trips of `size` bytes each way over a fresh loopback pair, in µs,
+// sorted: the client on CPU 0 times each; an echo thread on CPU 1 answers.
+// `Side` reads and writes whole messages on one socket.
+template <typename Side>
+std::vector<double> TcpPingPong(size_t size, int warmup, int iters) {
   TcpPair pair;
   std::vector<std::byte> buffer(std::max<size_t>(size, 1));
+  PinTo(0);
   std::thread echo([&] {
     PinTo(1);
-    EpollSide side(pair.server);
+    Side side(pair.server);
     std::vector<std::byte> message(buffer.size());
     for (int i = 0; i < warmup + iters; ++i) {
       if (!side.Read(message.data(), size) ||
@@ -419,8 +432,7 @@ std::vector<double> EpollTcpPingPong(size_t size, int warmup, int iters) {
       }
     }
   });
-  PinTo(0);
-  EpollSide side(pair.client);
+  Side side(pair.client);
   std::vector<double> rtt;
   rtt.reserve(iters);
   for (int i = 0; i < warmup + iters; ++i) {
@@ -428,37 +440,6 @@ std::vector<double> EpollTcpPingPong(size_t size, int warmup, int iters) {
     if (!side.Write(buffer.data(), size) || !side.Read(buffer.data(), size)) {
       break;
     }
-    if (i >= warmup) {
-      rtt.push_back(
-          std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    }
-  }
-  echo.join();
-  std::sort(rtt.begin(), rtt.end());
-  return rtt;
-}
-
-// Round trips of `size` bytes each way, in µs, sorted.
-std::vector<double> RawTcpPingPong(size_t size, int warmup, int iters) {
-  TcpPair pair;
-  std::vector<std::byte> out(std::max<size_t>(size, 1)), in(out.size());
-  PinTo(0);
-  std::thread echo([&] {
-    PinTo(1);
-    std::vector<std::byte> buffer(out.size());
-    for (int i = 0; i < warmup + iters; ++i) {
-      if (!ReadAll(pair.server, buffer.data(), size) ||
-          !WriteAll(pair.server, buffer.data(), size)) {
-        return;
-      }
-    }
-  });
-  std::vector<double> rtt;
-  rtt.reserve(iters);
-  for (int i = 0; i < warmup + iters; ++i) {
-    const auto t0 = Clock::now();
-    WriteAll(pair.client, out.data(), size);
-    ReadAll(pair.client, in.data(), size);
     if (i >= warmup) {
       rtt.push_back(
           std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
@@ -992,11 +973,11 @@ int Run(int argc, char** argv) {
                        n, r.errors);
         r.samples.insert(r.samples.end(), rpc.begin(), rpc.end());
         if (options.raw) {
-          const auto base =
-              RawTcpPingPong(size, round == 0 ? options.warmup : 0, n);
+          const auto base = TcpPingPong<BlockingSide>(
+              size, round == 0 ? options.warmup : 0, n);
           raw_samples.insert(raw_samples.end(), base.begin(), base.end());
           const auto epoll =
-              EpollTcpPingPong(size, round == 0 ? options.warmup : 0, n);
+              TcpPingPong<EpollSide>(size, round == 0 ? options.warmup : 0, n);
           epoll_samples.insert(epoll_samples.end(), epoll.begin(), epoll.end());
           const auto floor =
               AsioTcpPingPong(size, round == 0 ? options.warmup : 0, n);
