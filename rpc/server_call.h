@@ -71,6 +71,11 @@ class ServerCall {
       metrics_ != nullptr ? Clock::now() : Clock::time_point();
   std::atomic<bool> finished_{false};
   std::atomic<bool> cancelled_{false};
+  // Whether the session's table of live calls holds this call. Most calls
+  // finish inside their handler and are never entered: the table is for
+  // calls that outlive it (see ServerSession::OnFrame).
+  enum Tracking : uint8_t { kNotYet, kTracked, kNever };
+  std::atomic<uint8_t> tracking_{kNotYet};
   std::mutex mu_;
   std::function<void()> on_cancel_;  // Guarded by mu_.
 };

@@ -180,13 +180,15 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       PoolAllocator<ServerCall>(), shared_from_this(), id,
       *last_method_.service, *last_method_.method,
       std::move(frame).TakePayload(), deadline, metrics);
-  {
+  // Only this thread enters calls in live_, so with none there no call is in
+  // flight, none can use this id, and the limit is not reached: no lock.
+  if (tracked_calls_.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(mu_);
     if (Status over = CallLimitLocked(); !over.ok()) {
       call->finished_ = true;
       return reject(over, 0);
     }
-    if (!TrackLocked(id, call)) {
+    if (live_.contains(id)) {
       // Finish the orphan quietly: the connection is going away anyway.
       call->finished_ = true;
       return ProtocolError(
@@ -199,10 +201,6 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   core_->live_calls.fetch_add(1);
   if (core_->draining) {
     call->finished_ = true;
-    {
-      std::lock_guard lock(mu_);
-      UntrackLocked(id);
-    }
     core_->EndCall();
     return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
@@ -216,18 +214,30 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
                 call->request().size());
   }
   try {
-    (*handler)(std::move(call));
+    (*handler)(call);
   } catch (const std::exception& e) {
     // The call may already be finished; Finish ignores a second attempt.
     Log().error("{}: handler of call {} threw: {}", *last_method_.service, id,
                 e.what());
   }
+  // A call that outlives its handler is entered in live_, for a Cancel frame
+  // or the connection's loss to reach it. Complete, on any thread, claims the
+  // call first (kNotYet -> kNever) or finds it kTracked and waits on mu_ to
+  // take it out, so a call is never left in live_ once finished.
+  if (call->tracking_.load(std::memory_order_acquire) == ServerCall::kNotYet) {
+    std::lock_guard lock(mu_);
+    uint8_t state = ServerCall::kNotYet;
+    if (call->tracking_.compare_exchange_strong(state, ServerCall::kTracked)) {
+      TrackLocked(id, call);
+    }
+  }
 }
 
 void ServerSession::Complete(ServerCall& call, const Status& status,
                              Buffer response) {
-  {
-    std::lock_guard lock(mu_);
+  uint8_t state = ServerCall::kNotYet;
+  if (!call.tracking_.compare_exchange_strong(state, ServerCall::kNever)) {
+    std::lock_guard lock(mu_);  // kTracked: OnFrame has entered it.
     UntrackLocked(call.id_);
   }
   const uint64_t response_size = response.size();
@@ -272,24 +282,25 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
   return status.code();
 }
 
-bool ServerSession::TrackLocked(uint64_t id,
+void ServerSession::TrackLocked(uint64_t id,
                                 const std::shared_ptr<ServerCall>& call) {
-  if (spare_nodes_.empty()) return live_.emplace(id, call).second;
+  // OnFrame checked that the id is free before it ran the handler.
+  tracked_calls_.store(live_.size() + 1, std::memory_order_release);
+  if (spare_nodes_.empty()) {
+    live_.emplace(id, call);
+    return;
+  }
   LiveCalls::node_type node = std::move(spare_nodes_.back());
   spare_nodes_.pop_back();
   node.key() = id;
   node.mapped() = call;
-  auto inserted = live_.insert(std::move(node));
-  if (!inserted.inserted) {
-    inserted.node.mapped().reset();
-    spare_nodes_.push_back(std::move(inserted.node));
-  }
-  return inserted.inserted;
+  live_.insert(std::move(node));
 }
 
 void ServerSession::UntrackLocked(uint64_t id) {
   LiveCalls::node_type node = live_.extract(id);
   if (node.empty()) return;
+  tracked_calls_.store(live_.size(), std::memory_order_release);
   node.mapped().reset();
   constexpr size_t kMaxSpareNodes = 1024;
   if (spare_nodes_.size() < kMaxSpareNodes) {

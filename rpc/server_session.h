@@ -102,12 +102,16 @@ class ServerSession final : public transport::ConnectionObserver,
   const std::shared_ptr<const void> loops_;  // Destroyed after connection_.
   const std::shared_ptr<transport::Connection> connection_;
   std::mutex mu_;
-  // Guarded by mu_. Nodes of finished calls are kept for the next ones, so
-  // tracking a call allocates nothing in steady state.
+  // Calls that outlived their handler, entered by OnFrame only. Guarded by
+  // mu_. Nodes of finished calls are kept for the next ones, so tracking a
+  // call allocates nothing in steady state.
   using LiveCalls = std::unordered_map<uint64_t, std::weak_ptr<ServerCall>>;
   LiveCalls live_;
   std::vector<LiveCalls::node_type> spare_nodes_;
-  bool TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
+  // live_.size(), readable without mu_: OnFrame takes mu_ only when it is
+  // not 0.
+  std::atomic<size_t> tracked_calls_{0};
+  void TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
   void UntrackLocked(uint64_t id);
   // The service and method named by the previous request, looked up again
   // only when a request names others: a connection tends to call the same

@@ -6,9 +6,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rpc/channel.h"
+#include "rpc/server.h"
+#include "rpc/service.h"
 #include "tests/test_support.h"
 
 namespace rdmarpc::testing {
@@ -48,6 +51,62 @@ TEST_CASE("limits: calls in flight per connection") {
   CHECK(WaitFor([&] { return cancelled == 4; }));
   CHECK(WaitFor([&] { return server.server.stats().live_calls == 0; }));
   CHECK(CallSync(channel, "Echo", "again").response == "again");
+}
+
+// Finishes each call handed to it, spinning so that Finish runs within
+// nanoseconds of the handler returning.
+class SpinningFinisher {
+ public:
+  SpinningFinisher()
+      : thread_([this] {
+          while (!stop_.load(std::memory_order_acquire)) {
+            if (!ready_.load(std::memory_order_acquire)) continue;
+            std::shared_ptr<rpc::ServerCall> call = std::move(pending_);
+            ready_.store(false, std::memory_order_release);
+            call->Finish(Status(), Buffer());
+          }
+        }) {}
+  ~SpinningFinisher() {
+    stop_ = true;
+    thread_.join();
+  }
+  void Hand(std::shared_ptr<rpc::ServerCall> call) {
+    while (ready_.load(std::memory_order_acquire)) {
+    }
+    pending_ = std::move(call);
+    ready_.store(true, std::memory_order_release);
+  }
+
+ private:
+  std::shared_ptr<rpc::ServerCall> pending_;  // Owned by whoever sees ready_.
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// A call its handler hands to another thread is entered in the session's
+// table of live calls after the handler returns, while that thread may
+// already be finishing it. Whichever comes second must see the first: a
+// finished call left in the table would count against the limit forever.
+TEST_CASE("limits: calls finished elsewhere as their handler returns leave") {
+  SpinningFinisher finisher;
+  rpc::Service service("test.Handoff");
+  service.AddMethod("Hand", [&](std::shared_ptr<rpc::ServerCall> call) {
+    finisher.Hand(std::move(call));
+  });
+  ServerOptions options;
+  options.max_calls_per_connection = 1;
+  rpc::Server server(options);
+  server.RegisterService(&service);
+  const StatusOr<std::string> uri = server.Listen(ListenUri());
+  REQUIRE(uri.ok());
+  Channel channel(*uri);
+  int ok = 0;
+  for (int i = 0; i < 2000; ++i) {
+    if (CallSync(channel, "Hand", "", {}, "test.Handoff").status.ok()) ++ok;
+  }
+  CHECK(ok == 2000);
+  CHECK(server.stats().calls_over_limit == 0);
 }
 
 TEST_CASE("limits: connections per server") {

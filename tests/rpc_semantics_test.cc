@@ -683,6 +683,40 @@ TEST_CASE("malformed: nothing after a protocol error is dispatched") {
   CHECK(server.service.calls_started == 0);
 }
 
+TEST_CASE(
+    "malformed: a request reusing a live call's id closes the connection") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket raw(io);
+  const auto uri = transport::ParseUri(server.uri);
+  raw.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  // WaitCancel outlives its handler; the Echo after it takes the same id.
+  std::string bytes;
+  for (const char* method : {"WaitCancel", "Echo"}) {
+    transport::OutgoingFrame frame =
+        rpc::MakeRequestFrame(5, "test.Test", method, 0, Buffer());
+    const auto prefix = transport::EncodeFramePrefix(
+        {transport::FrameType::kRpc, 0,
+         static_cast<uint32_t>(frame.header.size()), 0});
+    bytes.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
+    bytes.append(frame.header.view());
+  }
+  LogCapture log;
+  boost::asio::write(raw, boost::asio::buffer(bytes));
+  char byte;
+  boost::system::error_code error;
+  boost::asio::read(raw, boost::asio::buffer(&byte, 1), error);
+  CHECK(error == boost::asio::error::eof);
+  CHECK(server.server.stats().protocol_errors == 1);
+  CHECK(server.service.calls_started == 1);  // The Echo never ran.
+  CHECK(log.Contains(spdlog::level::warn, "call id 5 is already in use"));
+  // The connection's loss cancelled the first call.
+  CHECK(WaitFor([&] { return server.service.cancels_observed == 1; }));
+}
+
 TEST_CASE("connect: an unsupported scheme or bad URI is a clear error") {
   Channel channel("carrier-pigeon://somewhere:1");
   const CallResult result = CallSync(channel, "Echo", "");
