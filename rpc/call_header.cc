@@ -76,6 +76,12 @@ class Reader {
   explicit Reader(std::span<const std::byte> bytes)
       : at_(bytes.data()), end_(bytes.data() + bytes.size()) {}
   bool done() const { return at_ == end_; }
+  // Consumes the next byte if it is `byte`.
+  bool Take(uint8_t byte) {
+    if (at_ == end_ || static_cast<uint8_t>(*at_) != byte) return false;
+    ++at_;
+    return true;
+  }
   bool Varint(uint64_t& value) {
     if (at_ != end_ && static_cast<uint8_t>(*at_) < 0x80) {  // One byte: most.
       value = static_cast<uint8_t>(*at_++);
@@ -143,6 +149,47 @@ void CallHeader::Encode(std::byte* out) const {
 }
 
 std::optional<CallHeader> CallHeader::Decode(std::span<const std::byte> bytes) {
+  CallHeader header;
+  if (header.DecodeCanonical(bytes)) return header;
+  return DecodeAny(bytes);
+}
+
+// Encode's own output: each field at most once, in field order, nothing
+// unknown. Every header rdmarpc sends, read straight through. Anything else,
+// valid or not, returns false and is read again by DecodeAny, which for
+// these bytes would give the same header.
+bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
+  Reader in(bytes);
+  uint64_t value = 0;
+  if (in.Take(Tag(kKindField, kVarint))) {
+    if (!in.Varint(value)) return false;
+    kind_ = static_cast<Kind>(static_cast<int32_t>(value));
+  }
+  if (in.Take(Tag(kCallIdField, kVarint)) && !in.Varint(call_id_)) {
+    return false;
+  }
+  if (in.Take(Tag(kServiceField, kBytes)) && !in.Bytes(service_)) {
+    return false;
+  }
+  if (in.Take(Tag(kMethodField, kBytes)) && !in.Bytes(method_)) return false;
+  if (in.Take(Tag(kTimeoutField, kVarint)) && !in.Varint(timeout_us_)) {
+    return false;
+  }
+  if (in.Take(Tag(kStatusCodeField, kVarint))) {
+    if (!in.Varint(value)) return false;
+    status_code_ = static_cast<int32_t>(value);
+  }
+  if (in.Take(Tag(kStatusMessageField, kBytes)) && !in.Bytes(status_message_)) {
+    return false;
+  }
+  if (in.Take(Tag(kPayloadSizeField, kVarint)) && !in.Varint(payload_size_)) {
+    return false;
+  }
+  return in.done();
+}
+
+std::optional<CallHeader> CallHeader::DecodeAny(
+    std::span<const std::byte> bytes) {
   CallHeader header;
   Reader in(bytes);
   while (!in.done()) {

@@ -73,6 +73,9 @@ class CallHeader {
   static std::optional<CallHeader> Decode(std::span<const std::byte> bytes);
 
  private:
+  bool DecodeCanonical(std::span<const std::byte> bytes);
+  static std::optional<CallHeader> DecodeAny(std::span<const std::byte> bytes);
+
   Kind kind_ = kUnspecified;
   uint64_t call_id_ = 0;
   std::string_view service_;
