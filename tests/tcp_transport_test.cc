@@ -8,6 +8,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <future>
 #include <mutex>
+#include <semaphore>
 #include <string>
 #include <thread>
 #include <vector>
@@ -284,6 +285,53 @@ TEST_CASE("tcp: a reply to the only frame of a read leaves inside Send") {
   CHECK(answerer->left_at_once == kPings);
   // Written as sent, without a trip through the queue and the batch path.
   CHECK(pair.client->stats().frames_written_directly == kPings);
+}
+
+// Answers each frame at once, and lets another thread send a frame on the
+// same connection at the same moment.
+struct RacingAnswerer : ConnectionObserver {
+  void OnFrame(ReceivedFrame) override {
+    auto connection = this->connection.lock();
+    if (!connection) return;
+    go.release();
+    connection->Send(MakeFrame("answer", 16)).IgnoreError();
+  }
+  void OnClose(const Status&) override {}
+
+  std::weak_ptr<Connection> connection;
+  std::counting_semaphore<> go{0};
+};
+
+// The loop thread writes a reply without the queue's lock. A frame another
+// thread queues meanwhile finds the write under way and posts no flush of
+// its own, so the loop thread must see it when it is done: otherwise it sits
+// in the queue until something else is sent.
+TEST_CASE("tcp: a frame queued during a direct write is not stranded") {
+  auto answerer = std::make_shared<RacingAnswerer>();
+  Pair pair(answerer);
+  answerer->connection = pair.client;
+  constexpr int kRounds = 300;
+  std::atomic<int> other_sent{0};
+  std::thread other([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      answerer->go.acquire();
+      if (pair.client->Send(MakeFrame("other", 16)).ok()) ++other_sent;
+    }
+  });
+  struct Joiner {  // Even when a REQUIRE below fails.
+    std::thread& thread;
+    RacingAnswerer& answerer;
+    ~Joiner() {
+      answerer.go.release(kRounds);
+      thread.join();
+    }
+  } joiner{other, *answerer};
+  for (int i = 0; i < kRounds; ++i) {
+    REQUIRE(pair.server->Send(MakeFrame("ping", 16)).ok());
+    AwaitFrames(*pair.recorder, 2 * (i + 1));  // Its answer and the other.
+  }
+  CHECK(other_sent == kRounds);
+  CHECK(pair.client->stats().frames_sent == 2 * kRounds);
 }
 
 // Answers the first frame with a reply far larger than the socket takes at

@@ -348,9 +348,17 @@ Status TcpConnection::Send(OutgoingFrame frame) {
   // queued and no write in flight, the frame is written from here without
   // passing through the queue: every reply, and every next request of a
   // closed loop.
-  const bool may_write_now =
-      delivering == this && !more_staged_ && direct_writes_ && !torn_down_;
-  bool write_now = false;
+  if (delivering == this && !more_staged_ && direct_writes_ && !torn_down_) {
+    // Without mu_: a reply must not wait on another thread's Send.
+    if (closing_) {
+      return Status(StatusCode::kUnavailable,
+                    "connection to " + peer_ + " is closed");
+    }
+    if (!flush_pending_.exchange(true)) {  // Nothing queued or in flight.
+      WriteNow(prefix, std::move(frame));
+      return Status();
+    }
+  }
   bool post = false;
   {
     std::lock_guard lock(mu_);
@@ -358,24 +366,17 @@ Status TcpConnection::Send(OutgoingFrame frame) {
       return Status(StatusCode::kUnavailable,
                     "connection to " + peer_ + " is closed");
     }
-    if (may_write_now && !flush_pending_) {
-      flush_pending_ = true;  // This thread writes until Flush lets go.
-      write_now = true;
-    } else {
-      const uint64_t bytes = kFramePrefixSize + frame.header.size() + payload;
-      if (Status room = CheckQueueRoom(queued_bytes_, bytes,
-                                       options_.max_queued_bytes, peer_);
-          !room.ok()) {
-        return room;
-      }
-      queued_bytes_ += bytes;
-      queue_.push_back({prefix, std::move(frame)});
-      post = !std::exchange(flush_pending_, true);
+    const uint64_t bytes = kFramePrefixSize + frame.header.size() + payload;
+    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
+                                     options_.max_queued_bytes, peer_);
+        !room.ok()) {
+      return room;
     }
-  }
-  if (write_now) {
-    WriteNow(prefix, std::move(frame));
-    return Status();
+    queued_bytes_ += bytes;
+    queue_.push_back({prefix, std::move(frame)});
+    // Counted before the token is read: see LetGo.
+    queued_frames_ = queue_.size();
+    post = !flush_pending_.exchange(true);
   }
   if (post && delivering == this) {  // On our own thread, mid-delivery.
     if (more_staged_) {
@@ -412,19 +413,28 @@ void TcpConnection::WriteNow(const EncodedPrefix& prefix, OutgoingFrame frame) {
     Bump(stats_.frames_sent);
     Bump(stats_.bytes_sent, total);
     Bump(stats_.frames_written_directly);
-  } else {
-    // The socket took part of it, or none, or failed: the batch path takes
-    // over, with this frame as its batch (no write is in flight).
-    const int error = n < 0 ? errno : 0;
-    writing_.push_back({prefix, std::move(frame)});
-    if (error != 0 && error != EAGAIN && error != EWOULDBLOCK) {
-      return OnWritten(
-          boost::system::error_code(error, boost::system::system_category()),
-          0);
-    }
-    if (!WriteBatch(n > 0 ? static_cast<size_t>(n) : 0)) return;
+    return LetGo();
   }
+  // The socket took part of it, or none, or failed: the batch path takes
+  // over, with this frame as its batch (no write is in flight).
+  const int error = n < 0 ? errno : 0;
+  writing_.push_back({prefix, std::move(frame)});
+  if (error != 0 && error != EAGAIN && error != EWOULDBLOCK) {
+    return OnWritten(
+        boost::system::error_code(error, boost::system::system_category()), 0);
+  }
+  if (!WriteBatch(n > 0 ? static_cast<size_t>(n) : 0)) return;
   Flush();  // Frames queued meanwhile by other threads; then lets go.
+}
+
+void TcpConnection::LetGo() {
+  // Send counts a queued frame before it reads the token; this clears the
+  // token before it reads the count (all sequentially consistent). So
+  // either that Send takes the token and posts a flush, or this sees the
+  // frame and flushes it, if no one else took the token first.
+  flush_pending_ = false;
+  if (queued_frames_ == 0 && !close_after_flush_) return;
+  if (!flush_pending_.exchange(true)) Flush();
 }
 
 void TcpConnection::PostFlush() {
@@ -451,6 +461,7 @@ void TcpConnection::Flush() {
       } else {
         std::swap(queue_, writing_);
         queued_bytes_ = 0;
+        queued_frames_ = 0;
       }
     }
     if (writing_.empty()) {
@@ -592,6 +603,7 @@ void TcpConnection::CloseNow(const Status& reason) {
     closing_ = true;
     unsent.swap(queue_);
     queued_bytes_ = 0;
+    queued_frames_ = 0;
   }
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);

@@ -80,6 +80,9 @@ class TcpConnection final : public Connection,
   // nothing is queued or in flight (Send has set flush_pending_); what does
   // not leave goes on as a batch.
   void WriteNow(const EncodedPrefix& prefix, OutgoingFrame frame);
+  // After a write-now: gives the token back, or flushes what other threads
+  // queued meanwhile.
+  void LetGo();
   void Flush();
   // Writes the batch in writing_, whose first `already_written` bytes have
   // left: true once all of it has; false if the rest is left to an
@@ -115,10 +118,13 @@ class TcpConnection final : public Connection,
 
   std::mutex mu_;
   std::vector<QueuedFrame> queue_;  // Guarded by mu_.
-  // A flush is posted or a write is in flight; either picks up queue_.
-  bool flush_pending_ = false;  // Guarded by mu_.
-  bool closing_ = false;        // Guarded by mu_.
-  uint64_t queued_bytes_ = 0;   // Guarded by mu_: the bytes in queue_.
+  uint64_t queued_bytes_ = 0;       // Guarded by mu_: the bytes in queue_.
+  // The writer's token: a flush is posted or a write is in flight, and
+  // either picks up queue_. Set and cleared under mu_, except by the write-
+  // now path, which takes and gives it back without mu_ (see LetGo).
+  std::atomic<bool> flush_pending_{false};
+  std::atomic<size_t> queued_frames_{0};  // queue_.size(), set under mu_.
+  std::atomic<bool> closing_{false};      // Set under mu_.
 
   std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
   std::vector<boost::asio::const_buffer> gather_;
