@@ -318,20 +318,21 @@ TEST_CASE("tcp: a frame queued during a direct write is not stranded") {
       if (pair.client->Send(MakeFrame("other", 16)).ok()) ++other_sent;
     }
   });
-  struct Joiner {  // Even when a REQUIRE below fails.
-    std::thread& thread;
-    RacingAnswerer& answerer;
-    ~Joiner() {
-      answerer.go.release(kRounds);
-      thread.join();
+  {
+    struct Joiner {  // Even when a REQUIRE below fails.
+      std::thread& thread;
+      RacingAnswerer& answerer;
+      ~Joiner() {
+        answerer.go.release(kRounds);
+        thread.join();
+      }
+    } joiner{other, *answerer};
+    for (int i = 0; i < kRounds; ++i) {
+      REQUIRE(pair.server->Send(MakeFrame("ping", 16)).ok());
+      AwaitFrames(*pair.recorder, 2 * (i + 1));  // Its answer and the other.
     }
-  } joiner{other, *answerer};
-  for (int i = 0; i < kRounds; ++i) {
-    REQUIRE(pair.server->Send(MakeFrame("ping", 16)).ok());
-    AwaitFrames(*pair.recorder, 2 * (i + 1));  // Its answer and the other.
   }
   CHECK(other_sent == kRounds);
-  CHECK(pair.client->stats().frames_sent == 2 * kRounds);
 }
 
 // Answers the first frame with a reply far larger than the socket takes at
