@@ -1,5 +1,6 @@
 #include "rpc/call_header.h"
 
+#include <bit>
 #include <cstring>
 
 namespace rdmarpc::rpc {
@@ -24,14 +25,12 @@ enum WireType : uint32_t {
   kFixed32 = 5
 };
 
-size_t VarintSize(uint64_t value) {
-  size_t n = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++n;
-  }
-  return n;
+// Seven bits a byte; 0 takes one.
+constexpr size_t VarintSize(uint64_t value) {
+  return (static_cast<size_t>(std::bit_width(value | 1)) + 6) / 7;
 }
+static_assert(VarintSize(0) == 1 && VarintSize(127) == 1 &&
+              VarintSize(128) == 2 && VarintSize(~uint64_t{0}) == 10);
 
 std::byte* PutVarint(std::byte* out, uint64_t value) {
   while (value >= 0x80) {
