@@ -180,8 +180,9 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       PoolAllocator<ServerCall>(), shared_from_this(), id,
       *last_method_.service, *last_method_.method,
       std::move(frame).TakePayload(), deadline, metrics);
-  // Only this thread enters calls in live_, so with none there no call is in
-  // flight, none can use this id, and the limit is not reached: no lock.
+  // Only this thread enters calls in live_, and a call not entered has
+  // finished or is this one. So with live_ empty no other call is in flight:
+  // none can hold this id, and the limit is not reached. No lock.
   if (tracked_calls_.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(mu_);
     if (Status over = CallLimitLocked(); !over.ok()) {
