@@ -586,6 +586,41 @@ TEST_CASE("errors: a callback that throws does not stall the connection") {
   CHECK(channel.stats().connects == 1);
 }
 
+// A peer that writes raw bytes over TCP: for input no Channel would send.
+struct RawPeer {
+  explicit RawPeer(const std::string& server_uri) {
+    const auto uri = transport::ParseUri(server_uri);
+    socket.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  }
+  void Write(std::string_view bytes) {
+    boost::asio::write(socket, boost::asio::buffer(bytes));
+  }
+  // What reading one more byte gives: eof once the server has closed.
+  boost::system::error_code ReadError() {
+    char byte;
+    boost::system::error_code error;
+    boost::asio::read(socket, boost::asio::buffer(&byte, 1), error);
+    return error;
+  }
+
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket{io};
+};
+
+// The bytes `frame` puts on a TCP connection: prefix, header, payload.
+std::string WireBytes(const transport::OutgoingFrame& frame) {
+  std::string out;
+  const auto prefix = transport::EncodeFramePrefix(
+      {frame.type, 0, static_cast<uint32_t>(frame.header.size()),
+       static_cast<uint32_t>(frame.payload_size())});
+  out.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
+  out.append(frame.header.view());
+  for (size_t i = 0; i < frame.payload_slices; ++i) {
+    out.append(frame.payload[i].view());
+  }
+  return out;
+}
+
 // Regression: after a header large enough to be read straight into its own
 // block, the oversized payload that followed was parsed as frames instead of
 // being discarded. A raw socket trickles the header so the server takes that
@@ -597,29 +632,14 @@ TEST_CASE("limits: an oversized payload after a large header is discarded") {
   rpc::ServerOptions options;
   options.transport.max_payload_size = 64 * 1024;
   TestServer server(options);
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::socket raw(io);
-  const auto uri = transport::ParseUri(server.uri);
-  raw.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  RawPeer peer(server.uri);
+  boost::asio::ip::tcp::socket& raw = peer.socket;
   raw.set_option(boost::asio::ip::tcp::no_delay(true));
 
-  auto frame_bytes = [](transport::OutgoingFrame frame) {
-    std::string out;
-    const auto prefix = transport::EncodeFramePrefix(
-        {transport::FrameType::kRpc, 0,
-         static_cast<uint32_t>(frame.header.size()),
-         static_cast<uint32_t>(frame.payload_size())});
-    out.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
-    out.append(frame.header.view());
-    for (size_t i = 0; i < frame.payload_slices; ++i) {
-      out.append(frame.payload[i].view());
-    }
-    return out;
-  };
-  const std::string big = frame_bytes(
+  const std::string big = WireBytes(
       rpc::MakeRequestFrame(1, "test.Test", std::string(40 * 1024, 'M'), 0,
                             Buffer::CopyOf(std::string(100 * 1024, 'x'))));
-  const std::string small = frame_bytes(rpc::MakeRequestFrame(
+  const std::string small = WireBytes(rpc::MakeRequestFrame(
       2, "test.Test", "Echo", 0, Buffer::CopyOf(std::string_view("ok"))));
   boost::asio::write(raw, boost::asio::buffer(big.data(), 26));
   std::this_thread::sleep_for(100ms);  // The server reads just these bytes.
@@ -656,29 +676,13 @@ TEST_CASE("malformed: nothing after a protocol error is dispatched") {
     SKIP("raw bytes need a TCP socket");
   }
   TestServer server;
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::socket raw(io);
-  const auto uri = transport::ParseUri(server.uri);
-  raw.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  RawPeer peer(server.uri);
   // A frame whose header does not parse, then a valid request, in one write.
-  std::string bytes;
-  const std::string junk = "\xff\xff\xff\xff";
-  auto prefix = transport::EncodeFramePrefix(
-      {transport::FrameType::kRpc, 0, static_cast<uint32_t>(junk.size()), 0});
-  bytes.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
-  bytes += junk;
-  transport::OutgoingFrame valid =
-      rpc::MakeRequestFrame(7, "test.Test", "Echo", 0, Buffer());
-  prefix = transport::EncodeFramePrefix(
-      {transport::FrameType::kRpc, 0,
-       static_cast<uint32_t>(valid.header.size()), 0});
-  bytes.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
-  bytes.append(valid.header.view());
-  boost::asio::write(raw, boost::asio::buffer(bytes));
-  char byte;
-  boost::system::error_code error;
-  boost::asio::read(raw, boost::asio::buffer(&byte, 1), error);
-  CHECK(error == boost::asio::error::eof);
+  transport::OutgoingFrame junk;
+  junk.header = Buffer::CopyOf(std::string_view("\xff\xff\xff\xff"));
+  peer.Write(WireBytes(junk) + WireBytes(rpc::MakeRequestFrame(
+                                   7, "test.Test", "Echo", 0, Buffer())));
+  CHECK(peer.ReadError() == boost::asio::error::eof);
   CHECK(server.server.stats().protocol_errors == 1);
   CHECK(server.service.calls_started == 0);
 }
@@ -689,27 +693,16 @@ TEST_CASE(
     SKIP("raw bytes need a TCP socket");
   }
   TestServer server;
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::socket raw(io);
-  const auto uri = transport::ParseUri(server.uri);
-  raw.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  RawPeer peer(server.uri);
   // WaitCancel outlives its handler; the Echo after it takes the same id.
   std::string bytes;
   for (const char* method : {"WaitCancel", "Echo"}) {
-    transport::OutgoingFrame frame =
-        rpc::MakeRequestFrame(5, "test.Test", method, 0, Buffer());
-    const auto prefix = transport::EncodeFramePrefix(
-        {transport::FrameType::kRpc, 0,
-         static_cast<uint32_t>(frame.header.size()), 0});
-    bytes.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
-    bytes.append(frame.header.view());
+    bytes +=
+        WireBytes(rpc::MakeRequestFrame(5, "test.Test", method, 0, Buffer()));
   }
   LogCapture log;
-  boost::asio::write(raw, boost::asio::buffer(bytes));
-  char byte;
-  boost::system::error_code error;
-  boost::asio::read(raw, boost::asio::buffer(&byte, 1), error);
-  CHECK(error == boost::asio::error::eof);
+  peer.Write(bytes);
+  CHECK(peer.ReadError() == boost::asio::error::eof);
   CHECK(server.server.stats().protocol_errors == 1);
   CHECK(server.service.calls_started == 1);  // The Echo never ran.
   CHECK(log.Contains(spdlog::level::warn, "call id 5 is already in use"));
