@@ -391,7 +391,8 @@ Status TcpConnection::ClosedError() const {
                 "connection to " + peer_ + " is closed");
 }
 
-void TcpConnection::WriteNow(const EncodedPrefix& prefix, OutgoingFrame frame) {
+void TcpConnection::WriteNow(const EncodedPrefix& prefix,
+                             OutgoingFrame&& frame) {
   std::array<iovec, 2 + tunables::kMaxPayloadSlices> iov;
   size_t count = 0;
   size_t total = 0;

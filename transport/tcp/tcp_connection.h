@@ -79,7 +79,7 @@ class TcpConnection final : public Connection,
   // Writes one frame at once, from the loop thread mid-delivery, when no
   // write is in flight or posted (Send has taken the token, flush_pending_);
   // what does not leave goes on as a batch.
-  void WriteNow(const EncodedPrefix& prefix, OutgoingFrame frame);
+  void WriteNow(const EncodedPrefix& prefix, OutgoingFrame&& frame);
   Status ClosedError() const;  // What Send returns once closing.
   // After a write-now: gives the token back, or flushes what other threads
   // queued meanwhile.
