@@ -1,24 +1,42 @@
 #include "transport/frame.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <string>
 
 namespace rdmarpc::transport {
 namespace {
 
-// Little-endian on the wire; one load or store on a little-endian host.
+// Little-endian on the wire: one load or store on a little-endian host.
 template <typename T>
 void PutLe(std::byte* out, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) out[i] = std::byte(value >> (8 * i));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(out, &value, sizeof(T));
+  } else {
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      out[i] = std::byte(value >> (8 * i));
+    }
+  }
 }
 
 template <typename T>
 T GetLe(const std::byte* in) {
   T value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) {
-    value |= static_cast<T>(std::to_integer<T>(in[i]) << (8 * i));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&value, in, sizeof(T));
+  } else {
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      value |= static_cast<T>(std::to_integer<T>(in[i]) << (8 * i));
+    }
   }
   return value;
+}
+
+// The magic, then the version (memcmp of 4 bytes is one 32-bit compare).
+bool MagicAndVersionMatch(const std::byte* in) {
+  return std::memcmp(in, kFrameMagic.data(), kFrameMagic.size()) == 0 &&
+         std::to_integer<uint8_t>(in[4]) == kFrameVersion;
 }
 
 DecodedPrefix Malformed(std::string why) {
@@ -82,8 +100,7 @@ DecodedPrefix DecodeFramePrefix(std::span<const std::byte> bytes,
   // Every frame passes here: the checks are plain compares, and anything
   // that fails one goes to Reject for the reason.
   if (bytes.size() >= tunables::kFramePrefixSize &&
-      std::equal(kFrameMagic.begin(), kFrameMagic.end(), bytes.begin()) &&
-      std::to_integer<uint8_t>(bytes[4]) == kFrameVersion &&
+      MagicAndVersionMatch(bytes.data()) &&
       std::to_integer<uint8_t>(bytes[5]) <=
           static_cast<uint8_t>(FrameType::kControl)) {
     const FramePrefix prefix{
