@@ -23,7 +23,15 @@ inline constexpr uint64_t kMaxPayloadSizeLimit = (1ull << 32) - 1;
 // Slices in one outgoing frame's payload (scatter/gather without a copy).
 inline constexpr size_t kMaxPayloadSlices = 4;
 
+// An outgoing call header up to this size is kept inside its frame, not in a
+// pooled block: every request whose service and method names come to 72
+// bytes or fewer, and every response without a long status message.
+inline constexpr size_t kInlineHeaderCapacity = 160;
+
 static_assert(kMaxCallHeaderSize >= 1024, "headers must fit long names");
+static_assert(kInlineHeaderCapacity % 16 == 0 &&
+                  kInlineHeaderCapacity <= kMaxCallHeaderSize,
+              "the inline header is copied in 16-byte steps");
 static_assert(kDefaultMaxPayloadSize <= kMaxPayloadSizeLimit,
               "payload length must fit the u32 prefix field");
 

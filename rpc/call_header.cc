@@ -136,7 +136,15 @@ size_t CallHeader::EncodedSize() const {
          VarintFieldSize(kPayloadSizeField, payload_size_);
 }
 
-void CallHeader::Encode(std::byte* out) const {
+size_t CallHeader::MaxEncodedSize() const {
+  // Eight one-byte tags, five varint fields of at most 10 bytes, and three
+  // strings with their lengths.
+  constexpr size_t kMaxVarint = 10;
+  return 8 + 5 * kMaxVarint + 3 * kMaxVarint + service_.size() +
+         method_.size() + status_message_.size();
+}
+
+std::byte* CallHeader::Encode(std::byte* out) const {
   out = PutVarintField(out, kKindField, Int32Bits(kind_));
   out = PutVarintField(out, kCallIdField, call_id_);
   out = PutBytesField(out, kServiceField, service_);
@@ -144,7 +152,7 @@ void CallHeader::Encode(std::byte* out) const {
   out = PutVarintField(out, kTimeoutField, timeout_us_);
   out = PutVarintField(out, kStatusCodeField, Int32Bits(status_code_));
   out = PutBytesField(out, kStatusMessageField, status_message_);
-  PutVarintField(out, kPayloadSizeField, payload_size_);
+  return PutVarintField(out, kPayloadSizeField, payload_size_);
 }
 
 std::optional<CallHeader> CallHeader::Decode(std::span<const std::byte> bytes) {

@@ -67,8 +67,12 @@ class CallHeader {
 
   // Bytes Encode writes.
   size_t EncodedSize() const;
-  // Writes EncodedSize() bytes (proto3: fields at their default omitted).
-  void Encode(std::byte* out) const;
+  // At least EncodedSize(), and cheaper to compute: every varint counted at
+  // its longest.
+  size_t MaxEncodedSize() const;
+  // Writes EncodedSize() bytes (proto3: fields at their default omitted);
+  // returns the end of what it wrote.
+  std::byte* Encode(std::byte* out) const;
   // nullopt when the bytes are not a well-formed CallHeader message.
   static std::optional<CallHeader> Decode(std::span<const std::byte> bytes);
 

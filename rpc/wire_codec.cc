@@ -10,8 +10,8 @@ namespace {
 
 transport::OutgoingFrame Frame(const CallHeader& header, Buffer payload) {
   transport::OutgoingFrame frame;
-  frame.header = PooledBuffer(header.EncodedSize());
-  header.Encode(frame.header.data());
+  std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
+  frame.header.Commit(header.Encode(out) - out);
   frame.AddPayload(std::move(payload));
   return frame;
 }

@@ -53,7 +53,10 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
         .set_status_message(message)
         .set_payload_size(RandomNumber(random));
     std::string encoded(ours.EncodedSize(), '\0');
-    ours.Encode(reinterpret_cast<std::byte*>(encoded.data()));
+    auto* const start = reinterpret_cast<std::byte*>(encoded.data());
+    REQUIRE(ours.Encode(start) == start + encoded.size());
+    // The bound senders size their space by holds every header.
+    CHECK(ours.MaxEncodedSize() >= encoded.size());
 
     wire::CallHeader theirs;
     REQUIRE(theirs.ParseFromString(encoded));

@@ -1,6 +1,8 @@
 #include "transport/frame.h"
 
 #include <catch2/catch_test_macros.hpp>
+#include <cstring>
+#include <string>
 
 #include "base/buffer.h"
 #include "transport/connection.h"
@@ -153,6 +155,73 @@ TEST_CASE("OutgoingFrame: move-assigning over more slices releases the rest") {
   CHECK(source.payload_slices == 0);
   target = OutgoingFrame();
   CHECK(released.count[3] == 1);
+}
+
+std::string Pattern(size_t size) {
+  std::string out(size, '\0');
+  for (size_t i = 0; i < size; ++i) out[i] = static_cast<char>('a' + i % 26);
+  return out;
+}
+
+// Writes `text` through Prepare/Commit, as the RPC layer encodes a header.
+void Write(HeaderBytes& header, std::string_view text, size_t max_size) {
+  std::byte* out = header.Prepare(max_size);
+  std::memcpy(out, text.data(), text.size());
+  header.Commit(text.size());
+}
+
+TEST_CASE("HeaderBytes: a small header lives in the frame and moves with it") {
+  const std::string text = Pattern(40);
+  OutgoingFrame frame;
+  Write(frame.header, text, HeaderBytes::kInlineCapacity);
+  CHECK(frame.header.is_inline());
+  CHECK(frame.header.view() == text);
+  OutgoingFrame moved(std::move(frame));
+  CHECK(moved.header.view() == text);
+  CHECK(frame.header.empty());
+  OutgoingFrame assigned;
+  Write(assigned.header, "old", 3);
+  assigned = std::move(moved);
+  CHECK(assigned.header.view() == text);
+  CHECK(moved.header.empty());
+}
+
+TEST_CASE("HeaderBytes: a header over the capacity is a pooled block") {
+  const std::string text = Pattern(HeaderBytes::kInlineCapacity + 1);
+  HeaderBytes header;
+  // The bound decides, not the bytes written: a bound over the capacity
+  // takes a block even for a short header.
+  Write(header, "short", HeaderBytes::kInlineCapacity + 1);
+  CHECK_FALSE(header.is_inline());
+  CHECK(header.view() == "short");
+  Write(header, text, text.size());
+  CHECK_FALSE(header.is_inline());
+  CHECK(header.view() == text);
+  const std::byte* block = header.data();
+  HeaderBytes moved(std::move(header));
+  CHECK(moved.data() == block);  // The block moves, not its bytes.
+  CHECK(moved.view() == text);
+  // Back inside: a small header replaces the block.
+  Write(moved, "tiny", 4);
+  CHECK(moved.is_inline());
+  CHECK(moved.view() == "tiny");
+}
+
+TEST_CASE("HeaderBytes: MoveOutOfLine gives the bytes an address moves keep") {
+  const std::string text = Pattern(64);
+  HeaderBytes header;
+  Write(header, text, text.size());
+  REQUIRE(header.is_inline());
+  header.MoveOutOfLine();
+  CHECK_FALSE(header.is_inline());
+  CHECK(header.view() == text);
+  const std::byte* address = header.data();
+  HeaderBytes moved(std::move(header));
+  CHECK(moved.data() == address);
+  CHECK(moved.view() == text);
+  HeaderBytes empty;
+  empty.MoveOutOfLine();  // Nothing to move.
+  CHECK(empty.empty());
 }
 
 TEST_CASE("Buffer: CopyOf copies") {

@@ -33,6 +33,7 @@
 #include "base/status_or.h"
 #include "base/tunables.h"
 #include "transport/frame.h"
+#include "transport/header_bytes.h"
 
 namespace rdmarpc::transport {
 
@@ -40,7 +41,7 @@ namespace rdmarpc::transport {
 // gathered on the wire without being copied together.
 struct OutgoingFrame {
   FrameType type = FrameType::kRpc;
-  Buffer header;
+  HeaderBytes header;
   // Slices [0, payload_slices) hold the payload; the rest are empty.
   std::array<Buffer, tunables::kMaxPayloadSlices> payload;
   size_t payload_slices = 0;

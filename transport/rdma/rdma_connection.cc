@@ -816,6 +816,9 @@ void RdmaConnection::Flush() {
       OutgoingTransfer transfer;
       transfer.id = next_transfer_id_++;
       transfer.frame = std::move(frame);
+      // Its write plan will point into the header while outgoing_ may grow
+      // and move the transfer.
+      transfer.frame.header.MoveOutOfLine();
       queue_.pop_front();
       ControlMessage rts;
       rts.kind = ControlKind::kRts;
