@@ -162,15 +162,15 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
     state_ = ChannelState::kIdle;
   }
   const CallId id = calls_.Add(std::move(done), call_options.deadline);
-  OutgoingFrame frame =
-      MakeRequestFrame(id, service, method, timeout_us, std::move(request));
-  // Sent outside the lock: a Send on the connection's own thread may write
-  // at once, and other callers need not wait out that system call.
+  // Encoded and sent outside the lock: a Send on the connection's own thread
+  // may write at once, and other callers need not wait out that system
+  // call. Built straight into Send's parameter, the frame is never moved.
   std::shared_ptr<Connection> ready;
   if (state_ == ChannelState::kReady) {
     ready = connection_;
   } else {
-    waiting_.emplace_back(id, std::move(frame));
+    waiting_.emplace_back(id, MakeRequestFrame(id, service, method, timeout_us,
+                                               std::move(request)));
     if (state_ == ChannelState::kIdle) {
       state_ = ChannelState::kConnecting;
       asio::post(context_,
@@ -183,7 +183,8 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   }
   lock.unlock();
   if (ready) {
-    const Status sent = ready->Send(std::move(frame));
+    const Status sent = ready->Send(
+        MakeRequestFrame(id, service, method, timeout_us, std::move(request)));
     // UNAVAILABLE: the connection is closing and OnClose fails the call.
     if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
       std::optional<ResponseCallback> failed;
