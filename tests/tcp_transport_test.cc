@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <future>
 #include <mutex>
 #include <semaphore>
@@ -22,6 +23,7 @@ namespace rdmarpc::transport {
 namespace {
 
 using namespace std::chrono_literals;
+using Catch::Matchers::ContainsSubstring;
 
 // Records every frame and the close reason.
 struct Recorder : ConnectionObserver {
@@ -463,6 +465,69 @@ TEST_CASE("tcp: a reply that fails to write inside OnFrame closes after it") {
           std::future_status::ready);
   CHECK(check->frames == 1);
   CHECK_FALSE(check->closed_inside_frame);
+}
+
+struct CloseReason : ConnectionObserver {
+  void OnFrame(ReceivedFrame) override { ++frames; }
+  void OnClose(const Status& status) override { closed.set_value(status); }
+  std::atomic<int> frames{0};
+  std::promise<Status> closed;
+};
+
+// A raw peer sends one whole frame, then closes its socket (`reset`: with an
+// RST). The frame arrives, and the close says which of the two it was.
+Status FrameThenClose(bool reset, int* frames) {
+  rpc::EventLoop loop;
+  std::promise<std::shared_ptr<Connection>> accepted;
+  auto listener = Listen(
+      loop.context(), "tcp://127.0.0.1:0", {},
+      [&]() -> boost::asio::io_context& { return loop.context(); },
+      [&](std::shared_ptr<Connection> c) { accepted.set_value(c); });
+  REQUIRE(listener.ok());
+  const std::string& uri = (*listener)->uri();
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port =
+      htons(static_cast<uint16_t>(std::stoi(uri.substr(uri.rfind(':') + 1))));
+  const int peer = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(connect(peer, reinterpret_cast<sockaddr*>(&address),
+                  sizeof(address)) == 0);
+  std::shared_ptr<Connection> server = accepted.get_future().get();
+  auto observer = std::make_shared<CloseReason>();
+  server->Start(observer);
+  const EncodedPrefix prefix = EncodeFramePrefix({FrameType::kRpc, 0, 1, 0});
+  std::string bytes(reinterpret_cast<const char*>(prefix.data()),
+                    prefix.size());
+  bytes += "h";
+  REQUIRE(write(peer, bytes.data(), bytes.size()) ==
+          static_cast<ssize_t>(bytes.size()));
+  for (int i = 0; i < 1000 && observer->frames == 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(observer->frames == 1);
+  if (reset) {
+    const linger hard{1, 0};
+    setsockopt(peer, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+  }
+  close(peer);
+  auto closed = observer->closed.get_future();
+  REQUIRE(closed.wait_for(10s) == std::future_status::ready);
+  *frames = observer->frames;
+  return closed.get();
+}
+
+TEST_CASE("tcp: the close says whether the peer closed or reset") {
+  int frames = 0;
+  const Status orderly = FrameThenClose(/*reset=*/false, &frames);
+  CHECK(frames == 1);
+  CHECK(orderly.code() == StatusCode::kUnavailable);
+  CHECK_THAT(orderly.message(), ContainsSubstring("closed the connection"));
+  const Status reset = FrameThenClose(/*reset=*/true, &frames);
+  CHECK(frames == 1);
+  CHECK(reset.code() == StatusCode::kUnavailable);
+  CHECK_THAT(reset.message(), ContainsSubstring("lost"));
+  CHECK_THAT(reset.message(), ContainsSubstring("reset"));
 }
 
 }  // namespace
