@@ -141,8 +141,11 @@ struct Result {
   // latency (µs)
   double p50 = 0, p99 = 0, p999 = 0, max = 0;
   double raw_p50 = 0, raw_p99 = 0;
-  double epoll_p50 = NAN;       // The plain epoll loop (TCP only).
-  double asio_p50 = NAN;        // The Asio loop (TCP only).
+  double epoll_p50 = NAN;  // The plain epoll loop (TCP only).
+  double asio_p50 = NAN;   // The Asio loop (TCP only).
+  // TCP: each alternating round's RPC p50 over its raw p50; their median
+  // and range. A slow spell moves one round, not the median.
+  double round_ratio_median = NAN, round_ratio_min = NAN, round_ratio_max = NAN;
   std::vector<double> samples;  // For the CDF plot.
   // throughput
   double calls_per_s = 0;
@@ -732,6 +735,9 @@ void WriteJson(const Options& options, const std::vector<Result>& results) {
       number("ratio_p50", r.p50 / r.raw_p50);
       number("epoll_p50_us", r.epoll_p50);
       number("asio_p50_us", r.asio_p50);
+      number("round_ratio_median", r.round_ratio_median);
+      number("round_ratio_min", r.round_ratio_min);
+      number("round_ratio_max", r.round_ratio_max);
     } else if (r.mode == "throughput") {
       number("calls_per_s", r.calls_per_s);
       out << ", \"outstanding\": " << options.outstanding
@@ -966,6 +972,11 @@ int Run(int argc, char** argv) {
       // alike.
       constexpr int kRounds = 10;
       std::vector<double> raw_samples, epoll_samples, asio_samples;
+      std::vector<double> round_ratios;
+      const auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return Percentile(v, 0.5);
+      };
       for (int round = 0; round < kRounds; ++round) {
         const int n = RoundShare(options.iters, kRounds, round);
         const auto rpc =
@@ -976,6 +987,9 @@ int Run(int argc, char** argv) {
           const auto base = TcpPingPong<BlockingSide>(
               size, round == 0 ? options.warmup : 0, n);
           raw_samples.insert(raw_samples.end(), base.begin(), base.end());
+          if (!rpc.empty() && !base.empty()) {
+            round_ratios.push_back(median(rpc) / median(base));
+          }
           const auto epoll =
               TcpPingPong<EpollSide>(size, round == 0 ? options.warmup : 0, n);
           epoll_samples.insert(epoll_samples.end(), epoll.begin(), epoll.end());
@@ -993,6 +1007,12 @@ int Run(int argc, char** argv) {
         r.raw_p99 = Percentile(raw_samples, 0.99);
         r.epoll_p50 = Percentile(epoll_samples, 0.5);
         r.asio_p50 = Percentile(asio_samples, 0.5);
+        if (!round_ratios.empty()) {
+          std::sort(round_ratios.begin(), round_ratios.end());
+          r.round_ratio_median = Percentile(round_ratios, 0.5);
+          r.round_ratio_min = round_ratios.front();
+          r.round_ratio_max = round_ratios.back();
+        }
       }
     } else if (options.mode == "latency") {
       r.samples = RpcLatency(channel, *arena, size, options.warmup,
@@ -1056,6 +1076,11 @@ int Run(int argc, char** argv) {
             "  %-8s Asio loop p50 %8.2f us = %.2f x raw; rdmarpc = "
             "%.2f x Asio loop\n",
             "", r.asio_p50, r.asio_p50 / r.raw_p50, r.p50 / r.asio_p50);
+      }
+      if (std::isfinite(r.round_ratio_median)) {
+        std::printf("  %-8s per-round ratio: median %.3f (range %.3f-%.3f)\n",
+                    "", r.round_ratio_median, r.round_ratio_min,
+                    r.round_ratio_max);
       }
     } else if (r.mode == "throughput") {
       std::printf("  %-8s %10.0f calls/s  (%d outstanding x %d connections)\n",
