@@ -39,25 +39,32 @@ bool CallTable::Contains(uint64_t id) const {
   return const_cast<CallTable*>(this)->Find(id) != nullptr;
 }
 
-ResponseCallback CallTable::Release(uint32_t index) {
+void CallTable::Release(uint32_t index, ResponseCallback* done) {
   Slot& slot = slots_[index];
   if (slot.heap_pos != kNotInHeap) HeapRemove(slot.heap_pos);
   slot.in_use = false;
   --live_;
   free_.push_back(index);
-  return std::move(slot.done);
+  *done = std::move(slot.done);
 }
 
 std::optional<ResponseCallback> CallTable::Take(uint64_t id) {
-  if (Find(id) == nullptr) return std::nullopt;
-  return Release(static_cast<uint32_t>(id));
+  std::optional<ResponseCallback> done;
+  if (Find(id) != nullptr) Release(static_cast<uint32_t>(id), &done.emplace());
+  return done;
+}
+
+bool CallTable::Take(uint64_t id, ResponseCallback* done) {
+  if (Find(id) == nullptr) return false;
+  Release(static_cast<uint32_t>(id), done);
+  return true;
 }
 
 void CallTable::TakeExpired(Clock::time_point now, std::vector<Entry>* out) {
   while (!heap_.empty() && slots_[heap_[0]].deadline <= now) {
     const uint32_t index = heap_[0];
     const uint64_t id = MakeId(index, slots_[index].generation);
-    out->emplace_back(id, Release(index));
+    Release(index, &out->emplace_back(id, nullptr).second);
   }
 }
 
@@ -65,7 +72,7 @@ void CallTable::TakeAll(std::vector<Entry>* out) {
   for (uint32_t index = 0; index < slots_.size(); ++index) {
     if (slots_[index].in_use) {
       const uint64_t id = MakeId(index, slots_[index].generation);
-      out->emplace_back(id, Release(index));
+      Release(index, &out->emplace_back(id, nullptr).second);
     }
   }
 }

@@ -36,6 +36,9 @@ class CallTable {
   // Removes the call and returns its callback; nullopt if `id` is not
   // outstanding (already completed: a late or duplicate reply).
   std::optional<ResponseCallback> Take(uint64_t id);
+  // The same into `*done` (one move of the callback, not three); false if
+  // `id` is not outstanding.
+  bool Take(uint64_t id, ResponseCallback* done);
   // Removes every call whose deadline is at or before `now`.
   void TakeExpired(Clock::time_point now, std::vector<Entry>* out);
   // Removes every call.
@@ -58,7 +61,8 @@ class CallTable {
     return (uint64_t{generation} << 32) | index;
   }
   Slot* Find(uint64_t id);
-  ResponseCallback Release(uint32_t index);
+  // Frees the slot; its callback moves to `*done`.
+  void Release(uint32_t index, ResponseCallback* done);
 
   void HeapPush(uint32_t index);
   void HeapRemove(uint32_t pos);
