@@ -86,6 +86,28 @@ class Reader {
       value = static_cast<uint8_t>(*at_++);
       return true;
     }
+    // Call ids (a slot's generation sits in the high half) take six or
+    // seven bytes, timeouts three or four: read up to eight at once.
+    if constexpr (std::endian::native == std::endian::little) {
+      if (end_ - at_ >= 8) {
+        uint64_t word;
+        std::memcpy(&word, at_, sizeof(word));
+        // A byte without its continuation bit ends the varint.
+        const uint64_t ends = ~word & 0x8080808080808080u;
+        if (ends != 0) {
+          const int last_bit = std::countr_zero(ends);  // 8 * length - 1.
+          at_ += (last_bit + 1) / 8;
+          // Keep the varint's bytes; drop the continuation bits, then
+          // close the gaps between the 7-bit groups pairwise.
+          uint64_t x = word & (ends ^ (ends - 1)) & 0x7f7f7f7f7f7f7f7fu;
+          x = (x & 0x007f007f007f007fu) | ((x & 0x7f007f007f007f00u) >> 1);
+          x = (x & 0x00003fff00003fffu) | ((x & 0x3fff00003fff0000u) >> 2);
+          x = (x & 0x000000000fffffffu) | ((x & 0x0fffffff00000000u) >> 4);
+          value = x;
+          return true;
+        }
+      }
+    }
     value = 0;
     for (int shift = 0; shift < 64; shift += 7) {
       if (at_ == end_) return false;
