@@ -71,7 +71,9 @@ class CallHeader {
   // its longest.
   size_t MaxEncodedSize() const;
   // Writes EncodedSize() bytes (proto3: fields at their default omitted);
-  // returns the end of what it wrote.
+  // returns the end of what it wrote. `out` must have room for
+  // MaxEncodedSize() bytes: varints are stored eight bytes at a time, and
+  // the bytes past the returned end are scratch.
   std::byte* Encode(std::byte* out) const;
   // nullopt when the bytes are not a well-formed CallHeader message.
   static std::optional<CallHeader> Decode(std::span<const std::byte> bytes);

@@ -45,8 +45,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(theirs.status_message() == ours->status_message());
     FUZZ_CHECK(theirs.payload_size() == ours->payload_size());
   }
-  std::string encoded(ours->EncodedSize(), '\0');
-  ours->Encode(reinterpret_cast<std::byte*>(encoded.data()));
+  std::string encoded(ours->MaxEncodedSize(), '\0');
+  auto* const start = reinterpret_cast<std::byte*>(encoded.data());
+  FUZZ_CHECK(ours->Encode(start) == start + ours->EncodedSize());
+  encoded.resize(ours->EncodedSize());
   const auto again = CallHeader::Decode(
       std::as_bytes(std::span(encoded.data(), encoded.size())));
   FUZZ_CHECK(again.has_value());
