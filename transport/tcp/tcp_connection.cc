@@ -2,7 +2,9 @@
 
 #include <limits.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -41,6 +43,30 @@ void ForEachPiece(const EncodedPrefix& prefix, const OutgoingFrame& frame,
     add(frame.payload[i].data(), frame.payload[i].size());
   }
 }
+
+// recv and sendmsg without glibc's cancellation bracketing. Both are
+// cancellation points, so glibc enables and disables asynchronous
+// cancellation around each call: about 60 instructions per message and side.
+// These run only on rdmarpc's event-loop threads, which are never cancelled.
+// Same results and errno as the libc calls. Sanitizer builds keep the libc
+// calls, which the sanitizers intercept: TSan orders memory through the
+// socket (a thread that writes and then sends happens before the one that
+// receives), ASan checks the buffers.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+ssize_t Recv(int fd, void* data, size_t size) {
+  return ::recv(fd, data, size, 0);
+}
+ssize_t SendMsg(int fd, const msghdr* message) {
+  return ::sendmsg(fd, message, MSG_NOSIGNAL);
+}
+#else
+ssize_t Recv(int fd, void* data, size_t size) {
+  return syscall(SYS_recvfrom, fd, data, size, 0, nullptr, nullptr);
+}
+ssize_t SendMsg(int fd, const msghdr* message) {
+  return syscall(SYS_sendmsg, fd, message, MSG_NOSIGNAL);
+}
+#endif
 
 }  // namespace
 
@@ -298,8 +324,7 @@ TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
   }
   ssize_t n;
   do {
-    n = ::recv(socket_.native_handle(), staging_.data() + staged_end_, space,
-               0);
+    n = Recv(socket_.native_handle(), staging_.data() + staged_end_, space);
   } while (n < 0 && errno == EINTR);
   if (n > 0) {
     const auto bytes = static_cast<size_t>(n);
@@ -421,7 +446,7 @@ void TcpConnection::WriteNow(const EncodedPrefix& prefix,
   Bump(stats_.write_calls);
   ssize_t n;
   do {
-    n = ::sendmsg(socket_.native_handle(), &message, MSG_NOSIGNAL);
+    n = SendMsg(socket_.native_handle(), &message);
   } while (n < 0 && errno == EINTR);
   if (static_cast<size_t>(n) == total) {
     Bump(stats_.frames_sent);
@@ -527,8 +552,7 @@ bool TcpConnection::WriteBatch(size_t already_written) {
     message.msg_iov = iov_.data();
     message.msg_iovlen = count;
     Bump(stats_.write_calls);
-    const ssize_t n =
-        ::sendmsg(socket_.native_handle(), &message, MSG_NOSIGNAL);
+    const ssize_t n = SendMsg(socket_.native_handle(), &message);
     if (n < 0) {
       if (errno == EINTR) continue;
       error = (errno == EAGAIN || errno == EWOULDBLOCK)
