@@ -29,8 +29,9 @@ void FutexMutex::LockSlow(uint32_t seen) noexcept {
   // Mark the mutex contended before sleeping, so that its holder wakes a
   // waiter on unlock. Whoever swaps in 2 over 0 owns the mutex (and keeps
   // it marked contended: an extra wake-up at worst).
-  if (seen != kContended)
+  if (seen != kContended) {
     seen = state_.exchange(kContended, std::memory_order_acquire);
+  }
   while (seen != kUnlocked) {
     FutexWait(&state_, kContended);
     seen = state_.exchange(kContended, std::memory_order_acquire);
