@@ -422,16 +422,20 @@ struct ReentryCheck : ConnectionObserver {
   std::promise<void> closed;
 };
 
-// The write of a reply can fail inside Send (the peer reset the
-// connection), and Send may run inside OnFrame: the close it causes must
-// wait until OnFrame has returned, or the observer is re-entered.
-TEST_CASE("tcp: a reply that fails to write inside OnFrame closes after it") {
-  rpc::EventLoop loop;
-  std::promise<std::shared_ptr<Connection>> accepted;
+// A server-side connection on `loop` and the raw socket connected to it.
+struct RawPeer {
+  std::unique_ptr<Listener> listener;
+  std::shared_ptr<Connection> server;
+  int fd = -1;
+};
+
+RawPeer ConnectRawPeer(rpc::EventLoop& loop) {
+  // Shared with the accept callback, which outlives this function.
+  auto accepted = std::make_shared<std::promise<std::shared_ptr<Connection>>>();
   auto listener = Listen(
       loop.context(), "tcp://127.0.0.1:0", {},
-      [&]() -> boost::asio::io_context& { return loop.context(); },
-      [&](std::shared_ptr<Connection> c) { accepted.set_value(c); });
+      [&loop]() -> boost::asio::io_context& { return loop.context(); },
+      [accepted](std::shared_ptr<Connection> c) { accepted->set_value(c); });
   REQUIRE(listener.ok());
   const std::string& uri = (*listener)->uri();
   sockaddr_in address{};
@@ -442,7 +446,29 @@ TEST_CASE("tcp: a reply that fails to write inside OnFrame closes after it") {
   const int peer = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(connect(peer, reinterpret_cast<sockaddr*>(&address),
                   sizeof(address)) == 0);
-  std::shared_ptr<Connection> server = accepted.get_future().get();
+  std::shared_ptr<Connection> server = accepted->get_future().get();
+  return {std::move(*listener), std::move(server), peer};
+}
+
+// Writes a whole frame, with a one-byte header and no payload, as a peer
+// would.
+void WriteOneByteHeaderFrame(int peer) {
+  const EncodedPrefix prefix = EncodeFramePrefix({FrameType::kRpc, 0, 1, 0});
+  std::string bytes(reinterpret_cast<const char*>(prefix.data()),
+                    prefix.size());
+  bytes += "h";
+  REQUIRE(write(peer, bytes.data(), bytes.size()) ==
+          static_cast<ssize_t>(bytes.size()));
+}
+
+// The write of a reply can fail inside Send (the peer reset the
+// connection), and Send may run inside OnFrame: the close it causes must
+// wait until OnFrame has returned, or the observer is re-entered.
+TEST_CASE("tcp: a reply that fails to write inside OnFrame closes after it") {
+  rpc::EventLoop loop;
+  RawPeer raw = ConnectRawPeer(loop);
+  const int peer = raw.fd;
+  std::shared_ptr<Connection> server = raw.server;
   // Hold the loop while the peer sends a frame and then resets the
   // connection, so the frame is read with the reset already in.
   std::promise<void> gate;
@@ -450,12 +476,7 @@ TEST_CASE("tcp: a reply that fails to write inside OnFrame closes after it") {
   auto check = std::make_shared<ReentryCheck>();
   check->connection = server;
   server->Start(check);
-  const EncodedPrefix prefix = EncodeFramePrefix({FrameType::kRpc, 0, 1, 0});
-  std::string bytes(reinterpret_cast<const char*>(prefix.data()),
-                    prefix.size());
-  bytes += "h";
-  REQUIRE(write(peer, bytes.data(), bytes.size()) ==
-          static_cast<ssize_t>(bytes.size()));
+  WriteOneByteHeaderFrame(peer);
   const linger reset{1, 0};
   setsockopt(peer, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   close(peer);
@@ -478,30 +499,12 @@ struct CloseReason : ConnectionObserver {
 // RST). The frame arrives, and the close says which of the two it was.
 Status FrameThenClose(bool reset, int* frames) {
   rpc::EventLoop loop;
-  std::promise<std::shared_ptr<Connection>> accepted;
-  auto listener = Listen(
-      loop.context(), "tcp://127.0.0.1:0", {},
-      [&]() -> boost::asio::io_context& { return loop.context(); },
-      [&](std::shared_ptr<Connection> c) { accepted.set_value(c); });
-  REQUIRE(listener.ok());
-  const std::string& uri = (*listener)->uri();
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port =
-      htons(static_cast<uint16_t>(std::stoi(uri.substr(uri.rfind(':') + 1))));
-  const int peer = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(connect(peer, reinterpret_cast<sockaddr*>(&address),
-                  sizeof(address)) == 0);
-  std::shared_ptr<Connection> server = accepted.get_future().get();
+  RawPeer raw = ConnectRawPeer(loop);
+  const int peer = raw.fd;
+  std::shared_ptr<Connection> server = raw.server;
   auto observer = std::make_shared<CloseReason>();
   server->Start(observer);
-  const EncodedPrefix prefix = EncodeFramePrefix({FrameType::kRpc, 0, 1, 0});
-  std::string bytes(reinterpret_cast<const char*>(prefix.data()),
-                    prefix.size());
-  bytes += "h";
-  REQUIRE(write(peer, bytes.data(), bytes.size()) ==
-          static_cast<ssize_t>(bytes.size()));
+  WriteOneByteHeaderFrame(peer);
   for (int i = 0; i < 1000 && observer->frames == 0; ++i) {
     std::this_thread::sleep_for(10ms);
   }
