@@ -81,6 +81,14 @@ static_assert(kDefaultMaxQueuedBytes >=
                   2 * (kDefaultMaxPayloadSize + kMaxCallHeaderSize),
               "largest frames must queue behind one another");
 
+// Busy and hybrid polling (TransportOptions::poll_mode): non-blocking reads
+// of an empty socket between trips through the event loop. Each empty read
+// is a system call, and a trip adds a non-blocking epoll_wait; the turn's
+// length is the longest a timer or another handler on the loop waits.
+inline constexpr uint32_t kTcpBusyReadsPerTurn = 32;
+static_assert(kTcpBusyReadsPerTurn >= 1 && kTcpBusyReadsPerTurn <= 1024,
+              "a busy loop must still yield to timers and other handlers");
+
 // Close() first writes what is already queued; a peer that does not read is
 // cut off after this long.
 inline constexpr std::chrono::milliseconds kCloseFlushTimeout{1000};

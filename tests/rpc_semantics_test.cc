@@ -155,6 +155,35 @@ TEST_CASE("cancel: the client gets CANCELLED and the handler observes it") {
   CHECK(channel.stats().late_responses_dropped == 0);
 }
 
+// Busy and hybrid connections read in turns on the event loop: calls,
+// the deadline timer and a cancellation must all still get their turn.
+TEST_CASE("polling: busy and hybrid connections keep every call semantic") {
+  for (const transport::PollMode mode :
+       {transport::PollMode::kBusy, transport::PollMode::kHybrid}) {
+    CAPTURE(static_cast<int>(mode));
+    rpc::ServerOptions server_options;
+    server_options.transport.poll_mode = mode;
+    TestServer server(server_options);
+    rpc::ChannelOptions channel_options;
+    channel_options.transport.poll_mode = mode;
+    Channel channel(server.uri, channel_options);
+    const CallResult echo = CallSync(channel, "Echo", "polled");
+    REQUIRE(echo.status.ok());
+    CHECK(echo.response == "polled");
+    const CallResult late =
+        CallSync(channel, "SleepMs", "300", CallOptions::WithTimeout(50ms));
+    CHECK(late.status.code() == StatusCode::kDeadlineExceeded);
+    std::promise<Status> done;
+    const Channel::CallId id = channel.Call(
+        "test.Test", "WaitCancel", Buffer(), CallOptions{},
+        [&](const Status& status, Buffer) { done.set_value(status); });
+    REQUIRE(WaitFor([&] { return server.service.calls_started == 3; }));
+    channel.Cancel(id);
+    CHECK(done.get_future().get().code() == StatusCode::kCancelled);
+    REQUIRE(WaitFor([&] { return server.service.cancels_observed == 1; }));
+  }
+}
+
 TEST_CASE("unimplemented: unknown service or method gives UNIMPLEMENTED") {
   TestServer server;
   Channel channel(server.uri);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <future>
@@ -69,15 +70,16 @@ OutgoingFrame MakeFrame(std::string header, size_t payload) {
 // A connected pair on one loop: `client` sends, the server side records.
 struct Pair {
   explicit Pair(std::shared_ptr<ConnectionObserver> client_observer =
-                    std::make_shared<Recorder>()) {
+                    std::make_shared<Recorder>(),
+                const TransportOptions& options = {}) {
     std::promise<std::shared_ptr<Connection>> accepted;
     auto listener = Listen(
-        loop.context(), "tcp://127.0.0.1:0", {},
+        loop.context(), "tcp://127.0.0.1:0", options,
         [this]() -> boost::asio::io_context& { return loop.context(); },
         [&accepted](std::shared_ptr<Connection> c) { accepted.set_value(c); });
     REQUIRE(listener.ok());
     std::promise<StatusOr<std::shared_ptr<Connection>>> connected;
-    Connect(loop.context(), (*listener)->uri(), {},
+    Connect(loop.context(), (*listener)->uri(), options,
             [&](StatusOr<std::shared_ptr<Connection>> c) {
               connected.set_value(std::move(c));
             });
@@ -96,24 +98,6 @@ struct Pair {
   std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
 };
 
-TEST_CASE("tcp: frames arrive whole and in order, small and large mixed") {
-  Pair pair;
-  const std::vector<size_t> sizes = {0, 10, 70000, 3, 5 << 20, 16 * 1024, 1};
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    REQUIRE(
-        pair.client->Send(MakeFrame("h" + std::to_string(i), sizes[i])).ok());
-  }
-  pair.client->Close(Status(StatusCode::kCancelled, "done"));
-  pair.recorder->closed.get_future().wait();
-  std::lock_guard lock(pair.recorder->mu);
-  REQUIRE(pair.recorder->headers.size() == sizes.size());
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    CHECK(pair.recorder->headers[i] == "h" + std::to_string(i));
-    CHECK(pair.recorder->payload_sizes[i] == sizes[i]);
-  }
-  CHECK(pair.recorder->payloads_intact);
-}
-
 // Waits until the recorder holds `count` frames.
 void AwaitFrames(Recorder& recorder, size_t count) {
   const auto until = std::chrono::steady_clock::now() + 10s;
@@ -125,6 +109,95 @@ void AwaitFrames(Recorder& recorder, size_t count) {
     REQUIRE(std::chrono::steady_clock::now() < until);
     std::this_thread::sleep_for(100us);
   }
+}
+
+TransportOptions Polling(PollMode mode) {
+  TransportOptions options;
+  options.poll_mode = mode;
+  return options;
+}
+
+// Sends frames of every path (empty, copied out, in place, read straight
+// into their block) and checks they arrive whole and in order.
+void ExchangeMix(Pair& pair) {
+  const std::vector<size_t> sizes = {0, 10, 70000, 3, 5 << 20, 16 * 1024, 1};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    REQUIRE(
+        pair.client->Send(MakeFrame("h" + std::to_string(i), sizes[i])).ok());
+  }
+  pair.client->Close(Status(StatusCode::kCancelled, "done"));
+  REQUIRE(pair.recorder->closed.get_future().wait_for(30s) ==
+          std::future_status::ready);
+  std::lock_guard lock(pair.recorder->mu);
+  REQUIRE(pair.recorder->headers.size() == sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    CHECK(pair.recorder->headers[i] == "h" + std::to_string(i));
+    CHECK(pair.recorder->payload_sizes[i] == sizes[i]);
+  }
+  CHECK(pair.recorder->payloads_intact);
+}
+
+TEST_CASE("tcp: frames arrive whole and in order, small and large mixed") {
+  Pair pair;
+  ExchangeMix(pair);
+  CHECK(pair.server->stats().read_waits > 0);
+  CHECK(pair.server->stats().empty_reads == 0);  // It never polled.
+}
+
+TEST_CASE("tcp: busy-poll mode carries the same traffic, never waiting") {
+  Pair pair(std::make_shared<Recorder>(), Polling(PollMode::kBusy));
+  ExchangeMix(pair);
+  CHECK(pair.server->stats().read_waits == 0);
+  CHECK(pair.server->stats().empty_reads > 0);
+}
+
+TEST_CASE("tcp: hybrid mode carries the same traffic") {
+  Pair pair(std::make_shared<Recorder>(), Polling(PollMode::kHybrid));
+  ExchangeMix(pair);
+}
+
+// Hybrid mode spins only while there is traffic: quiet for hybrid_spin, a
+// connection waits for readability as in event mode, and a frame arriving
+// then still wakes it; it spins again, then waits again.
+TEST_CASE("tcp: hybrid mode waits once quiet, and wakes for the next frame") {
+  TransportOptions options = Polling(PollMode::kHybrid);
+  options.hybrid_spin = 2ms;
+  Pair pair(std::make_shared<Recorder>(), options);
+  const ConnectionStats& stats = pair.server->stats();
+  for (const char* header : {"first", "second"}) {
+    std::this_thread::sleep_for(200ms);  // Far longer than hybrid_spin.
+    const uint64_t waits = stats.read_waits;
+    const uint64_t empty = stats.empty_reads;
+    CHECK(waits > 0);  // Waiting...
+    std::this_thread::sleep_for(100ms);
+    CHECK(stats.empty_reads == empty);  // ...not spinning.
+    CHECK(stats.read_waits == waits);
+    REQUIRE(pair.client->Send(MakeFrame(header, 16)).ok());
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (stats.read_waits == waits) {  // Woken; it waits again later.
+      REQUIRE(std::chrono::steady_clock::now() < until);
+      std::this_thread::sleep_for(1ms);
+    }
+    CHECK(stats.empty_reads > empty);  // In between, it spun.
+  }
+  AwaitFrames(*pair.recorder, 2);
+}
+
+// A busy connection reads in turns and posts the next, so the loop's timers
+// and other handlers still run. (A turn that looped until data came would
+// hold the loop forever on an idle connection.)
+TEST_CASE("tcp: a busy connection leaves its loop to timers and handlers") {
+  Pair pair(std::make_shared<Recorder>(), Polling(PollMode::kBusy));
+  std::promise<void> fired, ran;
+  boost::asio::steady_timer timer(pair.loop.context(), 5ms);
+  timer.async_wait(
+      [&](const boost::system::error_code&) { fired.set_value(); });
+  boost::asio::post(pair.loop.context(), [&] { ran.set_value(); });
+  CHECK(ran.get_future().wait_for(10s) == std::future_status::ready);
+  CHECK(fired.get_future().wait_for(10s) == std::future_status::ready);
+  CHECK(pair.server->stats().empty_reads > 0);  // Polling all the while.
+  REQUIRE(pair.client->Send(MakeFrame("after", 16)).ok());
+  AwaitFrames(*pair.recorder, 1);
 }
 
 // Regression (bandwidth): every large frame was read into fresh heap memory,
@@ -265,28 +338,23 @@ struct Answerer : ConnectionObserver {
 // A ping-pong's reply must not wait for the rest of the handler's work (or
 // for the next read to be set up): it is written inside Send.
 TEST_CASE("tcp: a reply to the only frame of a read leaves inside Send") {
-  auto answerer = std::make_shared<Answerer>();
-  Pair pair(answerer);
-  answerer->connection = pair.client;
-  constexpr size_t kPings = 20;
-  for (size_t i = 0; i < kPings; ++i) {
-    // One at a time: each ping is the only frame its read finds.
-    REQUIRE(pair.server->Send(MakeFrame("ping", 16)).ok());
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    for (;;) {
-      {
-        std::lock_guard lock(pair.recorder->mu);
-        if (pair.recorder->headers.size() == i + 1) break;
-      }
-      REQUIRE(std::chrono::steady_clock::now() < until);
-      std::this_thread::sleep_for(100us);
+  for (const PollMode mode : {PollMode::kEvent, PollMode::kBusy}) {
+    CAPTURE(static_cast<int>(mode));
+    auto answerer = std::make_shared<Answerer>();
+    Pair pair(answerer, Polling(mode));
+    answerer->connection = pair.client;
+    constexpr size_t kPings = 20;
+    for (size_t i = 0; i < kPings; ++i) {
+      // One at a time: each ping is the only frame its read finds.
+      REQUIRE(pair.server->Send(MakeFrame("ping", 16)).ok());
+      AwaitFrames(*pair.recorder, i + 1);
     }
+    std::lock_guard lock(answerer->mu);
+    CHECK(answerer->answered == kPings);
+    CHECK(answerer->left_at_once == kPings);
+    // Written as sent, without a trip through the queue and the batch path.
+    CHECK(pair.client->stats().frames_written_directly == kPings);
   }
-  std::lock_guard lock(answerer->mu);
-  CHECK(answerer->answered == kPings);
-  CHECK(answerer->left_at_once == kPings);
-  // Written as sent, without a trip through the queue and the batch path.
-  CHECK(pair.client->stats().frames_written_directly == kPings);
 }
 
 // Answers each frame at once, and lets another thread send a frame on the

@@ -147,6 +147,10 @@ struct ConnectionStats {
   // TCP only: frames written as they were sent, without being queued (a
   // reply from the loop thread with nothing else waiting).
   std::atomic<uint64_t> frames_written_directly{0};
+  // TCP only: waits for the socket to become readable (event mode, and
+  // hybrid once quiet), and reads that found it empty (busy, hybrid).
+  std::atomic<uint64_t> read_waits{0};
+  std::atomic<uint64_t> empty_reads{0};
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};  // WRITE WITH IMMEDIATE transfers.
@@ -199,11 +203,17 @@ class Connection {
   virtual const ConnectionStats& stats() const = 0;
 };
 
-// How an RDMA connection waits for completions.
+// How a connection waits for what the peer sends. Busy and hybrid modes
+// trade a core for latency: no sleep and wake-up per message.
 enum class PollMode {
-  kEvent,   // Completion channel watched by the event loop (default).
-  kBusy,    // Poll the CQ continuously from the event loop.
-  kHybrid,  // Poll for up to hybrid_spin after activity, then wait for events.
+  // The event loop waits: RDMA on the CQ's completion channel, TCP for the
+  // socket to become readable (default).
+  kEvent,
+  // Poll continuously from the event loop (RDMA: the CQ; TCP: non-blocking
+  // reads), yielding to its other handlers between turns.
+  kBusy,
+  // Poll for up to hybrid_spin after activity, then wait as kEvent does.
+  kHybrid,
 };
 
 // Options shared by every transport.

@@ -4,7 +4,8 @@
 //         [--iters N] [--warmup N] [--outstanding K] [--connections C]
 //         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
 //         [--plot FILE.png] [--raw 0] [--pin 0] [--metrics 0] [--stats 1]
-//   bench --serve URI      a standalone server for another machine's bench
+//   bench --serve URI [--poll event|busy|hybrid]
+//         a standalone server for another machine's bench
 //   bench --cpu-window N --uri URI [--outstanding K] [--size B]
 //         warm up, then N echo calls with K outstanding inside a measurement
 //         window: callgrind instrumentation on in both processes (the server
@@ -15,14 +16,17 @@
 // this process; any other URI targets a running `bench --serve`. The raw
 // baseline runs on the same link: a TCP ping-pong (latency) or one-way
 // stream (bandwidth) between two threads for tcp://, the raw-verbs SEND/RECV
-// ping-pong and RDMA WRITE bandwidth (verbs_baseline) for rdma://. TCP
-// latency also measures two floors: the same ping-pong as a plain epoll
+// ping-pong and RDMA WRITE bandwidth (verbs_baseline) for rdma://. With
+// --poll busy|hybrid the raw TCP ping-pong polls its non-blocking socket as
+// rdmarpc's loops then do (the raw verbs ping-pong always polls). TCP event-
+// mode latency also measures two floors: the same ping-pong as a plain epoll
 // loop without Asio (what any event-driven program must do: wait, then read)
 // and as an Asio loop (the floor for a stack on Asio). Together they split the
 // ratio into the kernel's event path, Asio's share and rdmarpc's. TCP latency
-// and bandwidth and event-mode RDMA bandwidth alternate rounds of RPC and raw,
-// so that the shared machine's slow spells fall on both alike; elsewhere the
-// raw baseline runs first, before any RPC loop can spin.
+// (except busy mode) and bandwidth and event-mode RDMA bandwidth alternate
+// rounds of RPC and raw, so that the shared machine's slow spells fall on
+// both alike; elsewhere the raw baseline runs first, before any RPC loop can
+// spin.
 //
 // Modes:
 //   latency     one call outstanding, closed loop: p50, p99, p999, max
@@ -157,6 +161,12 @@ struct Result {
 // ---------------------------------------------------------------- helpers --
 
 bool Tty() { return isatty(STDERR_FILENO) == 1; }
+
+transport::PollMode ParsePoll(const std::string& poll) {
+  return poll == "busy"     ? transport::PollMode::kBusy
+         : poll == "hybrid" ? transport::PollMode::kHybrid
+                            : transport::PollMode::kEvent;
+}
 
 void Progress(const std::string& what, uint64_t done, uint64_t total) {
   if (!Tty()) return;
@@ -408,6 +418,32 @@ class BlockingSide {
  public:
   explicit BlockingSide(int fd) : fd_(fd) {}
   bool Read(std::byte* data, size_t size) { return ReadAll(fd_, data, size); }
+  bool Write(const std::byte* data, size_t size) {
+    return WriteAll(fd_, data, size);
+  }
+
+ private:
+  const int fd_;
+};
+
+// The busy-polling ping-pong's side: the socket is non-blocking and read
+// again at once while empty, as rdmarpc's busy and hybrid modes read it:
+// no sleep, no wake-up. The raw baseline for --poll busy|hybrid over TCP.
+class BusySide {
+ public:
+  explicit BusySide(int fd) : fd_(fd) {}
+  bool Read(std::byte* data, size_t size) {
+    while (size > 0) {
+      const ssize_t n = recv(fd_, data, size, MSG_DONTWAIT);
+      if (n > 0) {
+        data += n;
+        size -= static_cast<size_t>(n);
+      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        return false;
+      }
+    }
+    return true;
+  }
   bool Write(const std::byte* data, size_t size) {
     return WriteAll(fd_, data, size);
   }
@@ -798,9 +834,10 @@ void Plot(const Options& options, const std::vector<Result>& results) {
 
 // --------------------------------------------------------------- main ----
 
-int Serve(const std::string& uri) {
+int Serve(const std::string& uri, transport::PollMode poll) {
   rpc::ServerOptions server_options;
   server_options.workers = 1;
+  server_options.transport.poll_mode = poll;
   server_options.transport.max_payload_size = 1ull << 30;
   server_options.max_response_size = 1ull << 30;
   rpc::Server server(server_options);
@@ -830,9 +867,7 @@ int CpuWindow(const examples::Flags& flags) {
   const size_t size = static_cast<size_t>(flags.GetInt("size", 16));
   Options options;
   options.uri = flags.Get("uri", "");
-  const std::string poll = flags.Get("poll", "event");
-  options.poll =
-      poll == "busy" ? transport::PollMode::kBusy : transport::PollMode::kEvent;
+  options.poll = ParsePoll(flags.Get("poll", "event"));
   rpc::Channel channel(options.uri, ChannelOptionsFor(options));
   auto arena = Arena(size);
   const auto echo = [&] { return Payload(*arena, size); };
@@ -859,7 +894,9 @@ int Run(int argc, char** argv) {
   if (std::getenv("RDMARPC_LOG") == nullptr) {
     Log().set_level(spdlog::level::warn);
   }
-  if (flags.Get("serve", "") != "") return Serve(flags.Get("serve", ""));
+  if (flags.Get("serve", "") != "") {
+    return Serve(flags.Get("serve", ""), ParsePoll(flags.Get("poll", "event")));
+  }
   if (flags.Get("cpu-window", "") != "") return CpuWindow(flags);
   Options options;
   options.uri = flags.Get("uri", options.uri);
@@ -877,9 +914,7 @@ int Run(int argc, char** argv) {
   options.connections = static_cast<int>(flags.GetInt("connections", 1));
   options.seconds = std::stod(flags.Get("seconds", "3"));
   const std::string poll = flags.Get("poll", "event");
-  options.poll = poll == "busy"     ? transport::PollMode::kBusy
-                 : poll == "hybrid" ? transport::PollMode::kHybrid
-                                    : transport::PollMode::kEvent;
+  options.poll = ParsePoll(poll);
   options.raw = flags.GetInt("raw", 1) != 0;
   options.json = flags.Get("json", "");
   options.plot = flags.Get("plot", "");
@@ -912,6 +947,12 @@ int Run(int argc, char** argv) {
     if (options.mode == "latency" && rdma) {
       r.raw_p50 = RawVerbs(argv[0], HostOf(options.uri), "pingpong", size,
                            options.iters, "p50 ");
+    } else if (options.mode == "latency" &&
+               options.poll == transport::PollMode::kBusy) {
+      const auto base =
+          TcpPingPong<BusySide>(size, options.warmup, options.iters);
+      r.raw_p50 = Percentile(base, 0.5);
+      r.raw_p99 = Percentile(base, 0.99);
     } else if (options.mode == "bandwidth" && !alternate_bandwidth) {
       r.raw_gbps = RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
                             options.iters, "outstanding: ");
@@ -966,10 +1007,14 @@ int Run(int argc, char** argv) {
     r.raw_p50 = raw[i].raw_p50;
     r.raw_p99 = raw[i].raw_p99;
     r.raw_gbps = raw[i].raw_gbps;
-    if (options.mode == "latency" && !rdma) {
+    if (options.mode == "latency" && !rdma &&
+        options.poll != transport::PollMode::kBusy) {
       // Over TCP, rounds alternate RPC, raw, epoll and bare-Asio
       // ping-pongs, so that a slow spell of this shared machine falls on all
-      // alike.
+      // alike. (A hybrid loop stops spinning between rounds; a busy one
+      // would not, so busy mode measured its raw baseline first.) In hybrid
+      // mode the raw ping-pong polls too, and the event loops' floors are
+      // not measured.
       constexpr int kRounds = 10;
       std::vector<double> raw_samples, epoll_samples, asio_samples;
       std::vector<double> round_ratios;
@@ -984,12 +1029,15 @@ int Run(int argc, char** argv) {
                        n, r.errors);
         r.samples.insert(r.samples.end(), rpc.begin(), rpc.end());
         if (options.raw) {
-          const auto base = TcpPingPong<BlockingSide>(
-              size, round == 0 ? options.warmup : 0, n);
+          const int warm = round == 0 ? options.warmup : 0;
+          const auto base = options.poll == transport::PollMode::kHybrid
+                                ? TcpPingPong<BusySide>(size, warm, n)
+                                : TcpPingPong<BlockingSide>(size, warm, n);
           raw_samples.insert(raw_samples.end(), base.begin(), base.end());
           if (!rpc.empty() && !base.empty()) {
             round_ratios.push_back(median(rpc) / median(base));
           }
+          if (options.poll != transport::PollMode::kEvent) continue;
           const auto epoll =
               TcpPingPong<EpollSide>(size, round == 0 ? options.warmup : 0, n);
           epoll_samples.insert(epoll_samples.end(), epoll.begin(), epoll.end());
@@ -1005,8 +1053,10 @@ int Run(int argc, char** argv) {
       if (options.raw) {
         r.raw_p50 = Percentile(raw_samples, 0.5);
         r.raw_p99 = Percentile(raw_samples, 0.99);
-        r.epoll_p50 = Percentile(epoll_samples, 0.5);
-        r.asio_p50 = Percentile(asio_samples, 0.5);
+        if (!epoll_samples.empty()) {
+          r.epoll_p50 = Percentile(epoll_samples, 0.5);
+          r.asio_p50 = Percentile(asio_samples, 0.5);
+        }
         if (!round_ratios.empty()) {
           std::sort(round_ratios.begin(), round_ratios.end());
           r.round_ratio_median = Percentile(round_ratios, 0.5);
@@ -1057,7 +1107,10 @@ int Run(int argc, char** argv) {
   std::printf("rdmarpc bench: %s over %s (poll %s%s)\n", options.mode.c_str(),
               options.uri.c_str(), poll.c_str(),
               pin_sides ? ", client side on CPU 0, server side on CPU 1" : "");
-  const char* raw_name = rdma ? "raw verbs" : "raw TCP";
+  const char* raw_name = rdma ? "raw verbs"
+                         : options.poll == transport::PollMode::kEvent
+                             ? "raw TCP"
+                             : "raw TCP (polling)";
   for (const Result& r : results) {
     if (r.mode == "latency") {
       std::printf(

@@ -290,6 +290,13 @@ void TcpConnection::ReadMore() {
         }));
     return;
   }
+  if (options_.poll_mode != PollMode::kEvent) {
+    if (in_poll_turn_) {
+      want_read_ = true;  // The turn in progress reads next.
+      return;
+    }
+    return PollTurn();
+  }
   // A frame larger than the staging space the last read had left (a 64 KiB
   // payload behind its header) leaves its tail in the socket: read it now
   // rather than wait for readiness the socket already has. Once per wake-up,
@@ -299,9 +306,14 @@ void TcpConnection::ReadMore() {
     if (ReadStaged() != ReadOutcome::kWouldBlock) return;
   }
   read_again_ = false;
+  WaitReadable();
+}
+
+void TcpConnection::WaitReadable() {
   // Wait, then read once. (async_read_some would first try a read that
   // finds nothing, right after the last one drained the socket: one wasted
   // system call per message.)
+  Bump(stats_.read_waits);
   socket_.async_wait(asio::ip::tcp::socket::wait_read,
                      Pooled([self = shared_from_this()](
                                 const boost::system::error_code& error) {
@@ -311,6 +323,37 @@ void TcpConnection::ReadMore() {
                          self->ReadMore();
                        }
                      }));
+}
+
+void TcpConnection::PollTurn() {
+  in_poll_turn_ = true;
+  bool more = true;  // The receive path wants another read.
+  for (uint32_t i = 0; i < tunables::kTcpBusyReadsPerTurn && more; ++i) {
+    if (torn_down_) break;
+    want_read_ = false;
+    if (ReadStaged() == ReadOutcome::kWouldBlock) {
+      Bump(stats_.empty_reads);
+      // Another thread queued a frame: the Flush it posted runs after
+      // this turn, so end the turn now rather than make it wait.
+      if (queued_frames_.load(std::memory_order_relaxed) != 0) break;
+      continue;
+    }
+    more = want_read_;
+  }
+  in_poll_turn_ = false;
+  if (!more || torn_down_) return;
+  if (options_.poll_mode == PollMode::kHybrid) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::exchange(received_, false))
+      spin_until_ = now + options_.hybrid_spin;
+    if (now >= spin_until_) return WaitReadable();
+  }
+  auto turn = Pooled([self = shared_from_this()] { self->PollTurn(); });
+  if (loop_) {
+    asio::post(*loop_, std::move(turn));
+  } else {
+    asio::post(socket_.get_executor(), std::move(turn));
+  }
 }
 
 TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
@@ -342,6 +385,7 @@ TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
 }
 
 void TcpConnection::OnRead(size_t bytes) {
+  received_ = true;
   Bump(stats_.read_calls);
   Bump(stats_.bytes_received, bytes);
   staged_end_ += bytes;

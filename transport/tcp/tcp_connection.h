@@ -1,12 +1,16 @@
 // A Connection over a TCP stream socket (Boost.Asio).
 //
-// Receive: one read() fills a staging area (a LargeBlock) that may hold many
+// Receive: in event mode the loop waits for the socket to become readable,
+// then one read() fills a staging area (a LargeBlock) that may hold many
 // small frames; each is copied out into its own Buffer. A frame of at least
 // kTcpReceiveInPlaceMin that the staging area can hold where it starts takes
 // the staging block itself, and a fresh one replaces it. A frame too large
 // for the staging area is read straight into its own block. So a 64 KiB or a
 // 64 MiB payload is never copied on the way in. A payload over the limit is
 // read and discarded in staging-sized pieces while its header is delivered.
+// In busy and hybrid modes (TransportOptions::poll_mode) the loop reads the
+// non-blocking socket in turns instead of waiting, posting each next turn so
+// its other handlers run in between.
 //
 // Send: frames queue under a mutex; the socket's executor writes everything
 // queued in one gathered write, so frames produced while a write is in flight
@@ -21,6 +25,7 @@
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -66,6 +71,12 @@ class TcpConnection final : public Connection,
   // OnReadError); kWouldBlock when the socket had nothing.
   enum class ReadOutcome { kHandled, kWouldBlock };
   ReadOutcome ReadStaged();
+  void WaitReadable();  // Event mode: read once the socket is readable.
+  // Busy and hybrid modes: up to kTcpBusyReadsPerTurn reads, until one
+  // delivers what the receive path does not follow with a read (a large
+  // body read asynchronously, a close); then the next turn is posted, or
+  // (hybrid, quiet for hybrid_spin) the event-mode wait begins.
+  void PollTurn();
   void OnRead(size_t bytes);  // Into the staging area.
   // Makes the staging block the block of the frame whose prefix was just
   // consumed (at least kTcpReceiveInPlaceMin long), if it fits there with
@@ -139,6 +150,13 @@ class TcpConnection final : public Connection,
   // waiting in the socket (loop thread).
   bool read_filled_space_ = false;
   bool read_again_ = false;  // Read again without a wait since the last one.
+  // Busy and hybrid modes (loop thread): a turn is running, so ReadMore only
+  // notes that the receive path wants more; bytes arrived since the last
+  // turn looked; when a hybrid loop stops spinning.
+  bool in_poll_turn_ = false;
+  bool want_read_ = false;
+  bool received_ = false;
+  std::chrono::steady_clock::time_point spin_until_{};
   // The socket's io_context executor: unlike the type-erased one, it
   // allocates posted handlers with their own (pooled) allocator.
   std::optional<boost::asio::io_context::executor_type> loop_;
