@@ -150,6 +150,8 @@ struct Result {
   // TCP: each alternating round's RPC p50 over its raw p50; their median
   // and range. A slow spell moves one round, not the median.
   double round_ratio_median = NAN, round_ratio_min = NAN, round_ratio_max = NAN;
+  // TCP event mode: the same per-round medians for the floors, over raw.
+  double epoll_round_ratio = NAN, asio_round_ratio = NAN;
   std::vector<double> samples;  // For the CDF plot.
   // throughput
   double calls_per_s = 0;
@@ -774,6 +776,8 @@ void WriteJson(const Options& options, const std::vector<Result>& results) {
       number("round_ratio_median", r.round_ratio_median);
       number("round_ratio_min", r.round_ratio_min);
       number("round_ratio_max", r.round_ratio_max);
+      number("epoll_round_ratio_median", r.epoll_round_ratio);
+      number("asio_round_ratio_median", r.asio_round_ratio);
     } else if (r.mode == "throughput") {
       number("calls_per_s", r.calls_per_s);
       out << ", \"outstanding\": " << options.outstanding
@@ -1017,7 +1021,7 @@ int Run(int argc, char** argv) {
       // not measured.
       constexpr int kRounds = 10;
       std::vector<double> raw_samples, epoll_samples, asio_samples;
-      std::vector<double> round_ratios;
+      std::vector<double> round_ratios, epoll_ratios, asio_ratios;
       const auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
         return Percentile(v, 0.5);
@@ -1038,12 +1042,14 @@ int Run(int argc, char** argv) {
             round_ratios.push_back(median(rpc) / median(base));
           }
           if (options.poll != transport::PollMode::kEvent) continue;
-          const auto epoll =
-              TcpPingPong<EpollSide>(size, round == 0 ? options.warmup : 0, n);
+          const auto epoll = TcpPingPong<EpollSide>(size, warm, n);
           epoll_samples.insert(epoll_samples.end(), epoll.begin(), epoll.end());
-          const auto floor =
-              AsioTcpPingPong(size, round == 0 ? options.warmup : 0, n);
+          const auto floor = AsioTcpPingPong(size, warm, n);
           asio_samples.insert(asio_samples.end(), floor.begin(), floor.end());
+          if (!base.empty() && !epoll.empty() && !floor.empty()) {
+            epoll_ratios.push_back(median(epoll) / median(base));
+            asio_ratios.push_back(median(floor) / median(base));
+          }
         }
       }
       std::sort(r.samples.begin(), r.samples.end());
@@ -1056,6 +1062,10 @@ int Run(int argc, char** argv) {
         if (!epoll_samples.empty()) {
           r.epoll_p50 = Percentile(epoll_samples, 0.5);
           r.asio_p50 = Percentile(asio_samples, 0.5);
+        }
+        if (!epoll_ratios.empty()) {
+          r.epoll_round_ratio = median(epoll_ratios);
+          r.asio_round_ratio = median(asio_ratios);
         }
         if (!round_ratios.empty()) {
           std::sort(round_ratios.begin(), round_ratios.end());
@@ -1134,6 +1144,11 @@ int Run(int argc, char** argv) {
         std::printf("  %-8s per-round ratio: median %.3f (range %.3f-%.3f)\n",
                     "", r.round_ratio_median, r.round_ratio_min,
                     r.round_ratio_max);
+      }
+      if (std::isfinite(r.asio_round_ratio)) {
+        std::printf(
+            "  %-8s per-round floors: epoll loop %.3f, Asio loop %.3f x raw\n",
+            "", r.epoll_round_ratio, r.asio_round_ratio);
       }
     } else if (r.mode == "throughput") {
       std::printf("  %-8s %10.0f calls/s  (%d outstanding x %d connections)\n",
