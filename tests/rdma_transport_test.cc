@@ -272,6 +272,8 @@ TEST_CASE("rdma: a reply to the last completion polled is posted in Send") {
     std::lock_guard lock(answerer->mu);
     CHECK(answerer->answered == static_cast<int>(kPings));
     CHECK(answerer->posted_at_once == static_cast<int>(kPings));
+    // Posted from Send itself, without the queue and Flush.
+    CHECK(pair.server->stats().frames_written_directly == kPings);
   }
 }
 

@@ -144,8 +144,8 @@ struct ConnectionStats {
   std::atomic<uint64_t> protocol_errors{0};
   // TCP only: frames handed over in the block they were read into, uncopied.
   std::atomic<uint64_t> frames_received_in_place{0};
-  // TCP only: frames written as they were sent, without being queued (a
-  // reply from the loop thread with nothing else waiting).
+  // Frames written (TCP) or posted (RDMA) as they were sent, without being
+  // queued: a reply from the loop thread with nothing else waiting.
   std::atomic<uint64_t> frames_written_directly{0};
   // TCP only: waits for the socket to become readable (event mode, and
   // hybrid once quiet), and reads that found it empty (busy, hybrid).

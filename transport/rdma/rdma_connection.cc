@@ -747,6 +747,12 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
     return Status(StatusCode::kResourceExhausted,
                   "payload exceeds the frame format's limit");
   }
+  const uint64_t bytes =
+      kFramePrefixSize + frame.header.size() + frame.payload_size();
+  // A reply to the last message polled (loop thread), small, with a credit
+  // and a send slot to spare and nothing ahead of it, is posted from here
+  // without passing through the queue and Flush.
+  bool at_once = delivering_last == this && CanPostSmallAtOnce(bytes);
   bool post = false;
   {
     std::lock_guard lock(mu_);
@@ -754,16 +760,25 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
       return Status(StatusCode::kUnavailable,
                     "connection to " + peer_ + " is closed");
     }
-    const uint64_t bytes =
-        kFramePrefixSize + frame.header.size() + frame.payload_size();
-    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
-                                     options_.max_queued_bytes, peer_);
-        !room.ok()) {
-      return room;
+    at_once = at_once && queue_.empty();
+    if (!at_once) {
+      if (Status room = CheckQueueRoom(queued_bytes_, bytes,
+                                       options_.max_queued_bytes, peer_);
+          !room.ok()) {
+        return room;
+      }
+      queued_bytes_ += bytes;
+      queue_.push_back(std::move(frame));
+      post = !flush_pending_.exchange(true, std::memory_order_relaxed);
     }
-    queued_bytes_ += bytes;
-    queue_.push_back(std::move(frame));
-    post = !flush_pending_.exchange(true, std::memory_order_relaxed);
+  }
+  if (at_once) {
+    FlushReposts();                   // Their credits ride on this frame.
+    if (torn_down_) return Status();  // As a queued frame: closed under it.
+    PostSmall(frame, frame.type, {});
+    Bump(stats_.frames_written_directly);
+    Post();
+    return Status();
   }
   if (post && delivering_last == this) {
     FlushReposts();  // Their credits ride on this frame.
@@ -775,6 +790,13 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
                Pooled([self = shared_from_this()] { self->Flush(); }));
   }
   return Status();
+}
+
+bool RdmaConnection::CanPostSmallAtOnce(uint64_t frame_bytes) const {
+  // The conditions under which Flush would post it first, as its own SEND.
+  return established_ && !torn_down_ && control_queue_.empty() &&
+         credits_ >= 2 && SendSlotFree() && outgoing_.empty() &&
+         frame_bytes <= SmallLimit();
 }
 
 void RdmaConnection::Flush() {
@@ -789,8 +811,7 @@ void RdmaConnection::Flush() {
     control_queue_.pop_front();
   }
   PostWrites();
-  const size_t small_limit =
-      std::min(kRdmaReceiveBufferSize, peer_params_.receive_buffer_size);
+  const size_t small_limit = SmallLimit();
   {
     std::lock_guard lock(mu_);
     while (!queue_.empty()) {

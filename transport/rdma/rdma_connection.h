@@ -171,6 +171,14 @@ class RdmaConnection final
   bool PostWrite(OutgoingTransfer& transfer);
   std::byte* AcquireBounceChunk(uint64_t seq);  // Null when all are busy.
   void ReleaseBounceChunks(uint64_t completed);
+  // Frames up to this size (prefix included) travel as one SEND.
+  size_t SmallLimit() const {
+    return std::min<size_t>(tunables::kRdmaReceiveBufferSize,
+                            peer_params_.receive_buffer_size);
+  }
+  // Send may post a small frame itself: nothing it could overtake but the
+  // queue (checked under mu_), and a credit beyond the reserve and a slot.
+  bool CanPostSmallAtOnce(uint64_t frame_bytes) const;
   bool SendSlotFree() const {
     return posted_ - completed_ < tunables::kRdmaSendDepth;
   }
