@@ -147,8 +147,8 @@ struct Result {
   double raw_p50 = 0, raw_p99 = 0;
   double epoll_p50 = NAN;  // The plain epoll loop (TCP only).
   double asio_p50 = NAN;   // The Asio loop (TCP only).
-  // TCP: each alternating round's RPC p50 over its raw p50; their median
-  // and range. A slow spell moves one round, not the median.
+  // Latency in alternating rounds: each round's RPC p50 over its raw p50; their
+  // median and range. A slow spell moves one round, not the median.
   double round_ratio_median = NAN, round_ratio_min = NAN, round_ratio_max = NAN;
   // TCP event mode: the same per-round medians for the floors, over raw.
   double epoll_round_ratio = NAN, asio_round_ratio = NAN;
@@ -948,7 +948,8 @@ int Run(int argc, char** argv) {
     Result& r = raw[i];
     r.raw_p50 = r.raw_p99 = r.raw_gbps = NAN;
     if (!options.raw) continue;
-    if (options.mode == "latency" && rdma) {
+    if (options.mode == "latency" && rdma &&
+        options.poll != transport::PollMode::kHybrid) {
       r.raw_p50 = RawVerbs(argv[0], HostOf(options.uri), "pingpong", size,
                            options.iters, "p50 ");
     } else if (options.mode == "latency" &&
@@ -1011,16 +1012,18 @@ int Run(int argc, char** argv) {
     r.raw_p50 = raw[i].raw_p50;
     r.raw_p99 = raw[i].raw_p99;
     r.raw_gbps = raw[i].raw_gbps;
-    if (options.mode == "latency" && !rdma &&
-        options.poll != transport::PollMode::kBusy) {
-      // Over TCP, rounds alternate RPC, raw, epoll and bare-Asio
-      // ping-pongs, so that a slow spell of this shared machine falls on all
-      // alike. (A hybrid loop stops spinning between rounds; a busy one
-      // would not, so busy mode measured its raw baseline first.) In hybrid
-      // mode the raw ping-pong polls too, and the event loops' floors are
-      // not measured.
+    if (options.mode == "latency" &&
+        (rdma ? options.poll == transport::PollMode::kHybrid
+              : options.poll != transport::PollMode::kBusy)) {
+      // Rounds alternate RPC and raw ping-pongs (over TCP in event mode also
+      // the epoll and bare-Asio floors), so that a slow spell of this shared
+      // machine falls on all alike. A hybrid loop stops spinning between
+      // rounds; a busy one would not, so busy mode measured its raw
+      // baseline first. In hybrid mode the raw TCP ping-pong polls too; the
+      // raw verbs ping-pong always does.
       constexpr int kRounds = 10;
       std::vector<double> raw_samples, epoll_samples, asio_samples;
+      std::vector<double> raw_verbs_p50s;
       std::vector<double> round_ratios, epoll_ratios, asio_ratios;
       const auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
@@ -1032,7 +1035,14 @@ int Run(int argc, char** argv) {
             RpcLatency(channel, *arena, size, round == 0 ? options.warmup : 0,
                        n, r.errors);
         r.samples.insert(r.samples.end(), rpc.begin(), rpc.end());
-        if (options.raw) {
+        if (options.raw && rdma) {
+          const double base = RawVerbs(argv[0], HostOf(options.uri), "pingpong",
+                                       size, n, "p50 ");
+          if (!rpc.empty() && std::isfinite(base)) {
+            raw_verbs_p50s.push_back(base);
+            round_ratios.push_back(median(rpc) / base);
+          }
+        } else if (options.raw) {
           const int warm = round == 0 ? options.warmup : 0;
           const auto base = options.poll == transport::PollMode::kHybrid
                                 ? TcpPingPong<BusySide>(size, warm, n)
@@ -1056,7 +1066,9 @@ int Run(int argc, char** argv) {
       std::sort(raw_samples.begin(), raw_samples.end());
       std::sort(epoll_samples.begin(), epoll_samples.end());
       std::sort(asio_samples.begin(), asio_samples.end());
-      if (options.raw) {
+      if (options.raw && rdma) {
+        r.raw_p50 = raw_verbs_p50s.empty() ? NAN : median(raw_verbs_p50s);
+      } else if (options.raw) {
         r.raw_p50 = Percentile(raw_samples, 0.5);
         r.raw_p99 = Percentile(raw_samples, 0.99);
         if (!epoll_samples.empty()) {
@@ -1067,12 +1079,12 @@ int Run(int argc, char** argv) {
           r.epoll_round_ratio = median(epoll_ratios);
           r.asio_round_ratio = median(asio_ratios);
         }
-        if (!round_ratios.empty()) {
-          std::sort(round_ratios.begin(), round_ratios.end());
-          r.round_ratio_median = Percentile(round_ratios, 0.5);
-          r.round_ratio_min = round_ratios.front();
-          r.round_ratio_max = round_ratios.back();
-        }
+      }
+      if (!round_ratios.empty()) {
+        std::sort(round_ratios.begin(), round_ratios.end());
+        r.round_ratio_median = Percentile(round_ratios, 0.5);
+        r.round_ratio_min = round_ratios.front();
+        r.round_ratio_max = round_ratios.back();
       }
     } else if (options.mode == "latency") {
       r.samples = RpcLatency(channel, *arena, size, options.warmup,
