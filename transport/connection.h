@@ -210,7 +210,8 @@ enum class PollMode {
   // socket to become readable (default).
   kEvent,
   // Poll continuously from the event loop (RDMA: the CQ; TCP: non-blocking
-  // reads), yielding to its other handlers between turns.
+  // reads), yielding to its other handlers between turns. Each connection
+  // polls on its own: meant for a few connections per loop.
   kBusy,
   // Poll for up to hybrid_spin after activity, then wait as kEvent does.
   kHybrid,
