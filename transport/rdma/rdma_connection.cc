@@ -750,35 +750,36 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
   const uint64_t bytes =
       kFramePrefixSize + frame.header.size() + frame.payload_size();
   // A reply to the last message polled (loop thread), small, with a credit
-  // and a send slot to spare and nothing ahead of it, is posted from here
-  // without passing through the queue and Flush.
-  bool at_once = delivering_last == this && CanPostSmallAtOnce(bytes);
+  // and a send slot to spare and nothing queued ahead of it, is posted from
+  // here without passing through the queue and Flush.
+  if (delivering_last == this && CanPostSmallAtOnce(bytes)) {
+    bool queue_empty;
+    {
+      std::lock_guard lock(mu_);
+      if (closing_) return ClosedError();
+      queue_empty = queue_.empty();
+    }
+    if (queue_empty) {
+      FlushReposts();                   // Their credits ride on this frame.
+      if (torn_down_) return Status();  // As a queued frame: closed under it.
+      PostSmall(frame, frame.type, {});
+      Bump(stats_.frames_written_directly);
+      Post();
+      return Status();
+    }
+  }
   bool post = false;
   {
     std::lock_guard lock(mu_);
-    if (closing_) {
-      return Status(StatusCode::kUnavailable,
-                    "connection to " + peer_ + " is closed");
+    if (closing_) return ClosedError();
+    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
+                                     options_.max_queued_bytes, peer_);
+        !room.ok()) {
+      return room;
     }
-    at_once = at_once && queue_.empty();
-    if (!at_once) {
-      if (Status room = CheckQueueRoom(queued_bytes_, bytes,
-                                       options_.max_queued_bytes, peer_);
-          !room.ok()) {
-        return room;
-      }
-      queued_bytes_ += bytes;
-      queue_.push_back(std::move(frame));
-      post = !flush_pending_.exchange(true, std::memory_order_relaxed);
-    }
-  }
-  if (at_once) {
-    FlushReposts();                   // Their credits ride on this frame.
-    if (torn_down_) return Status();  // As a queued frame: closed under it.
-    PostSmall(frame, frame.type, {});
-    Bump(stats_.frames_written_directly);
-    Post();
-    return Status();
+    queued_bytes_ += bytes;
+    queue_.push_back(std::move(frame));
+    post = !flush_pending_.exchange(true, std::memory_order_relaxed);
   }
   if (post && delivering_last == this) {
     FlushReposts();  // Their credits ride on this frame.
@@ -790,6 +791,11 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
                Pooled([self = shared_from_this()] { self->Flush(); }));
   }
   return Status();
+}
+
+Status RdmaConnection::ClosedError() const {
+  return Status(StatusCode::kUnavailable,
+                "connection to " + peer_ + " is closed");
 }
 
 bool RdmaConnection::CanPostSmallAtOnce(uint64_t frame_bytes) const {

@@ -344,8 +344,9 @@ void TcpConnection::PollTurn() {
   if (!more || torn_down_) return;
   if (options_.poll_mode == PollMode::kHybrid) {
     const auto now = std::chrono::steady_clock::now();
-    if (std::exchange(received_, false))
+    if (std::exchange(received_, false)) {
       spin_until_ = now + options_.hybrid_spin;
+    }
     if (now >= spin_until_) return WaitReadable();
   }
   auto turn = Pooled([self = shared_from_this()] { self->PollTurn(); });
