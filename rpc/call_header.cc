@@ -159,9 +159,13 @@ class Reader {
     at_ += n;
     return true;
   }
+  // As protobuf: a length is a varint of at most 5 bytes (an overlong
+  // encoding of a small length is an error in six).
   bool Bytes(std::string_view& value) {
+    const std::byte* start = at_;
     uint64_t length = 0;
-    if (!Varint(length) || length > static_cast<uint64_t>(end_ - at_)) {
+    if (!Varint(length) || at_ - start > 5 ||
+        length > static_cast<uint64_t>(end_ - at_)) {
       return false;
     }
     value = std::string_view(reinterpret_cast<const char*>(at_), length);

@@ -174,6 +174,21 @@ TEST_CASE(
   }
 }
 
+// Protobuf reads a length as a varint of at most five bytes, so an overlong
+// encoding of a small length is fine in five bytes and an error in six.
+TEST_CASE("call header: a length takes at most five bytes, as protobuf's") {
+  const std::string five(
+      "\x1a\x83\x80\x80\x80\x00"
+      "abc",
+      9);
+  wire::CallHeader theirs;
+  REQUIRE(theirs.ParseFromString(five));
+  const auto ours = CallHeader::Decode(std::as_bytes(std::span(five)));
+  REQUIRE(ours.has_value());
+  CHECK(ours->service() == "abc");
+  CHECK(theirs.service() == "abc");
+}
+
 TEST_CASE("call header: malformed bytes are refused as protobuf refuses them") {
   const std::vector<std::string> bad = {
       std::string("\x08", 1),  // Varint cut short.
@@ -187,6 +202,11 @@ TEST_CASE("call header: malformed bytes are refused as protobuf refuses them") {
           "\x01",  // 11-byte varint.
       // Tag of field 1 (varint) in 6 bytes, value 1; found by fuzzing.
       std::string("\x88\x80\x80\x80\x80\x00\x01", 7),
+      // Field 3 (service) with its length, 0, in 6 bytes.
+      std::string("\x1a\x80\x80\x80\x80\x80\x00", 7),
+      // Field 1 as bytes (unknown to both), its length in 10 bytes; found
+      // by fuzzing (session 12).
+      std::string("\x0a\x00\x0a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00", 13),
   };
   for (const std::string& bytes : bad) {
     INFO("bytes of size " << bytes.size());
