@@ -106,10 +106,10 @@ inline constexpr uint32_t kRdmaSendDepth = 128;
 inline constexpr uint32_t kRdmaSignalEvery = 32;
 // Receives are re-posted in chains of this many.
 inline constexpr uint32_t kRdmaRepostBatch = 8;
-// Busy polling: empty CQ polls between trips through the event loop. A trip
-// (the scheduler's locks and a non-blocking epoll_wait, so timers and other
-// handlers run) costs far more than an empty poll, and adds its length to
-// the time a completion waits to be seen.
+// Busy and hybrid polling: empty CQ polls between trips through the event
+// loop. A trip (the scheduler's locks and a non-blocking epoll_wait, so
+// timers and other handlers run) costs far more than an empty poll, and adds
+// its length to the time a completion waits to be seen.
 inline constexpr uint32_t kRdmaBusyPollsPerYield = 64;
 // CQ events are acknowledged in batches (ibv_ack_cq_events takes a lock).
 inline constexpr uint32_t kRdmaCqEventAckBatch = 16;

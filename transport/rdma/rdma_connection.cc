@@ -413,36 +413,36 @@ void RdmaConnection::OnCqReady() {
 
 void RdmaConnection::PollLoop() {
   if (torn_down_) return;
-  if (options_.poll_mode == PollMode::kBusy) {
-    // Several polls per trip through the event loop, and no clock read:
-    // stop at the first completions, so what they started runs next. A
-    // frame queued meanwhile (by a handler that ran before this one, or by
-    // another thread) is posted at once: its Flush, queued behind this loop,
-    // would otherwise wait out every poll of it.
-    for (uint32_t i = 0; i < tunables::kRdmaBusyPollsPerYield; ++i) {
-      if (flush_pending_.load(std::memory_order_relaxed)) Flush();
-      if (Drain() || torn_down_) break;
-    }
-    if (torn_down_) return;
-    // Poll again from the loop, so timers and other handlers still run.
-    asio::post(context_,
-               Pooled([self = shared_from_this()] { self->PollLoop(); }));
-    return;
+  // Several polls per trip through the event loop: a trip (the scheduler's
+  // locks, a non-blocking epoll_wait) costs far more than an empty poll.
+  // Stop at the first completions, so what they started runs next. A frame
+  // queued meanwhile (by a handler that ran before this one, or by another
+  // thread) is posted at once: its Flush, queued behind this loop, would
+  // otherwise wait out every poll of it.
+  bool any = false;
+  for (uint32_t i = 0; i < tunables::kRdmaBusyPollsPerYield; ++i) {
+    if (flush_pending_.load(std::memory_order_relaxed)) Flush();
+    any = Drain();
+    if (any || torn_down_) break;
   }
-  const auto now = std::chrono::steady_clock::now();
-  if (Drain()) spin_until_ = now + options_.hybrid_spin;
   if (torn_down_) return;
-  if (now < spin_until_) {
-    asio::post(context_,
-               Pooled([self = shared_from_this()] { self->PollLoop(); }));
-    return;
+  if (options_.poll_mode == PollMode::kHybrid) {  // One clock read per trip.
+    const auto now = std::chrono::steady_clock::now();
+    if (any) {
+      spin_until_ = now + options_.hybrid_spin;
+    } else if (now >= spin_until_) {
+      // Quiet for hybrid_spin: arm, drain the race, wait for an event.
+      if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
+        return CloseNow(ErrnoStatus("ibv_req_notify_cq", errno));
+      }
+      Drain();
+      if (!torn_down_) WatchCq();
+      return;
+    }
   }
-  // Hybrid, quiet for hybrid_spin: arm, drain the race, wait for an event.
-  if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
-    return CloseNow(ErrnoStatus("ibv_req_notify_cq", errno));
-  }
-  Drain();
-  if (!torn_down_) WatchCq();
+  // Poll again from the loop, so timers and other handlers still run.
+  asio::post(context_,
+             Pooled([self = shared_from_this()] { self->PollLoop(); }));
 }
 
 // The connection delivering the last received message of the batch this
