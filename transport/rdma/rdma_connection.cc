@@ -760,8 +760,8 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
       queue_empty = queue_.empty();
     }
     if (queue_empty) {
-      FlushReposts();                   // Their credits ride on this frame.
-      if (torn_down_) return Status();  // As a queued frame: closed under it.
+      // The receives freed so far are re-posted after it, when the drain
+      // ends: off the reply's path. Their credits ride on the next frame.
       PostSmall(frame, frame.type, {});
       Bump(stats_.frames_written_directly);
       Post();
