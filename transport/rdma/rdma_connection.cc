@@ -752,21 +752,17 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
   // A reply to the last message polled (loop thread), small, with a credit
   // and a send slot to spare and nothing queued ahead of it, is posted from
   // here without passing through the queue and Flush.
-  if (delivering_last == this && CanPostSmallAtOnce(bytes)) {
-    bool queue_empty;
-    {
-      std::lock_guard lock(mu_);
-      if (closing_) return ClosedError();
-      queue_empty = queue_.empty();
-    }
-    if (queue_empty) {
-      // The receives freed so far are re-posted after it, when the drain
-      // ends: off the reply's path. Their credits ride on the next frame.
-      PostSmall(frame, frame.type, {});
-      Bump(stats_.frames_written_directly);
-      Post();
-      return Status();
-    }
+  if (delivering_last == this && CanPostSmallAtOnce(bytes) &&
+      queued_frames_.load(std::memory_order_acquire) == 0) {
+    // No lock: only atomics and loop-thread state are read, so the reply
+    // does not pay the queue lock's two atomic operations.
+    if (closing_.load(std::memory_order_acquire)) return ClosedError();
+    // The receives freed so far are re-posted after it, when the drain
+    // ends: off the reply's path. Their credits ride on the next frame.
+    PostSmall(frame, frame.type, {});
+    Bump(stats_.frames_written_directly);
+    Post();
+    return Status();
   }
   bool post = false;
   {
@@ -779,6 +775,7 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
     }
     queued_bytes_ += bytes;
     queue_.push_back(std::move(frame));
+    queued_frames_.store(queue_.size(), std::memory_order_relaxed);
     post = !flush_pending_.exchange(true, std::memory_order_relaxed);
   }
   if (post && delivering_last == this) {
@@ -855,6 +852,7 @@ void RdmaConnection::Flush() {
       outgoing_.push_back(std::move(transfer));
       PostControl(rts);
     }
+    queued_frames_.store(queue_.size(), std::memory_order_relaxed);
   }
   // Return credits explicitly when no traffic has carried them back.
   if (credits_to_return_ >= kRdmaReceiveDepth / 2 && credits_ >= 1 &&
@@ -1144,6 +1142,7 @@ void RdmaConnection::CloseNow(const Status& reason) {
     closing_ = true;
     queue_.clear();
     queued_bytes_ = 0;
+    queued_frames_.store(0, std::memory_order_relaxed);
   }
   close_timer_.cancel();
   // Transfers with nothing posted yet (no grant came) let go of the callers'

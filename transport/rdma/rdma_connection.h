@@ -241,8 +241,13 @@ class RdmaConnection final
   // Written under mu_. The busy loop reads it without the lock, as a hint
   // that a frame is waiting for Flush.
   std::atomic<bool> flush_pending_{false};
-  bool closing_ = false;       // Guarded by mu_.
+  // Set under mu_; Send's post-at-once path reads it without the lock.
+  std::atomic<bool> closing_{false};
   uint64_t queued_bytes_ = 0;  // Guarded by mu_: the bytes in queue_.
+  // queue_.size(), set under mu_; Send's post-at-once path reads it without
+  // the lock (a frame another thread queues meanwhile is concurrent with
+  // this one, so either order is right).
+  std::atomic<size_t> queued_frames_{0};
 
   RingQueue<ControlMessage> control_queue_;  // Grants and credits to send.
   // Our large frames under way, oldest first: at most max_transfers_.
