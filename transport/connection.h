@@ -237,6 +237,12 @@ struct TransportOptions {
   std::chrono::microseconds hybrid_spin{50};
 };
 
+// What Send returns once the connection to `peer` is closing or closed.
+inline Status ClosedError(const std::string& peer) {
+  return Status(StatusCode::kUnavailable,
+                "connection to " + peer + " is closed");
+}
+
 // Send's check of max_queued_bytes: `queued` bytes wait already.
 inline Status CheckQueueRoom(uint64_t queued, uint64_t frame_bytes,
                              uint64_t limit, const std::string& peer) {

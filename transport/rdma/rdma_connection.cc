@@ -756,7 +756,7 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
       queued_frames_.load(std::memory_order_acquire) == 0) {
     // No lock: only atomics and loop-thread state are read, so the reply
     // does not pay the queue lock's two atomic operations.
-    if (closing_.load(std::memory_order_acquire)) return ClosedError();
+    if (closing_.load(std::memory_order_acquire)) return ClosedError(peer_);
     // The receives freed so far are re-posted after it, when the drain
     // ends: off the reply's path. Their credits ride on the next frame.
     PostSmall(frame, frame.type, {});
@@ -767,7 +767,7 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
   bool post = false;
   {
     std::lock_guard lock(mu_);
-    if (closing_) return ClosedError();
+    if (closing_) return ClosedError(peer_);
     if (Status room = CheckQueueRoom(queued_bytes_, bytes,
                                      options_.max_queued_bytes, peer_);
         !room.ok()) {
@@ -788,11 +788,6 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
                Pooled([self = shared_from_this()] { self->Flush(); }));
   }
   return Status();
-}
-
-Status RdmaConnection::ClosedError() const {
-  return Status(StatusCode::kUnavailable,
-                "connection to " + peer_ + " is closed");
 }
 
 bool RdmaConnection::CanPostSmallAtOnce(uint64_t frame_bytes) const {

@@ -179,7 +179,6 @@ class RdmaConnection final
   // Send may post a small frame itself: nothing it could overtake but the
   // queue (checked under mu_), and a credit beyond the reserve and a slot.
   bool CanPostSmallAtOnce(uint64_t frame_bytes) const;
-  Status ClosedError() const;  // What Send returns once closing.
   bool SendSlotFree() const {
     return posted_ - completed_ < tunables::kRdmaSendDepth;
   }

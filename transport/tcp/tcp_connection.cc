@@ -434,7 +434,7 @@ Status TcpConnection::Send(OutgoingFrame frame) {
   // closed loop.
   if (delivering == this && !more_staged_ && direct_writes_ && !torn_down_) {
     // Without mu_: a reply must not wait on another thread's Send.
-    if (closing_) return ClosedError();
+    if (closing_) return ClosedError(peer_);
     if (!flush_pending_.exchange(true)) {  // No write in flight or posted.
       WriteNow(prefix, std::move(frame));
       return Status();
@@ -443,7 +443,7 @@ Status TcpConnection::Send(OutgoingFrame frame) {
   bool post = false;
   {
     std::lock_guard lock(mu_);
-    if (closing_) return ClosedError();
+    if (closing_) return ClosedError(peer_);
     const uint64_t bytes = kFramePrefixSize + frame.header.size() + payload;
     if (Status room = CheckQueueRoom(queued_bytes_, bytes,
                                      options_.max_queued_bytes, peer_);
@@ -468,11 +468,6 @@ Status TcpConnection::Send(OutgoingFrame frame) {
     PostFlush();
   }
   return Status();
-}
-
-Status TcpConnection::ClosedError() const {
-  return Status(StatusCode::kUnavailable,
-                "connection to " + peer_ + " is closed");
 }
 
 void TcpConnection::WriteNow(const EncodedPrefix& prefix,

@@ -91,7 +91,6 @@ class TcpConnection final : public Connection,
   // write is in flight or posted (Send has taken the token, flush_pending_);
   // what does not leave goes on as a batch.
   void WriteNow(const EncodedPrefix& prefix, OutgoingFrame&& frame);
-  Status ClosedError() const;  // What Send returns once closing.
   // After a write-now: gives the token back, or flushes what other threads
   // queued meanwhile.
   void LetGo();
