@@ -177,7 +177,8 @@ class RdmaConnection final
                             peer_params_.receive_buffer_size);
   }
   // Send may post a small frame itself: nothing it could overtake but the
-  // queue (checked under mu_), and a credit beyond the reserve and a slot.
+  // queue (which Send checks too), and a credit beyond the reserve and a
+  // slot.
   bool CanPostSmallAtOnce(uint64_t frame_bytes) const;
   bool SendSlotFree() const {
     return posted_ - completed_ < tunables::kRdmaSendDepth;
