@@ -119,6 +119,17 @@ asio::any_io_executor TcpConnection::executor() const {
   return const_cast<asio::ip::tcp::socket&>(socket_).get_executor();
 }
 
+template <typename Handler>
+void TcpConnection::PostToLoop(Handler handler) {
+  // The io_context executor, unlike the type-erased one, allocates the
+  // handler with its own (pooled) allocator.
+  if (loop_) {
+    asio::post(*loop_, std::move(handler));
+  } else {
+    asio::post(socket_.get_executor(), std::move(handler));
+  }
+}
+
 void TcpConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
   asio::post(socket_.get_executor(),
              [self = shared_from_this(), observer = std::move(observer)] {
@@ -349,12 +360,7 @@ void TcpConnection::PollTurn() {
     }
     if (now >= spin_until_) return WaitReadable();
   }
-  auto turn = Pooled([self = shared_from_this()] { self->PollTurn(); });
-  if (loop_) {
-    asio::post(*loop_, std::move(turn));
-  } else {
-    asio::post(socket_.get_executor(), std::move(turn));
-  }
+  PostToLoop(Pooled([self = shared_from_this()] { self->PollTurn(); }));
 }
 
 TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
@@ -517,12 +523,7 @@ void TcpConnection::LetGo() {
 }
 
 void TcpConnection::PostFlush() {
-  auto flush = Pooled([self = shared_from_this()] { self->Flush(); });
-  if (loop_) {
-    asio::post(*loop_, std::move(flush));
-  } else {
-    asio::post(socket_.get_executor(), std::move(flush));
-  }
+  PostToLoop(Pooled([self = shared_from_this()] { self->Flush(); }));
 }
 
 void TcpConnection::Flush() {

@@ -99,7 +99,10 @@ class TcpConnection final : public Connection,
   // left: true once all of it has; false if the rest is left to an
   // asynchronous write, or the write failed (the connection is closing).
   bool WriteBatch(size_t already_written);
-  void PostFlush();                // Flush later, on the loop.
+  void PostFlush();  // Flush later, on the loop.
+  // Posts `handler` to the socket's loop, through loop_ when there is one.
+  template <typename Handler>
+  void PostToLoop(Handler handler);
   void FinishWrite(size_t bytes);  // The batch in writing_ has left.
   void OnWritten(const boost::system::error_code& error, size_t bytes);
 
