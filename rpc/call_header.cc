@@ -148,24 +148,23 @@ class Reader {
     }
     return false;
   }
-  // As protobuf: a tag is a 32-bit varint of at most 5 bytes (an overlong
-  // encoding of a small value is an error too).
-  bool Tag(uint64_t& tag) {
+  // As protobuf reads tags and lengths: a varint of at most 5 bytes (an
+  // overlong encoding of a small value in six is an error too).
+  bool ShortVarint(uint64_t& value) {
     const std::byte* start = at_;
-    return Varint(tag) && at_ - start <= 5 && tag <= 0xffffffffu;
+    return Varint(value) && at_ - start <= 5;
   }
+  // A tag is a 32-bit short varint.
+  bool Tag(uint64_t& tag) { return ShortVarint(tag) && tag <= 0xffffffffu; }
   bool Skip(uint64_t n) {
     if (n > static_cast<uint64_t>(end_ - at_)) return false;
     at_ += n;
     return true;
   }
-  // As protobuf: a length is a varint of at most 5 bytes (an overlong
-  // encoding of a small length is an error in six).
+  // A length-delimited field: its length is a short varint.
   bool Bytes(std::string_view& value) {
-    const std::byte* start = at_;
     uint64_t length = 0;
-    if (!Varint(length) || at_ - start > 5 ||
-        length > static_cast<uint64_t>(end_ - at_)) {
+    if (!ShortVarint(length) || length > static_cast<uint64_t>(end_ - at_)) {
       return false;
     }
     value = std::string_view(reinterpret_cast<const char*>(at_), length);
