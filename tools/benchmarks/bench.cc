@@ -256,6 +256,23 @@ bool ReadAll(int fd, std::byte* data, size_t size) {
   }
   return true;
 }
+// Reads `size` bytes without blocking in recv; `when_empty` runs each time
+// the socket has nothing yet (it waits, or not) and returns false to give up.
+template <typename WhenEmpty>
+bool ReadWithoutBlocking(int fd, std::byte* data, size_t size,
+                         WhenEmpty when_empty) {
+  while (size > 0) {
+    const ssize_t n = recv(fd, data, size, MSG_DONTWAIT);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) return false;
+    if (errno == EAGAIN && !when_empty()) return false;
+  }
+  return true;
+}
 bool WriteAll(int fd, const std::byte* data, size_t size) {
   while (size > 0) {
     const ssize_t n = write(fd, data, size);
@@ -390,20 +407,10 @@ class EpollSide {
   EpollSide& operator=(const EpollSide&) = delete;
 
   bool Read(std::byte* data, size_t size) {
-    while (size > 0) {
-      const ssize_t n = recv(fd_, data, size, 0);
-      if (n > 0) {
-        data += n;
-        size -= static_cast<size_t>(n);
-        continue;
-      }
-      if (n == 0 || (errno != EAGAIN && errno != EINTR)) return false;
+    return ReadWithoutBlocking(fd_, data, size, [this] {
       epoll_event event;
-      if (epoll_wait(epoll_, &event, 1, -1) < 0 && errno != EINTR) {
-        return false;
-      }
-    }
-    return true;
+      return epoll_wait(epoll_, &event, 1, -1) >= 0 || errno == EINTR;
+    });
   }
   // 16 B to 64 KiB: the socket buffer takes it at once.
   bool Write(const std::byte* data, size_t size) {
@@ -435,16 +442,7 @@ class BusySide {
  public:
   explicit BusySide(int fd) : fd_(fd) {}
   bool Read(std::byte* data, size_t size) {
-    while (size > 0) {
-      const ssize_t n = recv(fd_, data, size, MSG_DONTWAIT);
-      if (n > 0) {
-        data += n;
-        size -= static_cast<size_t>(n);
-      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        return false;
-      }
-    }
-    return true;
+    return ReadWithoutBlocking(fd_, data, size, [] { return true; });
   }
   bool Write(const std::byte* data, size_t size) {
     return WriteAll(fd_, data, size);
