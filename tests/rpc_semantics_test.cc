@@ -138,17 +138,26 @@ TEST_CASE("deadline: a late reply is dropped and the callback runs once") {
   CHECK(callbacks == 1);
 }
 
-TEST_CASE("cancel: the client gets CANCELLED and the handler observes it") {
-  TestServer server;
-  Channel channel(server.uri);
+// Starts a WaitCancel call, the server's `nth` call, and cancels it once its
+// handler runs: the client gets CANCELLED, and the handler observes it.
+void CancelWaitingCall(Channel& channel, TestServer& server, int nth) {
+  const int cancels = server.service.cancels_observed;
   std::promise<Status> done;
   const Channel::CallId id = channel.Call(
       "test.Test", "WaitCancel", Buffer(), CallOptions{},
       [&](const Status& status, Buffer) { done.set_value(status); });
-  REQUIRE(WaitFor([&] { return server.service.calls_started == 1; }));
+  REQUIRE(WaitFor([&] { return server.service.calls_started == nth; }));
   channel.Cancel(id);
   CHECK(done.get_future().get().code() == StatusCode::kCancelled);
-  REQUIRE(WaitFor([&] { return server.service.cancels_observed == 1; }));
+  REQUIRE(
+      WaitFor([&] { return server.service.cancels_observed == cancels + 1; }));
+}
+
+TEST_CASE("cancel: the client gets CANCELLED and the handler observes it") {
+  TestServer server;
+  Channel channel(server.uri);
+  CancelWaitingCall(channel, server, 1);
+  CHECK(server.service.cancels_observed == 1);
   // The handler's reply to a cancelled call is not sent.
   REQUIRE(
       WaitFor([&] { return server.server.stats().responses_dropped == 1; }));
@@ -173,14 +182,8 @@ TEST_CASE("polling: busy and hybrid connections keep every call semantic") {
     const CallResult late =
         CallSync(channel, "SleepMs", "300", CallOptions::WithTimeout(50ms));
     CHECK(late.status.code() == StatusCode::kDeadlineExceeded);
-    std::promise<Status> done;
-    const Channel::CallId id = channel.Call(
-        "test.Test", "WaitCancel", Buffer(), CallOptions{},
-        [&](const Status& status, Buffer) { done.set_value(status); });
-    REQUIRE(WaitFor([&] { return server.service.calls_started == 3; }));
-    channel.Cancel(id);
-    CHECK(done.get_future().get().code() == StatusCode::kCancelled);
-    REQUIRE(WaitFor([&] { return server.service.cancels_observed == 1; }));
+    CancelWaitingCall(channel, server, 3);
+    CHECK(server.service.cancels_observed == 1);
   }
 }
 
