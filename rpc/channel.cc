@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/futex_mutex.h"
+#include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/tunables.h"
 #include "rpc/event_loop.h"
@@ -107,6 +108,7 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
                                          Buffer request,
                                          const CallOptions& call_options,
                                          ResponseCallback done) {
+  RDMARPC_TRACE(0, "call");
   // Read the clock only for a deadline: on some machines (a VM on an HPET
   // clock source) a read costs microseconds.
   const auto now = call_options.deadline ? Clock::now() : Clock::time_point();
@@ -186,6 +188,7 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   }
   lock.unlock();
   if (ready) {
+    RDMARPC_TRACE(0, "encode");
     const Status sent = ready->Send(
         MakeRequestFrame(id, service, method, timeout_us, std::move(request)));
     // UNAVAILABLE: the connection is closing and OnClose fails the call.
@@ -300,6 +303,7 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
 }
 
 void Channel::Impl::OnFrame(ReceivedFrame frame) {
+  RDMARPC_TRACE(0, "channel_on_frame");
   StatusOr<CallHeader> header = DecodeCallHeader(frame);
   if (header.ok() && header->kind() != CallHeader::kResponse) {
     header = Status(StatusCode::kInternal,
@@ -330,6 +334,7 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
         frame, "response", "channel",
         " of " + std::to_string(options_.transport.max_payload_size));
   }
+  RDMARPC_TRACE(0, "callback");
   Invoke(done, status, status.ok() ? std::move(frame).TakePayload() : Buffer());
 }
 

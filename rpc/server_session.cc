@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/buffer_pool.h"
+#include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/tunables.h"
 #include "rpc/wire_codec.h"
@@ -95,6 +96,7 @@ void ServerSession::Reply(uint64_t id, const Status& status) {
 }
 
 void ServerSession::OnFrame(transport::ReceivedFrame frame) {
+  RDMARPC_TRACE(1, "session_on_frame");
   StatusOr<CallHeader> decoded = DecodeCallHeader(frame);
   if (!decoded.ok()) return ProtocolError(decoded.status());
   const CallHeader& header = *decoded;
@@ -215,6 +217,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
                 call->request().size());
   }
   try {
+    RDMARPC_TRACE(1, "handler");
     (*handler)(call);
   } catch (const std::exception& e) {
     // The call may already be finished; Finish ignores a second attempt.
@@ -236,6 +239,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
 
 void ServerSession::Complete(ServerCall& call, const Status& status,
                              Buffer response) {
+  RDMARPC_TRACE(1, "complete");
   uint8_t state = ServerCall::kNotYet;
   if (!call.tracking_.compare_exchange_strong(state, ServerCall::kNever)) {
     std::lock_guard lock(mu_);  // kTracked: OnFrame has entered it.
@@ -278,6 +282,7 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
                                std::to_string(core_->max_response_size)));
     return StatusCode::kResourceExhausted;
   }
+  RDMARPC_TRACE(1, "encode");
   connection_->Send(MakeResponseFrame(call.id_, status, std::move(response)))
       .IgnoreError();
   return status.code();

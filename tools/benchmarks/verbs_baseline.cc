@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/latency_trace.h"
 #include "examples/common/flags.h"
 #include "tools/benchmarks/pin.h"
 #include "transport/rdma/verbs.h"
@@ -54,6 +55,7 @@ struct Grant {
 
 // One side's verbs resources on an established (or establishing) cm_id.
 struct Side {
+  int trace_side = 0;  // For RDMARPC_TRACE: 0 client, 1 server.
   EventChannel events;
   CmId id;
   ProtectionDomain pd;
@@ -100,7 +102,9 @@ struct Side {
       wr.wr.rdma.rkey = remote->rkey;
     }
     ibv_send_wr* bad = nullptr;
+    RDMARPC_TRACE(trace_side, "post_start");
     if (ibv_post_send(id->qp, &wr, &bad) != 0) Die("ibv_post_send");
+    RDMARPC_TRACE(trace_side, "post_end");
   }
   ibv_wc Wait() {  // Busy polls one completion.
     ibv_wc wc{};
@@ -108,6 +112,8 @@ struct Side {
     while ((n = ibv_poll_cq(cq.get(), 1, &wc)) == 0) {
     }
     if (n < 0) Die("ibv_poll_cq");
+    RDMARPC_TRACE(trace_side,
+                  (wc.opcode & IBV_WC_RECV) != 0 ? "recv_cqe" : "send_cqe");
     if (wc.status != IBV_WC_SUCCESS) {
       std::fprintf(stderr, "verbs_baseline: completion error: %s\n",
                    ibv_wc_status_str(wc.status));
@@ -155,6 +161,7 @@ int Run(const examples::Flags& flags) {
 
   // Server: listen on an ephemeral port.
   Side server;
+  server.trace_side = 1;
   server.events.reset(rdma_create_event_channel());
   rdma_cm_id* raw = nullptr;
   if (!server.events ||

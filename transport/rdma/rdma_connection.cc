@@ -12,6 +12,7 @@
 #include <new>
 
 #include "base/buffer_pool.h"
+#include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/pooled_handler.h"
 #include "transport/rdma/grant_memory.h"
@@ -413,6 +414,7 @@ void RdmaConnection::OnCqReady() {
 
 void RdmaConnection::PollLoop() {
   if (torn_down_) return;
+  RDMARPC_TRACE(TraceSide(), "trip");
   // Several polls per trip through the event loop: a trip (the scheduler's
   // locks, a non-blocking epoll_wait) costs far more than an empty poll.
   // Stop at the first completions, so what they started runs next. A frame
@@ -463,6 +465,13 @@ bool RdmaConnection::Drain() {
     }
     if (n == 0) break;
     any = true;
+#ifdef RDMARPC_LATENCY_TRACE
+    for (int i = 0; i < n; ++i) {
+      RDMARPC_TRACE(TraceSide(), (wcs[i].opcode & IBV_WC_RECV) != 0
+                                     ? "recv_cqe"
+                                     : "send_cqe");
+    }
+#endif
     // The last completion that can deliver a frame: send completions
     // polled after it carry none, so a reply need not wait for them.
     int last = n - 1;
@@ -541,6 +550,7 @@ void RdmaConnection::ProtocolError(const Status& error) {
 }
 
 void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
+  RDMARPC_TRACE(TraceSide(), "on_receive");
   const std::byte* data =
       receive_ring_->data() + size_t{slot} * kRdmaReceiveBufferSize;
   StatusOr<InboundMessage> inbound =
@@ -567,6 +577,7 @@ void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
   if (torn_down_) return;  // The repost failed: observer_ is gone.
   Bump(stats_.frames_received);
   InsideOnFrame guard(in_observer_);
+  RDMARPC_TRACE(TraceSide(), "deliver");
   observer_->OnFrame(ReceivedFrame(FrameType::kRpc, std::move(block),
                                    prefix.header_size,
                                    dropped ? prefix.payload_size : 0));
@@ -740,6 +751,7 @@ void RdmaConnection::FlushReposts() {
 // ------------------------------------------------------------------- send --
 
 Status RdmaConnection::Send(OutgoingFrame frame) {
+  RDMARPC_TRACE(TraceSide(), "send");
   if (frame.header.size() > tunables::kMaxCallHeaderSize) {
     return Status(StatusCode::kInternal, "frame header too large");
   }
@@ -1080,7 +1092,9 @@ void RdmaConnection::Post() {
     send_wrs_[i].next = i + 1 < send_wrs_.size() ? &send_wrs_[i + 1] : nullptr;
   }
   ibv_send_wr* bad = nullptr;
+  RDMARPC_TRACE(TraceSide(), "post_start");
   const int error = ibv_post_send(id_->qp, send_wrs_.data(), &bad);
+  RDMARPC_TRACE(TraceSide(), "post_end");
   send_wrs_.clear();
   if (error != 0) CloseNow(ErrnoStatus("ibv_post_send", error));
 }

@@ -185,6 +185,9 @@ class RdmaConnection final
   }
   void Post();  // Posts the chain built by PostSmall/PostWrite.
 
+  // For RDMARPC_TRACE: 0 on the connecting side, 1 on the accepting side.
+  int TraceSide() const { return host_.empty() ? 1 : 0; }
+
   void MaybeFinishClose();
   void ProtocolError(const Status& error);
   void CloseNow(const Status& reason);
