@@ -120,6 +120,10 @@ inline constexpr uint8_t kRdmaRnrRetry = 0;
 inline constexpr int kRdmaCmTimeoutMs = 5000;
 // Largest gather list: a header and every payload slice.
 inline constexpr uint32_t kRdmaMaxSendSge = 1 + kMaxPayloadSlices;
+// Inline data asked of the device per send (it may grant less, or none).
+// Frames up to this size are staged in a dense area, one entry per work
+// request of a chain, rather than in their 16 KiB-apart send-ring slots.
+inline constexpr uint32_t kRdmaMaxInline = 256;
 // Large payload bytes outside every MemoryRegistration are copied into a
 // registered bounce pool (allocated on a connection's first such send) and
 // written from there, this many chunks in flight at once.
@@ -143,6 +147,9 @@ static_assert(kRdmaRepostBatch <= kRdmaReceiveDepth / 4,
               "batched re-posts must not starve the peer of credits");
 static_assert(kRdmaSignalEvery <= kRdmaSendDepth / 2,
               "every window of the send queue must hold a signaled send");
+static_assert(kRdmaMaxInline >= kFramePrefixSize &&
+                  kRdmaMaxInline <= kRdmaReceiveBufferSize,
+              "an inline send holds at least a prefix and fits a receive");
 static_assert(kRdmaReceiveBufferSize >= kFramePrefixSize + 64,
               "a receive buffer must hold any control message");
 static_assert(kRdmaBounceChunkSize > kRdmaReceiveBufferSize,

@@ -10,8 +10,9 @@
 // re-posted at once, so a slow handler never starves the peer of credits);
 // a large frame lands by WRITE WITH IMMEDIATE in a block granted for it and
 // is delivered without a copy.
-// Send: small frames are copied into the send ring and posted as one chain
-// per flush (a single doorbell), inline when they fit. Large frames are
+// Send: small frames are copied into the send ring (or, when they fit
+// inline, into a small staging area the device copies from) and posted as
+// one chain per flush (a single doorbell). Large frames are
 // written (write_plan.h) straight from the caller's memory when it lies in a
 // MemoryRegistration (its memory region cached per connection), and through
 // a registered bounce pool when it does not.
@@ -236,6 +237,8 @@ class RdmaConnection final
   uint32_t unsignaled_ = 0;
   std::vector<ibv_send_wr> send_wrs_;  // The chain being built.
   std::vector<ibv_sge> send_sges_;
+  // Inline sends of the chain being built, max_inline_ bytes each.
+  std::vector<std::byte> inline_staging_;
 
   // Taken up to five times per call (Send, Flush): a FutexMutex, whose
   // uncontended lock and unlock are one atomic instruction each.
