@@ -181,6 +181,37 @@ void ExchangeMix(Pair& pair) {
   CHECK(received.frames_received == kSmall + large.size());
 }
 
+TEST_CASE("rdma: small frames of any size arrive intact, inline or not") {
+  // Frames up to kRdmaMaxInline bytes are staged for an inline send, one
+  // staging entry per request of a chain; larger ones go from their send
+  // ring slot. Sizes on both sides of that boundary, queued at once so they
+  // leave in chains, up to the largest that travels as one SEND (and the
+  // first that does not).
+  Pair pair(PollMode::kBusy);
+  constexpr size_t kOverhead = tunables::kFramePrefixSize + 3;  // "hdr"
+  constexpr size_t kInline = tunables::kRdmaMaxInline - kOverhead;
+  constexpr size_t kLargestSend = tunables::kRdmaReceiveBufferSize - kOverhead;
+  std::vector<size_t> sizes;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t size : {size_t{0}, kInline - 1, kInline, kInline + 1,
+                        size_t{1000}, size_t{4096}, kLargestSend}) {
+      sizes.push_back(size);
+    }
+  }
+  sizes.push_back(kLargestSend + 1);
+  for (size_t size : sizes) REQUIRE(pair.client->Send(MakeFrame(size)).ok());
+  REQUIRE(pair.WaitFor(sizes.size()));
+  {
+    std::lock_guard lock(pair.recorder->mu);
+    CHECK(pair.recorder->intact);
+    CHECK(pair.recorder->sizes ==
+          std::vector<uint64_t>(sizes.begin(), sizes.end()));
+  }
+  // All but the last went as one SEND each, the small ones inline.
+  CHECK(WaitUntil([&] { return pair.client->stats().rdma_writes == 1; }));
+  CHECK(pair.client->stats().inline_sends >= 6);
+}
+
 TEST_CASE("rdma: event mode: inline, WRITE WITH IMM, credits, no RNR") {
   Pair pair(PollMode::kEvent);
   ExchangeMix(pair);
