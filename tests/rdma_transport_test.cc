@@ -146,6 +146,16 @@ bool WaitUntil(const std::function<bool()>& done) {
   return true;
 }
 
+// Sends a frame of each size at once; all arrive intact, in order.
+void SendAllInOrder(Pair& pair, const std::vector<size_t>& sizes) {
+  for (size_t size : sizes) REQUIRE(pair.client->Send(MakeFrame(size)).ok());
+  REQUIRE(pair.WaitFor(sizes.size()));
+  std::lock_guard lock(pair.recorder->mu);
+  CHECK(pair.recorder->intact);
+  CHECK(pair.recorder->sizes ==
+        std::vector<uint64_t>(sizes.begin(), sizes.end()));
+}
+
 void ExchangeMix(Pair& pair) {
   // Far more small frames than the peer has receives posted: credits must
   // flow back (explicitly: the receiver sends nothing else), and no send may
@@ -199,14 +209,7 @@ TEST_CASE("rdma: small frames of any size arrive intact, inline or not") {
     }
   }
   sizes.push_back(kLargestSend + 1);
-  for (size_t size : sizes) REQUIRE(pair.client->Send(MakeFrame(size)).ok());
-  REQUIRE(pair.WaitFor(sizes.size()));
-  {
-    std::lock_guard lock(pair.recorder->mu);
-    CHECK(pair.recorder->intact);
-    CHECK(pair.recorder->sizes ==
-          std::vector<uint64_t>(sizes.begin(), sizes.end()));
-  }
+  SendAllInOrder(pair, sizes);
   // All but the last went as one SEND each, the small ones inline.
   CHECK(WaitUntil([&] { return pair.client->stats().rdma_writes == 1; }));
   CHECK(pair.client->stats().inline_sends >= 6);
@@ -413,14 +416,7 @@ TEST_CASE("rdma: large frames pipeline and keep their order") {
   const std::vector<size_t> sizes = {64 << 10, 1 << 20, 10, 300 << 10,
                                      2 << 20,  20,      30, (100 << 10) + 1,
                                      40,       64 << 10};
-  for (size_t size : sizes) REQUIRE(pair.client->Send(MakeFrame(size)).ok());
-  REQUIRE(pair.WaitFor(sizes.size()));
-  {
-    std::lock_guard lock(pair.recorder->mu);
-    CHECK(pair.recorder->intact);
-    CHECK(pair.recorder->sizes ==
-          std::vector<uint64_t>(sizes.begin(), sizes.end()));
-  }
+  SendAllInOrder(pair, sizes);
   const ConnectionStats& sent = pair.client->stats();
   CHECK(WaitUntil([&] { return sent.rdma_writes == 6; }));
   // The second frame's RTS went out while the first was under way (both
