@@ -17,6 +17,7 @@ enum Field : uint32_t {
   kStatusMessageField = 7,
   kPayloadSizeField = 8,
   kOutOfBandField = 9,
+  kMethodIdField = 10,
 };
 enum WireType : uint32_t {
   kVarint = 0,
@@ -92,6 +93,23 @@ std::byte* PutVarintField(std::byte* out, Field field, uint64_t value) {
   if (value == 0) return out;
   return PutVarint(PutVarint(out, Tag(field, kVarint)), value);
 }
+size_t Fixed64FieldSize(Field field, uint64_t value) {
+  return value == 0 ? 0 : VarintSize(Tag(field, kFixed64)) + sizeof(value);
+}
+
+std::byte* PutFixed64Field(std::byte* out, Field field, uint64_t value) {
+  if (value == 0) return out;
+  out = PutVarint(out, Tag(field, kFixed64));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(out, &value, sizeof(value));
+  } else {
+    for (size_t i = 0; i < sizeof(value); ++i) {
+      out[i] = std::byte(static_cast<uint8_t>(value >> (8 * i)));
+    }
+  }
+  return out + sizeof(value);
+}
+
 std::byte* PutBytesField(std::byte* out, Field field, std::string_view value) {
   if (value.empty()) return out;
   out = PutVarint(PutVarint(out, Tag(field, kBytes)), value.size());
@@ -156,6 +174,20 @@ class Reader {
   }
   // A tag is a 32-bit short varint.
   bool Tag(uint64_t& tag) { return ShortVarint(tag) && tag <= 0xffffffffu; }
+  // Eight little-endian bytes.
+  bool Fixed64(uint64_t& value) {
+    if (end_ - at_ < 8) return false;
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(&value, at_, sizeof(value));
+    } else {
+      value = 0;
+      for (int i = 7; i >= 0; --i) {
+        value = (value << 8) | static_cast<uint8_t>(at_[i]);
+      }
+    }
+    at_ += 8;
+    return true;
+  }
   bool Skip(uint64_t n) {
     if (n > static_cast<uint64_t>(end_ - at_)) return false;
     at_ += n;
@@ -187,14 +219,15 @@ size_t CallHeader::EncodedSize() const {
          VarintFieldSize(kTimeoutField, timeout_us_) +
          VarintFieldSize(kStatusCodeField, Int32Bits(status_code_)) +
          BytesFieldSize(kStatusMessageField, status_message_) +
-         VarintFieldSize(kPayloadSizeField, payload_size_);
+         VarintFieldSize(kPayloadSizeField, payload_size_) +
+         Fixed64FieldSize(kMethodIdField, method_id_);
 }
 
 size_t CallHeader::MaxEncodedSize() const {
-  // Eight one-byte tags, five varint fields of at most 10 bytes, and three
-  // strings with their lengths.
+  // Nine one-byte tags, five varint fields of at most 10 bytes, a fixed64,
+  // and three strings with their lengths.
   constexpr size_t kMaxVarint = 10;
-  return 8 + 5 * kMaxVarint + 3 * kMaxVarint + service_.size() +
+  return 9 + 5 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
          method_.size() + status_message_.size();
 }
 
@@ -206,7 +239,8 @@ std::byte* CallHeader::Encode(std::byte* out) const {
   out = PutVarintField(out, kTimeoutField, timeout_us_);
   out = PutVarintField(out, kStatusCodeField, Int32Bits(status_code_));
   out = PutBytesField(out, kStatusMessageField, status_message_);
-  return PutVarintField(out, kPayloadSizeField, payload_size_);
+  out = PutVarintField(out, kPayloadSizeField, payload_size_);
+  return PutFixed64Field(out, kMethodIdField, method_id_);
 }
 
 std::optional<CallHeader> CallHeader::Decode(std::span<const std::byte> bytes) {
@@ -246,6 +280,9 @@ bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
   if (in.Take(Tag(kPayloadSizeField, kVarint)) && !in.Varint(payload_size_)) {
     return false;
   }
+  if (in.Take(Tag(kMethodIdField, kFixed64)) && !in.Fixed64(method_id_)) {
+    return false;
+  }
   return in.done();
 }
 
@@ -266,8 +303,9 @@ std::optional<CallHeader> CallHeader::DecodeAny(
         if (!in.Varint(value)) return std::nullopt;
         break;
       case kFixed64:
-        if (!in.Skip(8)) return std::nullopt;
-        continue;  // No fixed64 fields: unknown, skipped.
+        if (!in.Fixed64(value)) return std::nullopt;
+        if (field == kMethodIdField) header.method_id_ = value;
+        continue;  // The only fixed64 field.
       case kFixed32:
         if (!in.Skip(4)) return std::nullopt;
         continue;

@@ -25,6 +25,8 @@ class CallHeader {
   uint64_t call_id() const { return call_id_; }
   std::string_view service() const { return service_; }
   std::string_view method() const { return method_; }
+  // 0 when the request names its method by service and method instead.
+  uint64_t method_id() const { return method_id_; }
   uint64_t timeout_us() const { return timeout_us_; }
   int32_t status_code() const { return status_code_; }
   std::string_view status_message() const { return status_message_; }
@@ -46,6 +48,10 @@ class CallHeader {
   }
   CallHeader& set_method(std::string_view m) {
     method_ = m;
+    return *this;
+  }
+  CallHeader& set_method_id(uint64_t id) {
+    method_id_ = id;
     return *this;
   }
   CallHeader& set_timeout_us(uint64_t t) {
@@ -91,6 +97,7 @@ class CallHeader {
   std::string_view status_message_;
   uint64_t payload_size_ = 0;
   uint32_t out_of_band_count_ = 0;
+  uint64_t method_id_ = 0;
 };
 
 }  // namespace rdmarpc::rpc

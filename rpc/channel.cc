@@ -32,9 +32,10 @@ class Channel::Impl final : public transport::ConnectionObserver,
         timer_(context),
         backoff_(options_.initial_backoff) {}
 
+  // Names the method by `method_id` if it is not 0, else by the names.
   CallId StartCall(std::string_view service, std::string_view method,
-                   Buffer request, const CallOptions& call_options,
-                   ResponseCallback done);
+                   uint64_t method_id, Buffer request,
+                   const CallOptions& call_options, ResponseCallback done);
   void Cancel(CallId id);
   // Fails every call with `why` and drops the connection.
   void Shutdown(std::vector<CallTable::Entry>* orphans);
@@ -105,7 +106,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
 
 Channel::CallId Channel::Impl::StartCall(std::string_view service,
                                          std::string_view method,
-                                         Buffer request,
+                                         uint64_t method_id, Buffer request,
                                          const CallOptions& call_options,
                                          ResponseCallback done) {
   RDMARPC_TRACE(0, "call");
@@ -174,8 +175,11 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   if (state_ == ChannelState::kReady) {
     ready = connection_;
   } else {
-    waiting_.emplace_back(id, MakeRequestFrame(id, service, method, timeout_us,
-                                               std::move(request)));
+    waiting_.emplace_back(
+        id, method_id != 0 ? MakeRequestFrameById(id, method_id, timeout_us,
+                                                  std::move(request))
+                           : MakeRequestFrame(id, service, method, timeout_us,
+                                              std::move(request)));
     if (state_ == ChannelState::kIdle) {
       state_ = ChannelState::kConnecting;
       asio::post(context_,
@@ -190,7 +194,10 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   if (ready) {
     RDMARPC_TRACE(0, "encode");
     const Status sent = ready->Send(
-        MakeRequestFrame(id, service, method, timeout_us, std::move(request)));
+        method_id != 0 ? MakeRequestFrameById(id, method_id, timeout_us,
+                                              std::move(request))
+                       : MakeRequestFrame(id, service, method, timeout_us,
+                                          std::move(request)));
     // UNAVAILABLE: the connection is closing and OnClose fails the call.
     if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
       std::optional<ResponseCallback> failed;
@@ -421,7 +428,14 @@ Channel::~Channel() {
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,
                               Buffer request, const CallOptions& options,
                               ResponseCallback done) {
-  return impl_->StartCall(service, method, std::move(request), options,
+  return impl_->StartCall(service, method, 0, std::move(request), options,
+                          std::move(done));
+}
+
+Channel::CallId Channel::Call(const MethodRef& method, Buffer request,
+                              const CallOptions& options,
+                              ResponseCallback done) {
+  return impl_->StartCall({}, {}, method.id(), std::move(request), options,
                           std::move(done));
 }
 

@@ -6,7 +6,8 @@
 // UNAVAILABLE until the backoff (growing on repeated failures) has passed.
 //
 //   rpc::Channel channel("tcp://127.0.0.1:5000");
-//   channel.Call("pkg.Echo", "Say", Buffer::CopyOf("hi"),
+//   constexpr rpc::MethodRef kSay("pkg.Echo", "Say");
+//   channel.Call(kSay, Buffer::CopyOf("hi"),
 //                rpc::CallOptions::WithTimeout(100ms),
 //                [](const Status& status, Buffer response) { ... });
 //
@@ -27,6 +28,7 @@
 #include "base/tunables.h"
 #include "rpc/call_options.h"
 #include "rpc/call_table.h"
+#include "rpc/method_ref.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
@@ -64,7 +66,12 @@ class Channel {
   Channel& operator=(const Channel&) = delete;
 
   // Starts a call; callable from any thread. `done` gets the status and, when
-  // it is OK, the response payload.
+  // it is OK, the response payload. The request names the method by its id
+  // (rpc/method_ref.h): fewer bytes on the wire than the names.
+  CallId Call(const MethodRef& method, Buffer request,
+              const CallOptions& options, ResponseCallback done);
+  // The same, naming the method by service and method names: for callers
+  // that learn them at run time, and for a server's errors to name them.
   CallId Call(std::string_view service, std::string_view method, Buffer request,
               const CallOptions& options, ResponseCallback done);
 

@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "rpc/event_loop.h"
+#include "rpc/method_ref.h"
 #include "rpc/server_session.h"
 #include "transport/factory/factory.h"
 
@@ -43,6 +44,26 @@ class Server::Impl {
     }
     core_->services.insert_or_assign(service->name(), std::move(entry));
     if (owned) owned_services_.push_back(std::move(owned));
+    IndexMethodsLocked();
+  }
+
+  // Names and ids every registered method. Rebuilt whole: a service
+  // registered again under its name replaces the old one and its ids.
+  void IndexMethodsLocked() {
+    core_->methods_by_id.Clear();
+    for (const auto& [service_name, service] : core_->services) {
+      for (const auto& [method_name, method] : service.methods) {
+        method->service = &service_name;
+        method->method = &method_name;
+        method->id = MethodId(service_name, method_name);
+        if (!core_->methods_by_id.Add(method->id, method.get())) {
+          Log().error(
+              "{}/{}: method id {:#018x} is shared with another method; "
+              "requests by that id are refused, call these by name",
+              service_name, method_name, method->id);
+        }
+      }
+    }
   }
 
   std::vector<const Service*> services() const {

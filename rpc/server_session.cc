@@ -128,28 +128,9 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   if (core_->draining) {  // Checked again under core_->mu below.
     return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
-  if (last_method_.entry == nullptr ||
-      header.method() != *last_method_.method ||
-      header.service() != *last_method_.service) {
-    const auto service = core_->services.find(header.service());
-    if (service == core_->services.end()) {
-      core_->unknown_method_calls++;
-      return Reply(id, Status(StatusCode::kUnimplemented,
-                              "unknown service '" +
-                                  std::string(header.service()) + "'"));
-    }
-    const auto method = service->second.methods.find(header.method());
-    if (method == service->second.methods.end()) {
-      core_->unknown_method_calls++;
-      return Reply(
-          id,
-          Status(StatusCode::kUnimplemented,
-                 "unknown method '" + std::string(header.method()) +
-                     "' of service '" + std::string(header.service()) + "'"));
-    }
-    last_method_ = {&service->first, &method->first, method->second.get()};
-  }
-  MethodEntry& entry = *last_method_.entry;
+  MethodEntry* const resolved = ResolveMethod(header);
+  if (resolved == nullptr) return;  // Answered.
+  MethodEntry& entry = *resolved;
   const MethodHandler* handler = entry.handler;
   MethodMetrics* const metrics = core_->metrics ? &entry.metrics : nullptr;
   // Answered at once, without running the handler; counted in the
@@ -179,9 +160,8 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
   // Pooled: no heap allocation per call in steady state.
   auto call = std::allocate_shared<ServerCall>(
-      PoolAllocator<ServerCall>(), shared_from_this(), id,
-      *last_method_.service, *last_method_.method,
-      std::move(frame).TakePayload(), deadline, metrics);
+      PoolAllocator<ServerCall>(), shared_from_this(), id, *entry.service,
+      *entry.method, std::move(frame).TakePayload(), deadline, metrics);
   // Only this thread enters calls in live_, and a call not entered has
   // finished or is this one. So with live_ empty no other call is in flight:
   // none can hold this id, and the limit is not reached. No lock.
@@ -213,16 +193,15 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
   if (Log().should_log(spdlog::level::debug)) {
     Log().debug("{}: call {} {}/{} started ({} bytes)", connection_->peer(), id,
-                *last_method_.service, *last_method_.method,
-                call->request().size());
+                *entry.service, *entry.method, call->request().size());
   }
   try {
     RDMARPC_TRACE(1, "handler");
     (*handler)(call);
   } catch (const std::exception& e) {
     // The call may already be finished; Finish ignores a second attempt.
-    Log().error("{}: handler of call {} threw: {}", *last_method_.service, id,
-                e.what());
+    Log().error("{}/{}: handler of call {} threw: {}", *entry.service,
+                *entry.method, id, e.what());
   }
   // A call that outlives its handler is entered in live_, for a Cancel frame
   // or the connection's loss to reach it. Complete, on any thread, claims the
@@ -235,6 +214,49 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       TrackLocked(id, call);
     }
   }
+}
+
+MethodEntry* ServerSession::ResolveMethod(const CallHeader& header) {
+  const uint64_t method_id = header.method_id();
+  if (last_method_ != nullptr &&
+      (method_id != 0 ? method_id == last_method_->id
+                      : header.method() == *last_method_->method &&
+                            header.service() == *last_method_->service)) {
+    return last_method_;
+  }
+  MethodEntry* entry = nullptr;
+  std::string unknown;
+  if (method_id != 0) {
+    MethodIndex<MethodEntry>::Found found;
+    entry = core_->methods_by_id.Find(method_id, &found);
+    if (found != MethodIndex<MethodEntry>::Found::kOne) {
+      unknown = found == MethodIndex<MethodEntry>::Found::kNone
+                    ? fmt::format(
+                          "unknown method id {:#018x}: no method of this "
+                          "server has it",
+                          method_id)
+                    : fmt::format(
+                          "method id {:#018x} names two methods of this "
+                          "server: call them by name",
+                          method_id);
+    }
+  } else if (const auto service = core_->services.find(header.service());
+             service == core_->services.end()) {
+    unknown = "unknown service '" + std::string(header.service()) + "'";
+  } else if (const auto method = service->second.methods.find(header.method());
+             method == service->second.methods.end()) {
+    unknown = "unknown method '" + std::string(header.method()) +
+              "' of service '" + std::string(header.service()) + "'";
+  } else {
+    entry = method->second.get();
+  }
+  if (entry == nullptr) {
+    core_->unknown_method_calls++;
+    Reply(header.call_id(), Status(StatusCode::kUnimplemented, unknown));
+    return nullptr;
+  }
+  last_method_ = entry;
+  return entry;
 }
 
 void ServerSession::Complete(ServerCall& call, const Status& status,

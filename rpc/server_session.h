@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rpc/call_header.h"
+#include "rpc/method_index.h"
 #include "rpc/metrics.h"
 #include "rpc/server_call.h"
 #include "rpc/service.h"
@@ -22,8 +24,12 @@
 
 namespace rdmarpc::rpc {
 
-// A registered method: its handler and what the server counts for it.
+// A registered method: its names, its id, its handler and what the server
+// counts for it.
 struct MethodEntry {
+  const std::string* service = nullptr;    // Keys in ServerCore::services.
+  const std::string* method = nullptr;     // Keys in ServiceEntry::methods.
+  uint64_t id = 0;                         // MethodId(*service, *method).
   const MethodHandler* handler = nullptr;  // Owned by the Service.
   MethodMetrics metrics;
 };
@@ -36,6 +42,7 @@ struct ServiceEntry {
 struct ServerCore {
   // Fixed once serving.
   std::map<std::string, ServiceEntry, std::less<>> services;
+  MethodIndex<MethodEntry> methods_by_id;  // The same methods, by id.
   uint64_t max_response_size = 0;
   bool metrics = true;
   std::atomic<bool> draining{false};
@@ -113,16 +120,14 @@ class ServerSession final : public transport::ConnectionObserver,
   std::atomic<size_t> tracked_calls_{0};
   void TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
   void UntrackLocked(uint64_t id);
-  // The service and method named by the previous request, looked up again
-  // only when a request names others: a connection tends to call the same
-  // few methods, and comparing two names costs less than two map lookups.
-  // Used only on the connection's thread (in OnFrame).
-  struct ResolvedMethod {
-    const std::string* service = nullptr;  // Keys in core_->services.
-    const std::string* method = nullptr;
-    MethodEntry* entry = nullptr;
-  };
-  ResolvedMethod last_method_;
+  // The method of the previous request, looked up again only when a request
+  // names another: a connection tends to call the same few methods, and
+  // comparing an id (or two names) costs less than a lookup. Used only on
+  // the connection's thread (in OnFrame).
+  MethodEntry* last_method_ = nullptr;
+  // The method `header` names; nullptr after answering the call with why
+  // there is none.
+  MethodEntry* ResolveMethod(const CallHeader& header);
   std::function<void()> on_closed_;
   Status refusal_;             // Set by Refuse before Start.
   bool limit_logged_ = false;  // Guarded by mu_.

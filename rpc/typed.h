@@ -84,20 +84,20 @@ MethodHandler MakeUnaryHandler(F handle) {
   };
 }
 
+// Calls `method` (by its id: rpc/method_ref.h) with `request`. Generated
+// stubs call this with their methods' MethodRefs.
 template <typename Response, typename CompletionToken>
-auto AsyncUnaryCall(Channel& channel, std::string_view service,
-                    std::string_view method,
+auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
                     const google::protobuf::MessageLite& request,
                     const CallOptions& options, CompletionToken&& token) {
   // Captures by value: use_awaitable initiates later, at the co_await.
-  auto initiate = [&channel, service, method, options](auto handler,
-                                                       Buffer bytes) {
+  auto initiate = [&channel, method, options](auto handler, Buffer bytes) {
     // Keeps the handler's executor (e.g. a coroutine's io_context) busy
     // until the call completes, so its run() does not return early.
     auto executor = boost::asio::prefer(
         boost::asio::get_associated_executor(handler, channel.executor()),
         boost::asio::execution::outstanding_work.tracked);
-    channel.Call(service, method, std::move(bytes), options,
+    channel.Call(method, std::move(bytes), options,
                  [handler = std::move(handler), executor = std::move(executor)](
                      const Status& status, Buffer payload) mutable {
                    Response response;

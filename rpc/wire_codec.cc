@@ -36,6 +36,19 @@ transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
   return Frame(header, std::move(request));
 }
 
+transport::OutgoingFrame MakeRequestFrameById(uint64_t call_id,
+                                              uint64_t method_id,
+                                              uint64_t timeout_us,
+                                              Buffer request) {
+  CallHeader header;
+  header.set_kind(CallHeader::kRequest);
+  header.set_call_id(call_id);
+  header.set_method_id(method_id);
+  header.set_timeout_us(timeout_us);
+  header.set_payload_size(request.size());
+  return Frame(header, std::move(request));
+}
+
 transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            const Status& status,
                                            Buffer response) {
@@ -69,7 +82,12 @@ StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
   const CallHeader& header = *decoded;
   switch (header.kind()) {
     case CallHeader::kRequest:
-      if (header.service().empty() || header.method().empty()) {
+      if (header.method_id() != 0) {
+        if (!header.service().empty() || !header.method().empty()) {
+          return ProtocolError(
+              "request names its method both by id and by name");
+        }
+      } else if (header.service().empty() || header.method().empty()) {
         return ProtocolError("request without service or method");
       }
       break;

@@ -3,8 +3,8 @@
 // outlive it safely. Heap traffic is read from PoolHeapAllocations().
 #include "base/buffer_pool.h"
 
-#include <catch2/catch_test_macros.hpp>
 #include <atomic>
+#include <catch2/catch_test_macros.hpp>
 #include <cstring>
 #include <semaphore>
 #include <thread>
@@ -28,7 +28,8 @@ TEST_CASE("a released block serves the thread's next request of its class") {
       CHECK(again.data() == first);
     }
     CHECK(PoolHeapAllocations() == heap_before);
-  }).join();
+  })
+      .join();
 }
 
 TEST_CASE("PoolAllocate and PoolFree share the pool with PooledBuffer") {

@@ -51,7 +51,8 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
         .set_timeout_us(RandomNumber(random))
         .set_status_code(static_cast<int32_t>(RandomNumber(random)))
         .set_status_message(message)
-        .set_payload_size(RandomNumber(random));
+        .set_payload_size(RandomNumber(random))
+        .set_method_id(RandomNumber(random));
     // The bound senders size their space by holds every header.
     REQUIRE(ours.MaxEncodedSize() >= ours.EncodedSize());
     std::string encoded(ours.MaxEncodedSize(), '\0');
@@ -69,6 +70,7 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     CHECK(theirs.status_code() == ours.status_code());
     CHECK(theirs.status_message() == message);
     CHECK(theirs.payload_size() == ours.payload_size());
+    CHECK(theirs.method_id() == ours.method_id());
     // Byte for byte what protobuf writes.
     REQUIRE(theirs.SerializeAsString() == encoded);
 
@@ -82,6 +84,7 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     CHECK(decoded->status_code() == ours.status_code());
     CHECK(decoded->status_message() == message);
     CHECK(decoded->payload_size() == ours.payload_size());
+    CHECK(decoded->method_id() == ours.method_id());
   }
 }
 
@@ -104,7 +107,7 @@ TEST_CASE("call header: what protobuf writes (unknown fields too) decodes") {
   theirs.add_out_of_band()->set_size(9);
   // An unknown field of every wire type, as a newer peer might send.
   std::string bytes = theirs.SerializeAsString();
-  bytes += std::string("\x50\x01", 2);                    // 10: varint
+  bytes += std::string("\x50\x01", 2);  // 10 (method_id) as a varint: unknown
   bytes += std::string("\x59", 1) + std::string(8, 'x');  // 11: fixed64
   bytes += std::string("\x62\x02hi", 4);                  // 12: bytes
   bytes += std::string("\x6d", 1) + std::string(4, 'y');  // 13: fixed32
@@ -116,6 +119,7 @@ TEST_CASE("call header: what protobuf writes (unknown fields too) decodes") {
   CHECK(ours->status_code() == -5);
   CHECK(ours->status_message() == "no");
   CHECK(ours->out_of_band_count() == 1);
+  CHECK(ours->method_id() == 0);
 }
 
 // Decode reads rdmarpc's own field order on a fast path; any other order,
@@ -127,7 +131,7 @@ TEST_CASE(
     std::vector<std::string> fields;
     for (int f = 0, n = static_cast<int>(random() % 10); f < n; ++f) {
       wire::CallHeader one;  // One field set: its bytes are that field's.
-      switch (random() % 8) {
+      switch (random() % 9) {
         case 0:
           one.set_kind(static_cast<wire::CallHeader::Kind>(random() % 4));
           break;
@@ -148,6 +152,9 @@ TEST_CASE(
           break;
         case 6:
           one.set_status_message(RandomBytes(random, 10) + "!");
+          break;
+        case 7:
+          one.set_method_id(RandomNumber(random) | 1);
           break;
         default:
           one.set_payload_size(RandomNumber(random) | 1);
@@ -171,6 +178,7 @@ TEST_CASE(
     CHECK(ours->status_code() == theirs.status_code());
     CHECK(ours->status_message() == theirs.status_message());
     CHECK(ours->payload_size() == theirs.payload_size());
+    CHECK(ours->method_id() == theirs.method_id());
   }
 }
 
@@ -194,10 +202,11 @@ TEST_CASE("call header: malformed bytes are refused as protobuf refuses them") {
       std::string("\x08", 1),  // Varint cut short.
       std::string("\x1a\x05"
                   "abc",
-                  5),              // Bytes longer than the rest.
-      std::string("\x0b", 1),      // Group start.
-      std::string("\x0e\x00", 2),  // Wire type 6.
-      std::string("\x00\x01", 2),  // Field 0.
+                  5),          // Bytes longer than the rest.
+      std::string("\x0b", 1),  // Group start.
+      std::string("\x51", 1) + std::string(7, 'i'),  // fixed64 cut short.
+      std::string("\x0e\x00", 2),                    // Wire type 6.
+      std::string("\x00\x01", 2),                    // Field 0.
       std::string("\x08") + std::string(10, '\xff') +
           "\x01",  // 11-byte varint.
       // Tag of field 1 (varint) in 6 bytes, value 1; found by fuzzing.

@@ -201,6 +201,74 @@ TEST_CASE("unimplemented: unknown service or method gives UNIMPLEMENTED") {
   CHECK(CallSync(channel, "Echo", "still here").response == "still here");
 }
 
+TEST_CASE("method id: calls by id and by name reach the same methods") {
+  TestServer server;
+  Channel channel(server.uri);
+  constexpr rpc::MethodRef kEcho("test.Test", "Echo");
+  constexpr rpc::MethodRef kFail("test.Test", "Fail");
+  // Alternating the method and how it is named: each request is resolved
+  // anew or from the session's last method, never the wrong one.
+  for (int round = 0; round < 2; ++round) {
+    CHECK(CallSync(channel, kEcho, "by id").response == "by id");
+    const CallResult failed = CallSync(channel, "Fail", "5:by name");
+    CHECK(failed.status.code() == StatusCode::kNotFound);
+    CHECK(failed.status.message() == "by name");
+    CHECK(CallSync(channel, kEcho, "again").response == "again");
+    CHECK(CallSync(channel, "Echo", "by name").response == "by name");
+    const CallResult failed_by_id = CallSync(channel, kFail, "10:by id");
+    CHECK(failed_by_id.status.code() == StatusCode::kAborted);
+    CHECK(failed_by_id.status.message() == "by id");
+  }
+  CHECK(server.service.calls_started == 10);
+  CHECK(server.server.stats().unknown_method_calls == 0);
+}
+
+TEST_CASE("method id: an unknown id gives UNIMPLEMENTED naming the id") {
+  TestServer server;
+  Channel channel(server.uri);
+  constexpr rpc::MethodRef kNope("test.Test", "Nope");
+  // After a call by id, so the session has a last method to compare with.
+  CHECK(CallSync(channel, rpc::MethodRef("test.Test", "Echo"), "x").response ==
+        "x");
+  const CallResult result = CallSync(channel, kNope, "");
+  CHECK(result.status.code() == StatusCode::kUnimplemented);
+  CHECK(result.status.message() ==
+        fmt::format("unknown method id {:#018x}: no method of this server "
+                    "has it",
+                    kNope.id()));
+  CHECK(server.server.stats().unknown_method_calls == 1);
+  CHECK(CallSync(channel, "Echo", "still here").response == "still here");
+}
+
+// Registering a service again under its name replaces its methods. Their
+// ids must follow: an id left pointing at the old entry would dispatch to a
+// freed method.
+TEST_CASE("method id: a service registered again takes over its ids") {
+  rpc::Server server;
+  rpc::Service first("test.Again");
+  first.AddMethod("Old", [](std::shared_ptr<rpc::ServerCall> call) {
+    call->Finish(Status(), Buffer::CopyOf(std::string_view("old")));
+  });
+  first.AddMethod("Same", [](std::shared_ptr<rpc::ServerCall> call) {
+    call->Finish(Status(), Buffer::CopyOf(std::string_view("first")));
+  });
+  rpc::Service second("test.Again");
+  second.AddMethod("Same", [](std::shared_ptr<rpc::ServerCall> call) {
+    call->Finish(Status(), Buffer::CopyOf(std::string_view("second")));
+  });
+  server.RegisterService(&first);
+  server.RegisterService(&second);
+  const auto uri = server.Listen(ListenUri());
+  REQUIRE(uri.ok());
+  Channel channel(*uri);
+  CHECK(CallSync(channel, rpc::MethodRef("test.Again", "Same"), "").response ==
+        "second");
+  CHECK(CallSync(channel, rpc::MethodRef("test.Again", "Old"), "")
+            .status.code() == StatusCode::kUnimplemented);
+  CHECK(CallSync(channel, "Old", "", {}, "test.Again").status.code() ==
+        StatusCode::kUnimplemented);
+}
+
 TEST_CASE("errors: a handler's status and message reach the caller") {
   TestServer server;
   Channel channel(server.uri);
@@ -740,6 +808,30 @@ TEST_CASE(
   CHECK(log.Contains(spdlog::level::warn, "call id 5 is already in use"));
   // The connection's loss cancelled the first call.
   CHECK(WaitFor([&] { return server.service.cancels_observed == 1; }));
+}
+
+TEST_CASE("malformed: a request naming its method by id and by name") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  RawPeer peer(server.uri);
+  rpc::CallHeader header;
+  header.set_kind(rpc::CallHeader::kRequest)
+      .set_call_id(3)
+      .set_service("test.Test")
+      .set_method("Echo")
+      .set_method_id(rpc::MethodId("test.Test", "Echo"));
+  transport::OutgoingFrame both;
+  std::byte* out = both.header.Prepare(header.MaxEncodedSize());
+  both.header.Commit(header.Encode(out) - out);
+  LogCapture log;
+  peer.Write(WireBytes(both));
+  CHECK(peer.ReadError() == boost::asio::error::eof);
+  CHECK(server.server.stats().protocol_errors == 1);
+  CHECK(server.service.calls_started == 0);
+  CHECK(log.Contains(spdlog::level::warn,
+                     "request names its method both by id and by name"));
 }
 
 TEST_CASE("connect: an unsupported scheme or bad URI is a clear error") {

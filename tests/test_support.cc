@@ -161,6 +161,16 @@ CallResult CallSync(rpc::Channel& channel, std::string_view method,
   return result.get_future().get();
 }
 
+CallResult CallSync(rpc::Channel& channel, const rpc::MethodRef& method,
+                    std::string request, rpc::CallOptions options) {
+  std::promise<CallResult> result;
+  channel.Call(method, Buffer::CopyOf(request), options,
+               [&result](const Status& status, Buffer response) {
+                 result.set_value({status, std::string(response.view())});
+               });
+  return result.get_future().get();
+}
+
 TestServer::TestServer(rpc::ServerOptions options)
     : server(std::move(options)) {
   server.RegisterService(&service);

@@ -71,6 +71,10 @@ CallResult CallSync(rpc::Channel& channel, std::string_view method,
                     std::string request,
                     rpc::CallOptions options = rpc::CallOptions{},
                     std::string_view service = "test.Test");
+// The same, naming the method by its id.
+CallResult CallSync(rpc::Channel& channel, const rpc::MethodRef& method,
+                    std::string request,
+                    rpc::CallOptions options = rpc::CallOptions{});
 
 // A started server with a TestService.
 struct TestServer {

@@ -4,6 +4,7 @@
 //         [--iters N] [--warmup N] [--outstanding K] [--connections C]
 //         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
 //         [--plot FILE.png] [--raw 0] [--pin 0] [--metrics 0] [--stats 1]
+//         [--by-name 1]
 //   bench --serve URI [--poll event|busy|hybrid]
 //         a standalone server for another machine's bench
 //   bench --cpu-window N --uri URI [--outstanding K] [--size B]
@@ -34,6 +35,10 @@
 //               own client event loop) for S seconds: calls/s
 //   bandwidth   sizes up to 64 MiB sent from registered memory to a method
 //               that answers with nothing, 2 outstanding: GB/s one way
+//
+// Calls name their method by id (rpc/method_ref.h), as generated stubs do;
+// --by-name 1 makes the latency loop send the service and method names
+// instead, to measure what the longer request costs.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -79,6 +84,10 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr char kService[] = "rdmarpc.bench.Bench";
+constexpr rpc::MethodRef kEcho(kService, "Echo");
+constexpr rpc::MethodRef kSink(kService, "Sink");
+constexpr rpc::MethodRef kPin(kService, "Pin");
+constexpr rpc::MethodRef kWindow(kService, "Window");
 
 // Echo answers with the request's own buffer (no copy); Sink with nothing.
 // Window switches callgrind's instrumentation in this process (bench-cpu).
@@ -105,20 +114,23 @@ void PinTo(int cpu) {
 class BenchService : public rpc::Service {
  public:
   BenchService() : rpc::Service(kService) {
-    AddMethod("Echo", [](std::shared_ptr<rpc::ServerCall> call) {
-      call->Finish(Status(), Buffer::Borrow(call->request().span()));
-    });
-    AddMethod("Sink", [](std::shared_ptr<rpc::ServerCall> call) {
-      call->Finish(Status());
-    });
-    AddMethod("Pin", [](std::shared_ptr<rpc::ServerCall> call) {
-      PinTo(1);  // Runs on the server's event loop: pins that thread.
-      call->Finish(Status());
-    });
-    AddMethod("Window", [](std::shared_ptr<rpc::ServerCall> call) {
-      Window(call->request().view() == "start");
-      call->Finish(Status());
-    });
+    AddMethod(std::string(kEcho.method()),
+              [](std::shared_ptr<rpc::ServerCall> call) {
+                call->Finish(Status(), Buffer::Borrow(call->request().span()));
+              });
+    AddMethod(
+        std::string(kSink.method()),
+        [](std::shared_ptr<rpc::ServerCall> call) { call->Finish(Status()); });
+    AddMethod(std::string(kPin.method()),
+              [](std::shared_ptr<rpc::ServerCall> call) {
+                PinTo(1);  // Runs on the server's event loop: pins that thread.
+                call->Finish(Status());
+              });
+    AddMethod(std::string(kWindow.method()),
+              [](std::shared_ptr<rpc::ServerCall> call) {
+                Window(call->request().view() == "start");
+                call->Finish(Status());
+              });
   }
 };
 
@@ -136,7 +148,8 @@ struct Options {
   std::string json;
   std::string plot;
   bool stats = false;
-  bool metrics = true;  // The in-process server's per-method metrics.
+  bool metrics = true;   // The in-process server's per-method metrics.
+  bool by_name = false;  // Latency calls name the method, not its id.
 };
 
 struct Result {
@@ -560,10 +573,11 @@ rpc::ChannelOptions ChannelOptionsFor(const Options& options) {
 // call, as a ping-pong does, with no thread hand-off in between.
 std::vector<double> RpcLatency(rpc::Channel& channel,
                                const transport::MemoryRegistration& arena,
-                               size_t size, int warmup, int iters,
+                               size_t size, int warmup, int iters, bool by_name,
                                uint64_t& errors) {
   struct Loop {
     rpc::Channel* channel = nullptr;
+    bool by_name = false;
     const transport::MemoryRegistration* arena = nullptr;
     size_t size = 0;
     int total = 0, warmup = 0, done = 0;
@@ -574,22 +588,27 @@ std::vector<double> RpcLatency(rpc::Channel& channel,
     std::string what;
     void Next() {
       t0 = Clock::now();
-      channel->Call(
-          kService, "Echo", Payload(*arena, size), {},
-          [this](const Status& status, Buffer response) {
-            const auto t1 = Clock::now();
-            if (!status.ok() || response.size() != size) ++errors;
-            if (done >= warmup) {
-              rtt.push_back(
-                  std::chrono::duration<double, std::micro>(t1 - t0).count());
-            }
-            if (++done % 1000 == 0) Progress(what, done, total);
-            if (done == total) return finished.set_value();
-            Next();
-          });
+      auto done_fn = [this](const Status& status, Buffer response) {
+        const auto t1 = Clock::now();
+        if (!status.ok() || response.size() != size) ++errors;
+        if (done >= warmup) {
+          rtt.push_back(
+              std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
+        if (++done % 1000 == 0) Progress(what, done, total);
+        if (done == total) return finished.set_value();
+        Next();
+      };
+      if (by_name) {
+        channel->Call(kEcho.service(), kEcho.method(), Payload(*arena, size),
+                      {}, std::move(done_fn));
+      } else {
+        channel->Call(kEcho, Payload(*arena, size), {}, std::move(done_fn));
+      }
     }
   } loop;
   loop.channel = &channel;
+  loop.by_name = by_name;
   loop.arena = &arena;
   loop.size = size;
   loop.total = warmup + iters;
@@ -618,7 +637,7 @@ double RpcThroughput(const Options& options,
   std::atomic<int> running{0};
   std::promise<void> drained;
   std::function<void(rpc::Channel*)> issue = [&](rpc::Channel* channel) {
-    channel->Call(kService, "Echo", Payload(arena, size), {},
+    channel->Call(kEcho, Payload(arena, size), {},
                   [&, channel](const Status& status, Buffer) {
                     if (status.ok()) {
                       completed.fetch_add(1, std::memory_order_relaxed);
@@ -634,7 +653,7 @@ double RpcThroughput(const Options& options,
   // Warm up: connect every channel.
   for (auto& channel : channels) {
     std::promise<void> ready;
-    channel->Call(kService, "Sink", Buffer(), {},
+    channel->Call(kSink, Buffer(), {},
                   [&](const Status&, Buffer) { ready.set_value(); });
     ready.get_future().wait();
   }
@@ -666,7 +685,8 @@ double RpcThroughput(const Options& options,
 // `n` calls of `method`, `k` outstanding, each completion starting the next
 // on the channel's own thread; returns how many failed. `on_done` sees the
 // running count of completions.
-uint64_t RunCalls(rpc::Channel& channel, long long n, int k, const char* method,
+uint64_t RunCalls(rpc::Channel& channel, long long n, int k,
+                  const rpc::MethodRef& method,
                   const std::function<Buffer()>& payload,
                   const rpc::CallOptions& options = {},
                   const std::function<void(long long)>& on_done = {}) {
@@ -675,14 +695,13 @@ uint64_t RunCalls(rpc::Channel& channel, long long n, int k, const char* method,
   std::promise<void> finished;
   std::function<void()> issue = [&] {
     if (issued.fetch_add(1) >= n) return;
-    channel.Call(kService, method, payload(), options,
-                 [&](const Status& status, Buffer) {
-                   if (!status.ok()) failed++;
-                   const long long count = ++done;
-                   if (on_done) on_done(count);
-                   if (count == n) return finished.set_value();
-                   issue();
-                 });
+    channel.Call(method, payload(), options, [&](const Status& status, Buffer) {
+      if (!status.ok()) failed++;
+      const long long count = ++done;
+      if (on_done) on_done(count);
+      if (count == n) return finished.set_value();
+      issue();
+    });
   };
   boost::asio::post(channel.executor(), [&] {
     for (int i = 0; i < k; ++i) issue();
@@ -697,10 +716,10 @@ double RpcBandwidth(rpc::Channel& channel,
                     int iters, uint64_t& errors) {
   const auto payload = [&] { return Payload(arena, size); };
   // One call first, so connecting and registering are not timed.
-  RunCalls(channel, 1, 1, "Sink", payload);
+  RunCalls(channel, 1, 1, kSink, payload);
   const std::string what = "bandwidth " + std::to_string(size) + " B";
   const auto start = Clock::now();
-  errors += RunCalls(channel, iters, 2, "Sink", payload,
+  errors += RunCalls(channel, iters, 2, kSink, payload,
                      rpc::CallOptions::WithTimeout(600s),
                      [&](long long done) { Progress(what, done, iters); });
   const double seconds =
@@ -879,12 +898,12 @@ int CpuWindow(const examples::Flags& flags) {
     };
   };
   uint64_t failed = RunCalls(channel, std::max<long long>(calls / 5, 1000),
-                             outstanding, "Echo", echo);
-  failed += RunCalls(channel, 1, 1, "Window", control("start"));
+                             outstanding, kEcho, echo);
+  failed += RunCalls(channel, 1, 1, kWindow, control("start"));
   Window(true);
-  failed += RunCalls(channel, calls, outstanding, "Echo", echo);
+  failed += RunCalls(channel, calls, outstanding, kEcho, echo);
   Window(false);
-  failed += RunCalls(channel, 1, 1, "Window", control("stop"));
+  failed += RunCalls(channel, 1, 1, kWindow, control("stop"));
   std::printf("cpu window: %lld calls of %zu B, %d outstanding, %llu failed\n",
               calls, size, outstanding,
               static_cast<unsigned long long>(failed));
@@ -918,6 +937,7 @@ int Run(int argc, char** argv) {
   const std::string poll = flags.Get("poll", "event");
   options.poll = ParsePoll(poll);
   options.raw = flags.GetInt("raw", 1) != 0;
+  options.by_name = flags.GetInt("by-name", 0) != 0;
   options.json = flags.Get("json", "");
   options.plot = flags.Get("plot", "");
   options.stats = flags.GetInt("stats", 0) != 0;
@@ -998,7 +1018,7 @@ int Run(int argc, char** argv) {
       pinned.set_value();
     });
     pinned.get_future().wait();
-    RunCalls(channel, 1, 1, "Pin", [] { return Buffer(); });
+    RunCalls(channel, 1, 1, kPin, [] { return Buffer(); });
   }
   std::vector<Result> results;
   uint64_t total_errors = 0;
@@ -1031,7 +1051,7 @@ int Run(int argc, char** argv) {
         const int n = RoundShare(options.iters, kRounds, round);
         const auto rpc =
             RpcLatency(channel, *arena, size, round == 0 ? options.warmup : 0,
-                       n, r.errors);
+                       n, options.by_name, r.errors);
         r.samples.insert(r.samples.end(), rpc.begin(), rpc.end());
         if (options.raw && rdma) {
           const double base = RawVerbs(argv[0], HostOf(options.uri), "pingpong",
@@ -1086,7 +1106,7 @@ int Run(int argc, char** argv) {
       }
     } else if (options.mode == "latency") {
       r.samples = RpcLatency(channel, *arena, size, options.warmup,
-                             options.iters, r.errors);
+                             options.iters, options.by_name, r.errors);
     }
     if (options.mode == "latency") {
       r.p50 = Percentile(r.samples, 0.5);

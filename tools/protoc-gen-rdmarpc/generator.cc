@@ -97,14 +97,22 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
     p.Print(
         "class $name$ final {\n"
         " public:\n"
-        "  static constexpr char kServiceName[] = \"$full$\";\n\n"
+        "  static constexpr char kServiceName[] = \"$full$\";\n",
+        "name", service->name(), "full", service->full_name());
+    // Each method's names and id, for calls through the generic Channel.
+    for (int m = 0; m < service->method_count(); ++m) {
+      p.Print(MethodVars(service->method(m)),
+              "  static constexpr ::rdmarpc::rpc::MethodRef k$method$Method{\n"
+              "      kServiceName, \"$method$\"};\n");
+    }
+    p.Print(
+        "\n"
         "  // Implement the methods you serve; the others answer "
         "UNIMPLEMENTED.\n"
         "  class Service : public ::rdmarpc::rpc::Service {\n"
         "   public:\n"
         "    Service();\n"
-        "    ~Service() override = default;\n\n",
-        "name", service->name(), "full", service->full_name());
+        "    ~Service() override = default;\n\n");
     p.Indent();
     p.Indent();
     for (int m = 0; m < service->method_count(); ++m) {
@@ -136,7 +144,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
           "    const ::rdmarpc::rpc::CallOptions& options,\n"
           "    CompletionToken&& token) {\n"
           "  return ::rdmarpc::rpc::AsyncUnaryCall<$response$>(\n"
-          "      *channel_, kServiceName, \"$method$\", request, options,\n"
+          "      *channel_, k$method$Method, request, options,\n"
           "      std::forward<CompletionToken>(token));\n"
           "}\n"
           "template <typename CompletionToken>\n"
