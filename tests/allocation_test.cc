@@ -48,47 +48,58 @@ TEST_CASE("allocation: a call allocates nothing on either side") {
   auto uri = server.Listen(ListenUri());
   REQUIRE(uri.ok());
   rpc::Channel channel(*uri);
-  for (size_t size : {size_t{16}, size_t{4096}}) {
-    std::vector<std::byte> payload(size, std::byte{7});
-    // Calls issued from the channel's own thread, each from the last one's
-    // completion; returns that thread's allocation count at the end.
-    auto run = [&](int n, const char* method) {
-      std::promise<uint64_t> done;
-      int left = n;
-      std::function<void()> next = [&] {
-        channel.Call("alloc.Echo", method,
-                     Buffer::Borrow(std::span(payload.data(), payload.size())),
-                     {}, [&](const Status& status, Buffer response) {
-                       if (!status.ok() ||
-                           (method[0] == 'S' && response.size() != size)) {
-                         done.set_value(~uint64_t{0});
-                         return;
-                       }
-                       if (--left == 0) return done.set_value(allocations);
-                       next();
-                     });
+  // Requests naming their method by id (as generated stubs do) and by name.
+  for (const bool by_id : {true, false}) {
+    for (size_t size : {size_t{16}, size_t{4096}}) {
+      std::vector<std::byte> payload(size, std::byte{7});
+      // Calls issued from the channel's own thread, each from the last one's
+      // completion; returns that thread's allocation count at the end.
+      auto run = [&](int n, const char* method) {
+        std::promise<uint64_t> done;
+        int left = n;
+        const rpc::MethodRef ref("alloc.Echo", method);
+        std::function<void()> next = [&] {
+          auto on_done = [&](const Status& status, Buffer response) {
+            if (!status.ok() || (method[0] == 'S' && response.size() != size)) {
+              done.set_value(~uint64_t{0});
+              return;
+            }
+            if (--left == 0) return done.set_value(allocations);
+            next();
+          };
+          Buffer request =
+              Buffer::Borrow(std::span(payload.data(), payload.size()));
+          if (by_id) {
+            channel.Call(ref, std::move(request), {}, std::move(on_done));
+          } else {
+            channel.Call(ref.service(), ref.method(), std::move(request), {},
+                         std::move(on_done));
+          }
+        };
+        boost::asio::post(channel.executor(), next);
+        return done.get_future().get();
       };
-      boost::asio::post(channel.executor(), next);
-      return done.get_future().get();
-    };
-    REQUIRE(run(2000, "Say") != ~uint64_t{0});  // Warm up.
-    counting = true;
-    const uint64_t client_before = run(1, "Count");
-    const uint64_t server_before = server_count;
-    constexpr int kCalls = 5000;
-    const uint64_t client_after = run(kCalls, "Say");
-    run(1, "Count");
-    const uint64_t server_after = server_count;
-    counting = false;
-    REQUIRE(client_after != ~uint64_t{0});
-    const double client = double(client_after - client_before) / kCalls;
-    const double server = double(server_after - server_before) / kCalls;
-    INFO(size << " B: " << client << " allocations per call on the client, "
-              << server << " on the server");
-    // A handful over thousands of calls is a container growing once, not a
-    // per-call allocation.
-    CHECK(client < 0.01);
-    CHECK(server < 0.01);
+      REQUIRE(run(2000, "Say") != ~uint64_t{0});  // Warm up.
+      counting = true;
+      const uint64_t client_before = run(1, "Count");
+      const uint64_t server_before = server_count;
+      constexpr int kCalls = 5000;
+      const uint64_t client_after = run(kCalls, "Say");
+      run(1, "Count");
+      const uint64_t server_after = server_count;
+      counting = false;
+      REQUIRE(client_after != ~uint64_t{0});
+      const double client = double(client_after - client_before) / kCalls;
+      const double server = double(server_after - server_before) / kCalls;
+      INFO((by_id ? "by id, " : "by name, ")
+           << size << " B: " << client
+           << " allocations per call on the client, " << server
+           << " on the server");
+      // A handful over thousands of calls is a container growing once, not a
+      // per-call allocation.
+      CHECK(client < 0.01);
+      CHECK(server < 0.01);
+    }
   }
 }
 
