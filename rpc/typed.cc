@@ -26,4 +26,13 @@ Status ParseMessage(const Buffer& bytes,
   return Status();
 }
 
+Status NameMethodInError(const MethodRef& method, Status status) {
+  if (status.code() != StatusCode::kUnimplemented) return status;
+  std::string name(method.service());
+  name += '/';
+  name += method.method();
+  if (status.message().find(name) != std::string::npos) return status;
+  return Status(StatusCode::kUnimplemented, name + ": " + status.message());
+}
+
 }  // namespace rdmarpc::rpc

@@ -84,38 +84,47 @@ MethodHandler MakeUnaryHandler(F handle) {
   };
 }
 
+// UNIMPLEMENTED from a call by id names the id only (the server never saw
+// the names): this puts the names in front, "<service>/<method>: ...",
+// unless the message names them already. Other statuses pass unchanged.
+Status NameMethodInError(const MethodRef& method, Status status);
+
 // Calls `method` (by its id: rpc/method_ref.h) with `request`. Generated
-// stubs call this with their methods' MethodRefs.
+// stubs call this with their static MethodRefs: `method` must outlive the
+// call.
 template <typename Response, typename CompletionToken>
 auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
                     const google::protobuf::MessageLite& request,
                     const CallOptions& options, CompletionToken&& token) {
-  // Captures by value: use_awaitable initiates later, at the co_await.
-  auto initiate = [&channel, method, options](auto handler, Buffer bytes) {
+  // `options` by value: use_awaitable initiates later, at the co_await.
+  auto initiate = [&channel, &method, options](auto handler, Buffer bytes) {
     // Keeps the handler's executor (e.g. a coroutine's io_context) busy
     // until the call completes, so its run() does not return early.
     auto executor = boost::asio::prefer(
         boost::asio::get_associated_executor(handler, channel.executor()),
         boost::asio::execution::outstanding_work.tracked);
-    channel.Call(method, std::move(bytes), options,
-                 [handler = std::move(handler), executor = std::move(executor)](
-                     const Status& status, Buffer payload) mutable {
-                   Response response;
-                   Status result = status;
-                   if (result.ok()) {
-                     result = ParseMessage(payload, response);
-                     // Not the response type: a server bug, INTERNAL as in
-                     // gRPC.
-                     if (!result.ok()) {
-                       result = Status(StatusCode::kInternal, result.message());
-                     }
-                   }
-                   boost::asio::dispatch(
-                       executor, [handler = std::move(handler), result,
-                                  response = std::move(response)]() mutable {
-                         std::move(handler)(result, std::move(response));
-                       });
-                 });
+    channel.Call(
+        method, std::move(bytes), options,
+        [handler = std::move(handler), executor = std::move(executor),
+         named = &method](const Status& status, Buffer payload) mutable {
+          Response response;
+          Status result = status;
+          if (!result.ok()) {
+            result = NameMethodInError(*named, std::move(result));
+          } else {
+            result = ParseMessage(payload, response);
+            // Not the response type: a server bug, INTERNAL as in
+            // gRPC.
+            if (!result.ok()) {
+              result = Status(StatusCode::kInternal, result.message());
+            }
+          }
+          boost::asio::dispatch(
+              executor, [handler = std::move(handler), result,
+                         response = std::move(response)]() mutable {
+                std::move(handler)(result, std::move(response));
+              });
+        });
   };
   return boost::asio::async_initiate<CompletionToken, void(Status, Response)>(
       std::move(initiate), token, SerializeMessage(request));

@@ -140,6 +140,25 @@ TEST_CASE("typed: an unimplemented method answers UNIMPLEMENTED") {
         std::string::npos);
 }
 
+// Stubs call by method id, so the server's answer for a service it does
+// not have names only the id; the stub puts the method's names in front.
+TEST_CASE("typed: a service the server lacks is UNIMPLEMENTED, named") {
+  rpc::Server server;
+  ClockImpl clock;
+  server.RegisterService(&clock);
+  const auto uri = server.Listen(testing::ListenUri());
+  REQUIRE(uri.ok());
+  Calculator::Stub stub(std::make_shared<rpc::Channel>(*uri));
+  auto [status, ignored] =
+      stub.async_Add(MakePair(1, 2), asio::use_future).get();
+  CHECK(status.code() == StatusCode::kUnimplemented);
+  CHECK(status.message() ==
+        fmt::format("rdmarpc.test.Calculator/Add: unknown method id {:#018x}: "
+                    "no method of this server has it",
+                    Calculator::kAddMethod.id()));
+  CHECK(server.stats().unknown_method_calls == 1);
+}
+
 TEST_CASE("typed: a handler's error and a nested message type") {
   Fixture f;
   Clock::Stub stub(f.channel);
