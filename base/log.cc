@@ -5,8 +5,7 @@
 #include <cstdlib>
 #include <memory>
 
-namespace rdmarpc {
-namespace {
+namespace rdmarpc::log_internal {
 
 // Out of line: Log() runs on every call's path (for its level check), and
 // this setup inlined there gave it a heavy prologue, 26 instructions a call.
@@ -20,11 +19,4 @@ namespace {
   return logger.get();
 }
 
-}  // namespace
-
-spdlog::logger& Log() {
-  static spdlog::logger* const logger = MakeLogger();
-  return *logger;
-}
-
-}  // namespace rdmarpc
+}  // namespace rdmarpc::log_internal

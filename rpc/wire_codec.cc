@@ -8,7 +8,9 @@
 namespace rdmarpc::rpc {
 namespace {
 
-transport::OutgoingFrame Frame(const CallHeader& header, Buffer payload) {
+// Inlined into each maker: one call fewer per frame.
+[[gnu::always_inline]] inline transport::OutgoingFrame Frame(
+    const CallHeader& header, Buffer payload) {
   transport::OutgoingFrame frame;
   std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
   frame.header.Commit(header.Encode(out) - out);
@@ -125,16 +127,13 @@ Status DroppedPayloadStatus(const transport::ReceivedFrame& frame,
   return Status(StatusCode::kResourceExhausted, std::move(message));
 }
 
-Status StatusFromHeader(const CallHeader& header) {
+Status ErrorStatusFromHeader(const CallHeader& header) {
   const auto code = StatusCodeFromInt(header.status_code());
   if (!code) {
     return Status(StatusCode::kUnknown,
                   "peer sent unknown status code " +
                       std::to_string(header.status_code()) + ": " +
                       std::string(header.status_message()));
-  }
-  if (*code == StatusCode::kOk && header.status_message().empty()) {
-    return Status();  // The common case: no string to build.
   }
   return Status(*code, std::string(header.status_message()));
 }

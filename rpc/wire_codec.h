@@ -39,8 +39,15 @@ Status DroppedPayloadStatus(const transport::ReceivedFrame& frame,
                             std::string_view what, std::string_view receiver,
                             std::string_view detail = {});
 
-// The status a RESPONSE carries; an unknown code reads as UNKNOWN.
-Status StatusFromHeader(const CallHeader& header);
+// The status a RESPONSE carries; an unknown code reads as UNKNOWN. Inline
+// for the common OK; the rest out of line.
+Status ErrorStatusFromHeader(const CallHeader& header);
+inline Status StatusFromHeader(const CallHeader& header) {
+  if (header.status_code() == 0 && header.status_message().empty()) {
+    return Status();
+  }
+  return ErrorStatusFromHeader(header);
+}
 
 }  // namespace rdmarpc::rpc
 

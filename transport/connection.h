@@ -124,7 +124,8 @@ class ReceivedFrame {
 // writes its counters, so a relaxed load and store do, where ++ would be a
 // locked read-modify-write on every message; other threads read them
 // relaxed.
-inline void Bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+[[gnu::always_inline]] inline void Bump(std::atomic<uint64_t>& counter,
+                                        uint64_t n = 1) {
   counter.store(counter.load(std::memory_order_relaxed) + n,
                 std::memory_order_relaxed);
 }

@@ -43,15 +43,12 @@ StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
   return inbound;
 }
 
-Status CheckCreditReturn(uint32_t held, uint16_t returned,
-                         uint32_t peer_receive_depth) {
-  if (uint64_t{held} + returned > peer_receive_depth) {
-    return Violation("peer returned more credits than it was owed (" +
-                     std::to_string(held) + " held, " +
-                     std::to_string(returned) + " returned, depth " +
-                     std::to_string(peer_receive_depth) + ")");
-  }
-  return Status();
+Status CreditReturnViolation(uint32_t held, uint16_t returned,
+                             uint32_t peer_receive_depth) {
+  return Violation("peer returned more credits than it was owed (" +
+                   std::to_string(held) + " held, " + std::to_string(returned) +
+                   " returned, depth " + std::to_string(peer_receive_depth) +
+                   ")");
 }
 
 StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,

@@ -35,8 +35,14 @@ StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
 
 // The peer returns `returned` credits while we hold `held`: it can never
 // have posted more receives than the depth it announced.
-Status CheckCreditReturn(uint32_t held, uint16_t returned,
-                         uint32_t peer_receive_depth);
+// Inline: it runs on every message.
+Status CreditReturnViolation(uint32_t held, uint16_t returned,
+                             uint32_t peer_receive_depth);
+inline Status CheckCreditReturn(uint32_t held, uint16_t returned,
+                                uint32_t peer_receive_depth) {
+  if (uint64_t{held} + returned <= peer_receive_depth) return Status();
+  return CreditReturnViolation(held, returned, peer_receive_depth);
+}
 
 // What to grant for an RTS.
 struct GrantPlan {

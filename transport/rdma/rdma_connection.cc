@@ -530,7 +530,8 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
     case kSendTag:
       completed_ = std::max(completed_, value);
       ReleaseBounceChunks(completed_);
-      return MaybeFinishClose();
+      if (close_after_drain_) MaybeFinishClose();  // Rare: no call else.
+      return;
     case kWriteTag:  // The last WRITE of a transfer.
       completed_ = std::max(completed_, value);
       ReleaseBounceChunks(completed_);
@@ -541,7 +542,8 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
         Bump(stats_.rdma_writes);
         Bump(stats_.frames_sent);
       }
-      return MaybeFinishClose();
+      if (close_after_drain_) MaybeFinishClose();  // Rare: no call else.
+      return;
   }
 }
 
@@ -822,7 +824,7 @@ void RdmaConnection::Flush() {
     PostControl(control_queue_.front());
     control_queue_.pop_front();
   }
-  PostWrites();
+  if (!outgoing_.empty()) PostWrites();  // Large frames only: no call else.
   const size_t small_limit = SmallLimit();
   {
     std::lock_guard lock(mu_);
