@@ -32,7 +32,8 @@ class Channel::Impl final : public transport::ConnectionObserver,
         timer_(context),
         backoff_(options_.initial_backoff) {}
 
-  // Names the method by `method_id` if it is not 0, else by the names.
+  // Names the method by `method_id` if it is not 0 (the names are then
+  // empty), else by the names.
   CallId StartCall(std::string_view service, std::string_view method,
                    uint64_t method_id, Buffer request,
                    const CallOptions& call_options, ResponseCallback done);
@@ -175,11 +176,8 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   if (state_ == ChannelState::kReady) {
     ready = connection_;
   } else {
-    waiting_.emplace_back(
-        id, method_id != 0 ? MakeRequestFrameById(id, method_id, timeout_us,
-                                                  std::move(request))
-                           : MakeRequestFrame(id, service, method, timeout_us,
-                                              std::move(request)));
+    waiting_.emplace_back(id, MakeRequestFrame(id, service, method, method_id,
+                                               timeout_us, std::move(request)));
     if (state_ == ChannelState::kIdle) {
       state_ = ChannelState::kConnecting;
       asio::post(context_,
@@ -193,11 +191,8 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   lock.unlock();
   if (ready) {
     RDMARPC_TRACE(0, "encode");
-    const Status sent = ready->Send(
-        method_id != 0 ? MakeRequestFrameById(id, method_id, timeout_us,
-                                              std::move(request))
-                       : MakeRequestFrame(id, service, method, timeout_us,
-                                          std::move(request)));
+    const Status sent = ready->Send(MakeRequestFrame(
+        id, service, method, method_id, timeout_us, std::move(request)));
     // UNAVAILABLE: the connection is closing and OnClose fails the call.
     if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
       std::optional<ResponseCallback> failed;

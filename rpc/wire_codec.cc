@@ -27,24 +27,13 @@ Status ProtocolError(const std::string& why) {
 transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
                                           std::string_view service,
                                           std::string_view method,
+                                          uint64_t method_id,
                                           uint64_t timeout_us, Buffer request) {
   CallHeader header;
   header.set_kind(CallHeader::kRequest);
   header.set_call_id(call_id);
   header.set_service(service);
   header.set_method(method);
-  header.set_timeout_us(timeout_us);
-  header.set_payload_size(request.size());
-  return Frame(header, std::move(request));
-}
-
-transport::OutgoingFrame MakeRequestFrameById(uint64_t call_id,
-                                              uint64_t method_id,
-                                              uint64_t timeout_us,
-                                              Buffer request) {
-  CallHeader header;
-  header.set_kind(CallHeader::kRequest);
-  header.set_call_id(call_id);
   header.set_method_id(method_id);
   header.set_timeout_us(timeout_us);
   header.set_payload_size(request.size());

@@ -13,15 +13,14 @@
 
 namespace rdmarpc::rpc {
 
+// A request names its method by `method_id` (rpc/method_ref.h; service
+// and method empty) or, with `method_id` 0, by service and method. The
+// header carries what is set: empty names and a 0 id are not encoded.
 transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
                                           std::string_view service,
                                           std::string_view method,
+                                          uint64_t method_id,
                                           uint64_t timeout_us, Buffer request);
-// The same, naming the method by its MethodId (rpc/method_ref.h).
-transport::OutgoingFrame MakeRequestFrameById(uint64_t call_id,
-                                              uint64_t method_id,
-                                              uint64_t timeout_us,
-                                              Buffer request);
 transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            const Status& status,
                                            Buffer response);

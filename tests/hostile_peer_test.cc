@@ -686,7 +686,7 @@ TEST_CASE("hostile: RDMA WRITE to a grant already used") {
   // One legitimate rendezvous: an Echo request written into its grant.
   const std::string request(1000, 'r');
   const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
-      42, "test.Test", "Echo", 0, Buffer::CopyOf(request));
+      42, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request));
   Bytes block(frame.header.span().begin(), frame.header.span().end());
   for (size_t i = 0; i < frame.payload_slices; ++i) {
     const auto slice = frame.payload[i].span();

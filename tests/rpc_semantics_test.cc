@@ -737,10 +737,10 @@ TEST_CASE("limits: an oversized payload after a large header is discarded") {
   raw.set_option(boost::asio::ip::tcp::no_delay(true));
 
   const std::string big = WireBytes(
-      rpc::MakeRequestFrame(1, "test.Test", std::string(40 * 1024, 'M'), 0,
+      rpc::MakeRequestFrame(1, "test.Test", std::string(40 * 1024, 'M'), 0, 0,
                             Buffer::CopyOf(std::string(100 * 1024, 'x'))));
   const std::string small = WireBytes(rpc::MakeRequestFrame(
-      2, "test.Test", "Echo", 0, Buffer::CopyOf(std::string_view("ok"))));
+      2, "test.Test", "Echo", 0, 0, Buffer::CopyOf(std::string_view("ok"))));
   boost::asio::write(raw, boost::asio::buffer(big.data(), 26));
   std::this_thread::sleep_for(100ms);  // The server reads just these bytes.
   boost::asio::write(raw,
@@ -781,7 +781,7 @@ TEST_CASE("malformed: nothing after a protocol error is dispatched") {
   transport::OutgoingFrame junk;
   junk.header = Buffer::CopyOf(std::string_view("\xff\xff\xff\xff"));
   peer.Write(WireBytes(junk) + WireBytes(rpc::MakeRequestFrame(
-                                   7, "test.Test", "Echo", 0, Buffer())));
+                                   7, "test.Test", "Echo", 0, 0, Buffer())));
   CHECK(peer.ReadError() == boost::asio::error::eof);
   CHECK(server.server.stats().protocol_errors == 1);
   CHECK(server.service.calls_started == 0);
@@ -797,8 +797,8 @@ TEST_CASE(
   // WaitCancel outlives its handler; the Echo after it takes the same id.
   std::string bytes;
   for (const char* method : {"WaitCancel", "Echo"}) {
-    bytes +=
-        WireBytes(rpc::MakeRequestFrame(5, "test.Test", method, 0, Buffer()));
+    bytes += WireBytes(
+        rpc::MakeRequestFrame(5, "test.Test", method, 0, 0, Buffer()));
   }
   LogCapture log;
   peer.Write(bytes);
@@ -816,17 +816,10 @@ TEST_CASE("malformed: a request naming its method by id and by name") {
   }
   TestServer server;
   RawPeer peer(server.uri);
-  rpc::CallHeader header;
-  header.set_kind(rpc::CallHeader::kRequest)
-      .set_call_id(3)
-      .set_service("test.Test")
-      .set_method("Echo")
-      .set_method_id(rpc::MethodId("test.Test", "Echo"));
-  transport::OutgoingFrame both;
-  std::byte* out = both.header.Prepare(header.MaxEncodedSize());
-  both.header.Commit(header.Encode(out) - out);
   LogCapture log;
-  peer.Write(WireBytes(both));
+  peer.Write(WireBytes(rpc::MakeRequestFrame(3, "test.Test", "Echo",
+                                             rpc::MethodId("test.Test", "Echo"),
+                                             0, Buffer())));
   CHECK(peer.ReadError() == boost::asio::error::eof);
   CHECK(server.server.stats().protocol_errors == 1);
   CHECK(server.service.calls_started == 0);

@@ -33,11 +33,12 @@ struct InboundMessage {
 StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
                                       uint64_t max_payload_size);
 
-// The peer returns `returned` credits while we hold `held`: it can never
-// have posted more receives than the depth it announced.
-// Inline: it runs on every message.
+// CheckCreditReturn's error, out of line.
 Status CreditReturnViolation(uint32_t held, uint16_t returned,
                              uint32_t peer_receive_depth);
+// The peer returns `returned` credits while we hold `held`: it can never
+// have posted more receives than the depth it announced. Inline: it runs on
+// every message.
 inline Status CheckCreditReturn(uint32_t held, uint16_t returned,
                                 uint32_t peer_receive_depth) {
   if (uint64_t{held} + returned <= peer_receive_depth) return Status();
