@@ -23,7 +23,7 @@ class FutexMutex {
   FutexMutex(const FutexMutex&) = delete;
   FutexMutex& operator=(const FutexMutex&) = delete;
 
-  [[gnu::always_inline]] void lock() noexcept {
+  void lock() noexcept {
     uint32_t expected = kUnlocked;
     if (state_.compare_exchange_strong(expected, kLocked,
                                        std::memory_order_acquire,
@@ -38,7 +38,7 @@ class FutexMutex {
                                           std::memory_order_acquire,
                                           std::memory_order_relaxed);
   }
-  [[gnu::always_inline]] void unlock() noexcept {
+  void unlock() noexcept {
     if (state_.fetch_sub(1, std::memory_order_release) != kLocked)
         [[unlikely]] {
       UnlockSlow();

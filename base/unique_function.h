@@ -2,17 +2,12 @@
 //
 // Completion handlers (an Asio coroutine's, a promise) are often move-only;
 // std::function cannot hold them. Callables up to kInlineSize bytes are
-// stored inline, so the common small lambda costs no allocation. A callable
-// that is trivially copyable (a lambda capturing pointers and numbers) is
-// moved by copying its bytes and never destroyed: a call's handler moves
-// several times on its way through the channel, and an indirect call costs
-// far more than a copy of kInlineSize bytes (most of all under emulation).
+// stored inline, so the common small lambda costs no allocation.
 #ifndef RDMARPC_BASE_UNIQUE_FUNCTION_H_
 #define RDMARPC_BASE_UNIQUE_FUNCTION_H_
 
 #include <cassert>
 #include <cstddef>
-#include <cstring>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -38,12 +33,7 @@ class UniqueFunction<R(Args...)> {
     using Fn = std::decay_t<F>;
     if constexpr (sizeof(Fn) <= kInlineSize &&
                   alignof(Fn) <= alignof(std::max_align_t) &&
-                  std::is_trivially_copyable_v<Fn>) {
-      ::new (static_cast<void*>(storage_)) Fn(std::forward<F>(f));
-      ops_ = &TrivialOps<Fn>::kOps;
-    } else if constexpr (sizeof(Fn) <= kInlineSize &&
-                         alignof(Fn) <= alignof(std::max_align_t) &&
-                         std::is_nothrow_move_constructible_v<Fn>) {
+                  std::is_nothrow_move_constructible_v<Fn>) {
       ::new (static_cast<void*>(storage_)) Fn(std::forward<F>(f));
       ops_ = &InlineOps<Fn>::kOps;
     } else {
@@ -81,23 +71,10 @@ class UniqueFunction<R(Args...)> {
     }
   }
 
-  // A null `move` moves by copying the storage's bytes; a null `destroy`
-  // has nothing to do.
   struct Ops {
     R (*invoke)(void* storage, Args&&... args);
     void (*move)(void* from, void* to) noexcept;  // Leaves `from` destroyed.
     void (*destroy)(void* storage) noexcept;
-  };
-  template <typename Fn>
-  struct TrivialOps {
-    static constexpr Ops kOps = {
-        [](void* s, Args&&... args) -> R {
-          return Call(*std::launder(static_cast<Fn*>(s)),
-                      std::forward<Args>(args)...);
-        },
-        nullptr,
-        nullptr,
-    };
   };
   template <typename Fn>
   struct InlineOps {
@@ -120,24 +97,21 @@ class UniqueFunction<R(Args...)> {
         [](void* s, Args&&... args) -> R {
           return Call(*Get(s), std::forward<Args>(args)...);
         },
-        nullptr,  // The pointer's bytes move.
+        [](void* from, void* to) noexcept {
+          *static_cast<Fn**>(to) = Get(from);
+        },
         [](void* s) noexcept { delete Get(s); },
     };
   };
 
   void MoveFrom(UniqueFunction& other) noexcept {
-    if (other.ops_ == nullptr) return;
-    if (other.ops_->move != nullptr) {
+    if (other.ops_ != nullptr) {
       other.ops_->move(other.storage_, storage_);
-    } else {
-      std::memcpy(storage_, other.storage_, kInlineSize);
+      ops_ = std::exchange(other.ops_, nullptr);
     }
-    ops_ = std::exchange(other.ops_, nullptr);
   }
   void Reset() noexcept {
-    if (ops_ == nullptr) return;
-    const Ops* ops = std::exchange(ops_, nullptr);
-    if (ops->destroy != nullptr) ops->destroy(storage_);
+    if (ops_ != nullptr) std::exchange(ops_, nullptr)->destroy(storage_);
   }
 
   alignas(std::max_align_t) std::byte storage_[kInlineSize];

@@ -1,6 +1,6 @@
-// UniqueFunction holds each kind of callable it stores differently (trivially
-// copyable and inline, inline with a real move and destructor, on the heap)
-// and must move, call and destroy each exactly as the callable asks.
+// UniqueFunction stores a small callable inline (with its own move and
+// destructor) and a large one on the heap, and must move, call and destroy
+// each exactly as the callable asks.
 #include "base/unique_function.h"
 
 #include <array>

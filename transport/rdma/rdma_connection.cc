@@ -12,7 +12,6 @@
 #include <new>
 
 #include "base/buffer_pool.h"
-#include "base/copy_bytes.h"
 #include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/pooled_handler.h"
@@ -577,7 +576,7 @@ void RdmaConnection::OnReceive(uint32_t slot, uint32_t bytes) {
   const bool dropped = inbound->payload_too_large;
   const size_t keep = prefix.header_size + (dropped ? 0 : prefix.payload_size);
   Buffer block = PooledBuffer(keep);
-  CopyBytes(block.data(), header, keep);
+  if (keep > 0) std::memcpy(block.data(), header, keep);
   Repost(slot);  // Copied out: the buffer can take the next message now.
   if (torn_down_) return;  // The repost failed: observer_ is gone.
   Bump(stats_.frames_received);
@@ -911,13 +910,15 @@ void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   std::memcpy(out, prefix.data(), prefix.size());
   out += prefix.size();
   if (!body.empty()) {
-    CopyBytes(out, body.data(), body.size());
+    std::memcpy(out, body.data(), body.size());
     out += body.size();
   } else {
-    CopyBytes(out, frame.header.data(), frame.header.size());
-    out += frame.header.size();
+    if (!frame.header.empty()) {
+      std::memcpy(out, frame.header.data(), frame.header.size());
+      out += frame.header.size();
+    }
     for (size_t i = 0; i < frame.payload_slices; ++i) {
-      CopyBytes(out, frame.payload[i].data(), frame.payload[i].size());
+      std::memcpy(out, frame.payload[i].data(), frame.payload[i].size());
       out += frame.payload[i].size();
     }
   }
