@@ -13,13 +13,20 @@
 namespace rdmarpc {
 namespace {
 
-// Counts its live copies, so a test sees each destroyed exactly once.
+// Counts its live copies, so a test sees each destroyed exactly once, and
+// its moves.
 struct Tracked {
-  explicit Tracked(int* live) : live(live) { ++*live; }
-  Tracked(Tracked&& other) noexcept : live(other.live) { ++*live; }
+  explicit Tracked(int* live, int* moves = nullptr) : live(live), moves(moves) {
+    ++*live;
+  }
+  Tracked(Tracked&& other) noexcept : live(other.live), moves(other.moves) {
+    ++*live;
+    if (moves != nullptr) ++*moves;
+  }
   Tracked(const Tracked&) = delete;
   ~Tracked() { --*live; }
   int* live;
+  int* moves;
 };
 
 // Moves `f` through a move-constructed and a move-assigned function, as a
@@ -85,14 +92,17 @@ TEST_CASE(
     "UniqueFunction: a callable on the heap moves by pointer and is "
     "destroyed once") {
   int live = 0;
+  int moves = 0;
   {
     std::string big(200, 'x');
-    UniqueFunction<size_t()> f = [t = Tracked(&live), big,
+    UniqueFunction<size_t()> f = [t = Tracked(&live, &moves), big,
                                   pad = std::array<char, 64>{}] {
       return big.size() + pad.size();
     };
     CHECK(live == 1);
+    const int moves_to_store = moves;  // Into its heap block.
     auto g = Relay(std::move(f));
+    CHECK(moves == moves_to_store);  // Only the pointer moved.
     CHECK(live == 1);
     CHECK(g() == 264);
   }
