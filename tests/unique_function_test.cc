@@ -41,7 +41,9 @@ UniqueFunction<Sig> Relay(UniqueFunction<Sig> f) {
   return assigned;
 }
 
-TEST_CASE("UniqueFunction: a trivially copyable callable survives its moves") {
+TEST_CASE(
+    "UniqueFunction: a callable capturing a pointer and a value survives its "
+    "moves") {
   int a = 3;
   long b = 4;
   const int* where = &a;
