@@ -214,7 +214,7 @@ TEST_CASE("call header: malformed bytes are refused as protobuf refuses them") {
       // Field 3 (service) with its length, 0, in 6 bytes.
       std::string("\x1a\x80\x80\x80\x80\x80\x00", 7),
       // Field 1 as bytes (unknown to both), its length, 0, in eight bytes:
-      // the input fuzzing found (session 12, corpus "overlong_length").
+      // the input fuzzing found (corpus "overlong_length").
       std::string("\x0a\x00\x0a\x80\x80\x80\x80\x80\x80\x80\x00", 11),
       // The same with the length in ten bytes.
       std::string("\x0a\x00\x0a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00", 13),

@@ -14,6 +14,8 @@
 #define RDMARPC_TRANSPORT_RDMA_GRANT_MEMORY_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 
 #include "base/buffer.h"
 
@@ -22,6 +24,25 @@ namespace rdmarpc::transport::rdma {
 // `size` zero bytes (an empty Buffer when memory is exhausted). Releasing the
 // Buffer returns a large block to the cache.
 Buffer ZeroedGrantBlock(size_t size);
+
+// Bytes of receive grants held now by every connection of this process
+// (checked against TransportOptions::max_grant_bytes).
+uint64_t GrantedBytes();
+
+// A grant's share of GrantedBytes(), returned when released or destroyed.
+class GrantCharge {
+ public:
+  GrantCharge() = default;
+  explicit GrantCharge(uint64_t bytes);
+  GrantCharge(GrantCharge&& other) noexcept
+      : bytes_(std::exchange(other.bytes_, 0)) {}
+  GrantCharge& operator=(GrantCharge&& other) noexcept;
+  ~GrantCharge() { Release(); }
+  void Release();
+
+ private:
+  uint64_t bytes_ = 0;
+};
 
 }  // namespace rdmarpc::transport::rdma
 

@@ -16,6 +16,11 @@
 // written (write_plan.h) straight from the caller's memory when it lies in a
 // MemoryRegistration (its memory region cached per connection), and through
 // a registered bounce pool when it does not.
+//
+// The implementation is split by concern: rdma_connection.cc (setup and the
+// rdma_cm handshake), rdma_completions.cc (completion polling, receives),
+// rdma_send.cc (the send path and credits), rdma_rendezvous.cc (large
+// transfers: RTS, GRANT, WRITEs, the bounce pool), rdma_close.cc.
 #ifndef RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 #define RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 
@@ -36,6 +41,7 @@
 #include "base/ring_queue.h"
 #include "transport/connection.h"
 #include "transport/memory.h"
+#include "transport/rdma/grant_memory.h"
 #include "transport/rdma/peer_checks.h"
 #include "transport/rdma/protocol.h"
 #include "transport/rdma/registration_cache.h"
@@ -43,25 +49,6 @@
 #include "transport/rdma/write_plan.h"
 
 namespace rdmarpc::transport::rdma {
-
-// Bytes of receive grants held now by every connection of this process
-// (checked against TransportOptions::max_grant_bytes).
-uint64_t GrantedBytes();
-
-// A grant's share of GrantedBytes(), returned when released or destroyed.
-class GrantCharge {
- public:
-  GrantCharge() = default;
-  explicit GrantCharge(uint64_t bytes);
-  GrantCharge(GrantCharge&& other) noexcept
-      : bytes_(std::exchange(other.bytes_, 0)) {}
-  GrantCharge& operator=(GrantCharge&& other) noexcept;
-  ~GrantCharge() { Release(); }
-  void Release();
-
- private:
-  uint64_t bytes_ = 0;
-};
 
 class RdmaConnection final
     : public Connection,

@@ -1,0 +1,166 @@
+// Shared by the echo benchmark's parts (bench.cc is the entry point and
+// documents the flags): its options and results, the benchmark service, and
+// one harness per file: raw_tcp.cc (raw TCP baselines), raw_verbs.cc (raw
+// verbs baselines, through verbs_baseline), rpc_harness.cc (the RPC side),
+// report.cc (printing, JSON, plots).
+#ifndef RDMARPC_TOOLS_BENCHMARKS_BENCH_H_
+#define RDMARPC_TOOLS_BENCHMARKS_BENCH_H_
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/buffer.h"
+#include "rpc/channel.h"
+#include "rpc/method_ref.h"
+#include "rpc/server.h"
+#include "rpc/service.h"
+#include "transport/memory.h"
+
+namespace rdmarpc::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr char kService[] = "rdmarpc.bench.Bench";
+inline constexpr rpc::MethodRef kEcho(kService, "Echo");
+inline constexpr rpc::MethodRef kSink(kService, "Sink");
+inline constexpr rpc::MethodRef kPin(kService, "Pin");
+inline constexpr rpc::MethodRef kWindow(kService, "Window");
+
+// Echo answers with the request's own buffer (no copy); Sink with nothing;
+// Pin pins the server's loop thread (PinTo(1)); Window switches callgrind's
+// instrumentation in this process (bench-cpu).
+class BenchService : public rpc::Service {
+ public:
+  BenchService();
+};
+
+struct Options {
+  std::string uri = "tcp://127.0.0.1:0";
+  std::string mode = "latency";
+  std::vector<size_t> sizes;
+  int iters = 0;
+  int warmup = 0;
+  int outstanding = 1;
+  int connections = 1;
+  double seconds = 3;
+  transport::PollMode poll = transport::PollMode::kEvent;
+  bool raw = true;
+  std::string json;
+  std::string plot;
+  bool stats = false;
+  bool metrics = true;   // The in-process server's per-method metrics.
+  bool by_name = false;  // Latency calls name the method, not its id.
+};
+
+struct Result {
+  std::string mode;
+  size_t size = 0;
+  // latency (µs)
+  double p50 = 0, p99 = 0, p999 = 0, max = 0;
+  double raw_p50 = 0, raw_p99 = 0;
+  double epoll_p50 = NAN;  // The plain epoll loop (TCP only).
+  double asio_p50 = NAN;   // The Asio loop (TCP only).
+  // Latency in alternating rounds: each round's RPC p50 over its raw p50; their
+  // median and range. A slow spell moves one round, not the median.
+  double round_ratio_median = NAN, round_ratio_min = NAN, round_ratio_max = NAN;
+  // TCP event mode: the same per-round medians for the floors, over raw.
+  double epoll_round_ratio = NAN, asio_round_ratio = NAN;
+  std::vector<double> samples;  // For the CDF plot.
+  // throughput
+  double calls_per_s = 0;
+  // bandwidth (GB/s)
+  double gbps = 0, raw_gbps = 0;
+  uint64_t errors = 0;
+};
+
+// ---- Helpers (bench_util.cc).
+
+// Opens or closes this process's measurement window: callgrind
+// instrumentation, and a marker syscall that strace output is cut at.
+void Window(bool open);
+// --pin 1 (the default on two or more CPUs): the client side on CPU 0 and the
+// server side on CPU 1 (pin.h), for the RPC's event loops and the raw
+// baseline's threads alike.
+extern bool pin_sides;
+void PinTo(int cpu);
+transport::PollMode ParsePoll(const std::string& poll);
+// A progress line on a terminal's stderr.
+void Progress(const std::string& what, uint64_t done, uint64_t total);
+// The q-quantile of sorted samples (0 when empty).
+double Percentile(const std::vector<double>& sorted, double q);
+// Round `round`'s share of `iters` spread over `rounds` alternating rounds.
+int RoundShare(int iters, int rounds, int round);
+std::string HostOf(const std::string& uri);
+// A registered arena the payloads come from, so RDMA sends are zero-copy.
+std::shared_ptr<transport::MemoryRegistration> Arena(size_t size);
+Buffer Payload(const transport::MemoryRegistration& arena, size_t size);
+std::string SizeName(size_t size);
+
+// ---- Raw TCP baselines (raw_tcp.cc).
+
+// How each side of the raw ping-pong waits for the next message.
+enum class RawTcpLoop {
+  kBlocking,  // Blocking read and write: the plain baseline.
+  kBusy,      // Non-blocking, read again at once: for --poll busy|hybrid.
+  kEpoll,     // Edge-triggered epoll without Asio: the kernel's event path.
+};
+// Round trips of `size` bytes each way over a fresh loopback pair, in µs,
+// sorted.
+std::vector<double> RawTcpPingPong(RawTcpLoop loop, size_t size, int warmup,
+                                   int iters);
+// The same ping-pong on Asio alone, as rdmarpc's transport uses it: the floor
+// for an event-driven stack on Asio.
+std::vector<double> AsioTcpPingPong(size_t size, int warmup, int iters);
+// A one-way stream of `iters` messages of `size` bytes: GB/s.
+double RawTcpBandwidth(size_t size, int iters);
+
+// ---- Raw verbs baselines (raw_verbs.cc).
+
+// Runs verbs_baseline (next to `self`, this binary) and returns its first
+// number after `key` ("p50 " or "outstanding: "), or NaN.
+double RawVerbs(const std::string& self, const std::string& ip,
+                const std::string& mode, size_t size, int iters,
+                const std::string& key);
+
+// ---- The RPC side (rpc_harness.cc).
+
+rpc::ChannelOptions ChannelOptionsFor(const Options& options);
+// Closed loop, one call outstanding: round trips in µs, sorted.
+std::vector<double> RpcLatency(rpc::Channel& channel,
+                               const transport::MemoryRegistration& arena,
+                               size_t size, int warmup, int iters, bool by_name,
+                               uint64_t& errors);
+// K outstanding on each of C channels for `seconds`: calls/s.
+double RpcThroughput(const Options& options,
+                     const transport::MemoryRegistration& arena, size_t size,
+                     uint64_t& errors);
+// `n` calls of `method`, `k` outstanding, each completion starting the next
+// on the channel's own thread; returns how many failed. `on_done` sees the
+// running count of completions.
+uint64_t RunCalls(rpc::Channel& channel, long long n, int k,
+                  const rpc::MethodRef& method,
+                  const std::function<Buffer()>& payload,
+                  const rpc::CallOptions& options = {},
+                  const std::function<void(long long)>& on_done = {});
+// `iters` Sink calls of `size` bytes, 2 outstanding: GB/s one way.
+double RpcBandwidth(rpc::Channel& channel,
+                    const transport::MemoryRegistration& arena, size_t size,
+                    int iters, uint64_t& errors);
+
+// ---- The report (report.cc).
+
+void PrintServerStats(const rpc::Server& server, const Result& r);
+// The results table, each ratio, and the targets this run measured.
+void PrintReport(const Options& options, const std::string& poll, bool rdma,
+                 const std::vector<Result>& results);
+void WriteJson(const Options& options, const std::vector<Result>& results);
+void Plot(const Options& options, const std::vector<Result>& results);
+
+}  // namespace rdmarpc::bench
+
+#endif  // RDMARPC_TOOLS_BENCHMARKS_BENCH_H_

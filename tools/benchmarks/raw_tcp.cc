@@ -1,0 +1,343 @@
+// The echo benchmark: raw TCP baselines (blocking, busy-polling and epoll
+// ping-pongs, an Asio-only ping-pong, a one-way stream).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "tools/benchmarks/bench.h"
+
+namespace rdmarpc::bench {
+namespace {
+
+// A connected loopback TCP pair, TCP_NODELAY both ways.
+struct TcpPair {
+  int client = -1, server = -1;
+  TcpPair() {
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        listen(listener, 1) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) !=
+            0) {
+      std::perror("bench: raw tcp listen");
+      std::exit(1);
+    }
+    client = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(client, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+      std::perror("bench: raw tcp connect");
+      std::exit(1);
+    }
+    server = accept(listener, nullptr, nullptr);
+    close(listener);
+    const int one = 1;
+    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  ~TcpPair() {
+    close(client);
+    close(server);
+  }
+};
+
+bool ReadAll(int fd, std::byte* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = read(fd, data, size);
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+// Reads `size` bytes without blocking in recv; `when_empty` runs each time
+// the socket has nothing yet (it waits, or not) and returns false to give up.
+template <typename WhenEmpty>
+bool ReadWithoutBlocking(int fd, std::byte* data, size_t size,
+                         WhenEmpty when_empty) {
+  while (size > 0) {
+    const ssize_t n = recv(fd, data, size, MSG_DONTWAIT);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) return false;
+    if (errno == EAGAIN && !when_empty()) return false;
+  }
+  return true;
+}
+bool WriteAll(int fd, const std::byte* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = write(fd, data, size);
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The same ping-pong on Asio, used as rdmarpc's transport uses it, with
+// nothing of rdmarpc: each side its own io_context thread; async_wait until
+// the socket is readable, non-blocking recv until the message is whole, send
+// the next one at once, wait again. This is the floor for an event-driven
+// stack on Asio (a wait in epoll, a handler dispatch, a re-armed wait per
+// message): the part of the RPC/raw ratio that no RPC code can remove.
+class AsioEchoSide {
+ public:
+  // The client side (`rtt` given) sends first and times each round trip
+  // into `rtt`; the server side (nullptr) answers each message it receives.
+  AsioEchoSide(int fd, size_t size, int messages, std::vector<double>* rtt)
+      : socket_(context_, boost::asio::ip::tcp::v4(), dup(fd)),
+        size_(size),
+        left_(messages),
+        rtt_(rtt),
+        buffer_(std::max<size_t>(size, 1)) {
+    socket_.non_blocking(true);
+  }
+  void Run() {
+    if (rtt_ != nullptr) Send();
+    Wait();
+    context_.run();
+  }
+
+ private:
+  void Wait() {
+    socket_.async_wait(boost::asio::socket_base::wait_read,
+                       [this](const boost::system::error_code& error) {
+                         if (!error) OnReadable();
+                       });
+  }
+  void OnReadable() {
+    for (;;) {
+      const ssize_t n =
+          recv(socket_.native_handle(), buffer_.data() + got_, size_ - got_, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+      if (n < 0) break;  // Nothing more yet: wait.
+      got_ += static_cast<size_t>(n);
+      if (got_ < size_) continue;
+      got_ = 0;
+      if (rtt_ != nullptr) {
+        rtt_->push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - t0_)
+                .count());
+        if (--left_ == 0) return;
+        Send();
+      } else {
+        Send();
+        if (--left_ == 0) return;
+      }
+    }
+    Wait();
+  }
+  void Send() {
+    if (rtt_ != nullptr) t0_ = Clock::now();
+    const int fd = socket_.native_handle();
+    for (size_t sent = 0; sent < size_;) {
+      const ssize_t n =
+          send(fd, buffer_.data() + sent, size_ - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EAGAIN) {
+        boost::system::error_code ignored;
+        socket_.wait(boost::asio::socket_base::wait_write, ignored);
+      } else {
+        return;
+      }
+    }
+  }
+
+  boost::asio::io_context context_{1};
+  boost::asio::ip::tcp::socket socket_;
+  const size_t size_;
+  int left_;
+  std::vector<double>* const rtt_;
+  std::vector<std::byte> buffer_;
+  size_t got_ = 0;
+  Clock::time_point t0_;
+};
+
+}  // namespace
+
+std::vector<double> AsioTcpPingPong(size_t size, int warmup, int iters) {
+  TcpPair pair;
+  std::vector<double> rtt;
+  rtt.reserve(warmup + iters);
+  AsioEchoSide server(pair.server, size, warmup + iters, nullptr);
+  AsioEchoSide client(pair.client, size, warmup + iters, &rtt);
+  std::thread echo([&] {
+    PinTo(1);
+    server.Run();
+  });
+  PinTo(0);
+  client.Run();
+  echo.join();
+  rtt.erase(rtt.begin(), rtt.begin() + std::min<size_t>(rtt.size(), warmup));
+  std::sort(rtt.begin(), rtt.end());
+  return rtt;
+}
+
+namespace {
+
+// The ping-pong as the least an event-driven loop does, without Asio: each
+// side's socket non-blocking and registered once (edge-triggered) with its own
+// epoll instance; a message is read with recv until it is whole, waiting in
+// epoll_wait whenever the socket is empty, and answered with write. Against
+// the blocking ping-pong it adds only the wait in epoll before each read:
+// the kernel's share of the cost of being event-driven.
+class EpollSide {
+ public:
+  explicit EpollSide(int fd) : fd_(fd), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
+    fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLET;
+    if (epoll_ < 0 || epoll_ctl(epoll_, EPOLL_CTL_ADD, fd_, &event) != 0) {
+      std::perror("bench: epoll");
+      std::exit(1);
+    }
+  }
+  ~EpollSide() { close(epoll_); }
+  EpollSide(const EpollSide&) = delete;
+  EpollSide& operator=(const EpollSide&) = delete;
+
+  bool Read(std::byte* data, size_t size) {
+    return ReadWithoutBlocking(fd_, data, size, [this] {
+      epoll_event event;
+      return epoll_wait(epoll_, &event, 1, -1) >= 0 || errno == EINTR;
+    });
+  }
+  // 16 B to 64 KiB: the socket buffer takes it at once.
+  bool Write(const std::byte* data, size_t size) {
+    return WriteAll(fd_, data, size);
+  }
+
+ private:
+  const int fd_;
+  const int epoll_;
+};
+
+// The blocking ping-pong's side: read and write block until done.
+class BlockingSide {
+ public:
+  explicit BlockingSide(int fd) : fd_(fd) {}
+  bool Read(std::byte* data, size_t size) { return ReadAll(fd_, data, size); }
+  bool Write(const std::byte* data, size_t size) {
+    return WriteAll(fd_, data, size);
+  }
+
+ private:
+  const int fd_;
+};
+
+// The busy-polling ping-pong's side: the socket is non-blocking and read
+// again at once while empty, as rdmarpc's busy and hybrid modes read it:
+// no sleep, no wake-up. The raw baseline for --poll busy|hybrid over TCP.
+class BusySide {
+ public:
+  explicit BusySide(int fd) : fd_(fd) {}
+  bool Read(std::byte* data, size_t size) {
+    return ReadWithoutBlocking(fd_, data, size, [] { return true; });
+  }
+  bool Write(const std::byte* data, size_t size) {
+    return WriteAll(fd_, data, size);
+  }
+
+ private:
+  const int fd_;
+};
+
+// Round trips of `size` bytes each way over a fresh loopback pair, in µs,
+// sorted: the client on CPU 0 times each; an echo thread on CPU 1 answers.
+// `Side` reads and writes whole messages on one socket.
+template <typename Side>
+std::vector<double> TcpPingPong(size_t size, int warmup, int iters) {
+  TcpPair pair;
+  std::vector<std::byte> buffer(std::max<size_t>(size, 1));
+  PinTo(0);
+  std::thread echo([&] {
+    PinTo(1);
+    Side side(pair.server);
+    std::vector<std::byte> message(buffer.size());
+    for (int i = 0; i < warmup + iters; ++i) {
+      if (!side.Read(message.data(), size) ||
+          !side.Write(message.data(), size)) {
+        return;
+      }
+    }
+  });
+  Side side(pair.client);
+  std::vector<double> rtt;
+  rtt.reserve(iters);
+  for (int i = 0; i < warmup + iters; ++i) {
+    const auto t0 = Clock::now();
+    if (!side.Write(buffer.data(), size) || !side.Read(buffer.data(), size)) {
+      break;
+    }
+    if (i >= warmup) {
+      rtt.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+  }
+  echo.join();
+  std::sort(rtt.begin(), rtt.end());
+  return rtt;
+}
+
+}  // namespace
+
+std::vector<double> RawTcpPingPong(RawTcpLoop loop, size_t size, int warmup,
+                                   int iters) {
+  switch (loop) {
+    case RawTcpLoop::kBlocking:
+      return TcpPingPong<BlockingSide>(size, warmup, iters);
+    case RawTcpLoop::kBusy:
+      return TcpPingPong<BusySide>(size, warmup, iters);
+    case RawTcpLoop::kEpoll:
+      return TcpPingPong<EpollSide>(size, warmup, iters);
+  }
+  return {};
+}
+
+// `size` bytes one way then a 1-byte answer, `iters` times: GB/s.
+double RawTcpBandwidth(size_t size, int iters) {
+  TcpPair pair;
+  std::vector<std::byte> out(std::max<size_t>(size, 1));
+  // Touched before the clock starts, as the RPC side's reused blocks are.
+  std::vector<std::byte> buffer(out.size());
+  PinTo(0);
+  std::thread sink([&] {
+    PinTo(1);
+    const std::byte ack{1};
+    for (int i = 0; i < iters; ++i) {
+      if (!ReadAll(pair.server, buffer.data(), size) ||
+          !WriteAll(pair.server, &ack, 1)) {
+        return;
+      }
+    }
+  });
+  std::byte ack;
+  const auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    WriteAll(pair.client, out.data(), size);
+    ReadAll(pair.client, &ack, 1);
+  }
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  sink.join();
+  return static_cast<double>(size) * iters / seconds / 1e9;
+}
+
+}  // namespace rdmarpc::bench

@@ -1,0 +1,90 @@
+// RdmaConnection: close (graceful drain, teardown).
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "base/buffer_pool.h"
+#include "base/latency_trace.h"
+#include "base/log.h"
+#include "base/pooled_handler.h"
+#include "transport/rdma/connection_internal.h"
+#include "transport/rdma/grant_memory.h"
+
+namespace rdmarpc::transport::rdma {
+
+namespace asio = boost::asio;
+using tunables::kFramePrefixSize;
+using tunables::kRdmaReceiveBufferSize;
+using tunables::kRdmaReceiveDepth;
+using tunables::kRdmaSendDepth;
+
+void RdmaConnection::Close(const Status& reason) {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  asio::post(context_, [self = shared_from_this(), reason] {
+    if (self->torn_down_ || self->close_after_drain_) return;
+    // Frames already queued leave first; the close completes when they
+    // have, or after kCloseFlushTimeout.
+    self->close_after_drain_ = reason;
+    self->close_timer_.expires_after(tunables::kCloseFlushTimeout);
+    self->close_timer_.async_wait(
+        [self, reason](const boost::system::error_code& e) {
+          if (!e) self->CloseNow(reason);
+        });
+    self->Flush();
+    self->MaybeFinishClose();
+  });
+}
+
+void RdmaConnection::MaybeFinishClose() {
+  if (!close_after_drain_ || torn_down_) return;
+  bool queued;
+  {
+    std::lock_guard lock(mu_);
+    queued = !queue_.empty();
+  }
+  if (!queued && outgoing_.empty() && completed_ == posted_) {
+    CloseNow(*close_after_drain_);
+  }
+}
+
+void RdmaConnection::ForceQpErrorForTesting() {
+  asio::post(context_, [self = shared_from_this()] {
+    if (!self->id_ || self->id_->qp == nullptr) return;
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(self->id_->qp, &attr, IBV_QP_STATE);
+  });
+}
+
+void RdmaConnection::CloseNow(const Status& reason) {
+  if (torn_down_) return;
+  torn_down_ = true;
+  close_reason_ = reason;
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+    queue_.clear();
+    queued_bytes_ = 0;
+    queued_frames_.store(0, std::memory_order_relaxed);
+  }
+  close_timer_.cancel();
+  // Transfers with nothing posted yet (no grant came) let go of the callers'
+  // buffers and registrations now; one under way keeps them until the QP is
+  // destroyed, since its WRITEs may still be reading them.
+  while (!outgoing_.empty() && outgoing_.back().next_write == 0) {
+    outgoing_.pop_back();
+  }
+  if (id_ && established_) rdma_disconnect(id_.get());
+  if (auto done = std::move(on_established_)) done(reason);
+  boost::system::error_code ignored;
+  if (cq_fd_.is_open()) cq_fd_.cancel(ignored);
+  if (cm_fd_.is_open()) cm_fd_.cancel(ignored);
+  NotifyClosed(std::move(observer_), reason, in_observer_,
+               context_.get_executor());
+}
+
+}  // namespace rdmarpc::transport::rdma

@@ -1,0 +1,303 @@
+// RdmaConnection: large frames by rendezvous (RTS, GRANT, RDMA WRITEs).
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "base/buffer_pool.h"
+#include "base/latency_trace.h"
+#include "base/log.h"
+#include "base/pooled_handler.h"
+#include "transport/rdma/connection_internal.h"
+#include "transport/rdma/grant_memory.h"
+
+namespace rdmarpc::transport::rdma {
+
+namespace asio = boost::asio;
+using tunables::kFramePrefixSize;
+using tunables::kRdmaReceiveBufferSize;
+using tunables::kRdmaReceiveDepth;
+using tunables::kRdmaSendDepth;
+
+void RdmaConnection::OnControl(const ControlMessage& message) {
+  switch (message.kind) {
+    case ControlKind::kCredit:
+      return;
+    case ControlKind::kRts:
+      return OnRts(message);
+    case ControlKind::kGrant: {
+      // Grants answer our RTSs in order: this one is for the oldest transfer
+      // still without one.
+      OutgoingTransfer* oldest = nullptr;
+      for (size_t i = 0; i < outgoing_.size() && !oldest; ++i) {
+        if (!outgoing_[i].granted) oldest = &outgoing_[i];
+      }
+      std::optional<PendingTransfer> pending;
+      if (oldest) {
+        pending = PendingTransfer{oldest->id, oldest->frame.header.size(),
+                                  oldest->frame.payload_size()};
+      }
+      if (Status s = CheckGrant(message, pending); !s.ok()) {
+        return ProtocolError(s);
+      }
+      oldest->granted = true;
+      oldest->grant = message;
+      return StartWrites(*oldest);
+    }
+  }
+}
+
+StatusOr<GrantPlan> RdmaConnection::PlanGrantFor(const ControlMessage& rts,
+                                                 size_t ahead) {
+  const uint64_t in_use = GrantedBytes();
+  const uint64_t limit = options_.max_grant_bytes;
+  return PlanGrant(rts, static_cast<uint32_t>(ahead),
+                   tunables::kRdmaMaxOpenGrants, options_.max_payload_size,
+                   in_use < limit ? limit - in_use : 0);
+}
+
+void RdmaConnection::OnRts(const ControlMessage& rts) {
+  StatusOr<GrantPlan> plan = PlanGrantFor(rts, incoming_.size());
+  if (!plan.ok()) return ProtocolError(plan.status());
+  // Behind one that waits for memory, it waits too: grants go out in order.
+  const bool behind = !incoming_.empty() && !incoming_.back().granted;
+  IncomingTransfer transfer;
+  transfer.rts = rts;
+  incoming_.push_back(std::move(transfer));
+  if (!behind && !plan->wait) Grant(incoming_.back(), *plan);
+}
+
+void RdmaConnection::GrantWaiting() {
+  for (size_t i = 0; i < incoming_.size() && !torn_down_; ++i) {
+    IncomingTransfer& transfer = incoming_[i];
+    if (transfer.granted) continue;
+    // Checked when it arrived; only the budget can have changed.
+    StatusOr<GrantPlan> plan = PlanGrantFor(transfer.rts, i);
+    if (!plan.ok()) return ProtocolError(plan.status());
+    if (plan->wait) return;
+    Grant(transfer, *plan);
+  }
+}
+
+void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
+  const ControlMessage& rts = transfer.rts;
+  transfer.dropped_payload = plan.dropped_payload;
+  transfer.drop_reason = plan.drop_reason;
+  if (plan.drop_reason == DropReason::kTooLarge) {
+    Log().warn(
+        "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
+        "discarding it",
+        peer_, rts.payload_size, options_.max_payload_size);
+    Bump(stats_.oversized_frames_dropped);
+  } else if (plan.drop_reason == DropReason::kMemoryLimit) {
+    Log().warn(
+        "{}: payload of {} bytes would exceed the registered-memory limit "
+        "(max_grant_bytes {}, {} in use); discarding it",
+        peer_, rts.payload_size, options_.max_grant_bytes, GrantedBytes());
+    Bump(stats_.oversized_frames_dropped);
+  }
+  const size_t length = plan.length;
+  // At least one byte, so there is always something to register.
+  transfer.block = ZeroedGrantBlock(std::max<size_t>(length, 1));
+  if (transfer.block.empty()) {
+    return CloseNow(Status(StatusCode::kResourceExhausted,
+                           "cannot allocate " + std::to_string(length) +
+                               " bytes for a transfer from " + peer_));
+  }
+  transfer.block.Truncate(length);
+  // Remote write into this block only, for this connection only.
+  transfer.region = RegisterRegion(
+      pd_.get(), transfer.block.data(), std::max<size_t>(length, 1),
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!transfer.region) {
+    return CloseNow(ErrnoStatus("ibv_reg_mr (grant)", errno));
+  }
+  transfer.charge = GrantCharge(transfer.region->length);
+  transfer.granted = true;
+  ControlMessage grant;
+  grant.kind = ControlKind::kGrant;
+  grant.dropped = static_cast<uint8_t>(plan.drop_reason);
+  grant.transfer = rts.transfer;
+  grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
+  grant.rkey = transfer.region->rkey;
+  grant.length = static_cast<uint32_t>(length);
+  control_queue_.push_back(grant);
+}
+
+void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
+                                   uint32_t bytes) {
+  // `bytes` counts the last WRITE only (the grant bounds the others).
+  std::optional<OpenGrant> open;
+  if (!incoming_.empty() && incoming_.front().granted) {
+    open = OpenGrant{incoming_.front().rts.transfer,
+                     incoming_.front().block.size()};
+  }
+  if (Status s = CheckLanding(imm, bytes, open); !s.ok()) {
+    return ProtocolError(s);
+  }
+  Repost(slot);
+  if (torn_down_) return;  // The repost failed: observer_ is gone.
+  IncomingTransfer transfer = std::move(incoming_.front());
+  incoming_.pop_front();
+  transfer.region.reset();  // No remote access once the data has landed.
+  transfer.charge.Release();
+  Bump(stats_.bytes_received, transfer.block.size());
+  Bump(stats_.frames_received);
+  {
+    InsideOnFrame guard(in_observer_);
+    observer_->OnFrame(ReceivedFrame(
+        FrameType::kRpc, std::move(transfer.block), transfer.rts.header_size,
+        transfer.dropped_payload, transfer.drop_reason));
+  }
+  if (!torn_down_) GrantWaiting();  // Memory came free.
+}
+
+bool RdmaConnection::WritesPending() {
+  // Transfers post their WRITEs in order: if the newest has posted all of
+  // its own, so has every one before it.
+  if (outgoing_.empty()) return false;
+  const OutgoingTransfer& newest = outgoing_.back();
+  return !newest.granted || newest.next_write < newest.plan.writes.size();
+}
+
+void RdmaConnection::PostWrites() {
+  for (size_t i = 0; i < outgoing_.size(); ++i) {
+    OutgoingTransfer& transfer = outgoing_[i];
+    if (!transfer.granted) return;
+    while (transfer.next_write < transfer.plan.writes.size()) {
+      if (!PostWrite(transfer)) return;
+    }
+  }
+}
+
+void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
+  std::array<WriteSource, 1 + tunables::kMaxPayloadSlices> sources;
+  size_t count = 0;
+  sources[count++] = {transfer.frame.header.span(), std::nullopt};
+  const uint64_t registrations_before = registrations_->registrations();
+  for (size_t i = 0;
+       !transfer.grant.dropped && i < transfer.frame.payload_slices; ++i) {
+    const Buffer& slice = transfer.frame.payload[i];
+    WriteSource& source = sources[count++];
+    source.bytes = slice.span();
+    auto registration = MemoryRegistration::Find(slice.span());
+    if (!registration) continue;  // Staged: copied through the bounce pool.
+    source.lkey = registrations_->Lkey(*registration);
+    if (!source.lkey) {
+      Log().warn(
+          "{}: ibv_reg_mr of a {}-byte registration failed ({}); "
+          "copying its payload instead",
+          peer_, registration->size(), std::strerror(errno));
+      continue;
+    }
+    transfer.pins.push_back(std::move(registration));
+  }
+  Bump(stats_.registrations,
+       registrations_->registrations() - registrations_before);
+  transfer.plan =
+      PlanWrites(std::span(sources.data(), count), tunables::kRdmaMaxSendSge,
+                 tunables::kRdmaBounceChunkSize, tunables::kRdmaMaxWriteSize);
+}
+
+bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
+  const PlannedWrite& write = transfer.plan.writes[transfer.next_write];
+  const bool last = transfer.next_write + 1 == transfer.plan.writes.size();
+  if (!SendSlotFree()) return false;
+  // Only the last WRITE carries an immediate and so consumes a receive.
+  if (last && credits_ < 1) {
+    Bump(stats_.credit_stalls);
+    return false;
+  }
+  const uint64_t seq = posted_ + 1;
+  std::byte* staging = nullptr;
+  uint32_t staging_lkey = 0;
+  bool chunk = false;
+  if (write.staged_bytes > 0) {
+    if (write.staged_bytes <= kRdmaReceiveBufferSize) {
+      // This work request's own send-ring slot is free (SendSlotFree).
+      staging = send_ring_->data() +
+                size_t(seq % kRdmaSendDepth) * kRdmaReceiveBufferSize;
+      staging_lkey = send_ring_->lkey();
+    } else {
+      staging = AcquireBounceChunk(seq);
+      if (staging == nullptr) return false;  // Wait for a WRITE to complete.
+      staging_lkey = bounce_pool_->lkey();
+      chunk = true;
+    }
+  }
+  posted_ = seq;
+  ibv_sge* sges = &send_sges_[send_wrs_.size() * tunables::kRdmaMaxSendSge];
+  int count = 0;
+  uint32_t staged = 0;
+  for (uint32_t i = 0; i < write.segments; ++i) {
+    const WriteSegment& segment =
+        transfer.plan.segments[write.first_segment + i];
+    if (!segment.staged) {
+      sges[count++] = {reinterpret_cast<uint64_t>(segment.data), segment.size,
+                       segment.lkey};
+      Bump(stats_.zero_copy_bytes, segment.size);
+      continue;
+    }
+    if (staged == 0) {
+      sges[count++] = {reinterpret_cast<uint64_t>(staging), write.staged_bytes,
+                       staging_lkey};
+    }
+    std::memcpy(staging + staged, segment.data, segment.size);
+    staged += segment.size;
+  }
+  Bump(stats_.staged_bytes, staged);
+  ibv_send_wr wr{};
+  wr.num_sge = count;
+  wr.wr.rdma.remote_addr = transfer.grant.addr + transfer.remote_offset;
+  wr.wr.rdma.rkey = transfer.grant.rkey;
+  if (last) {
+    wr.wr_id = WrId(kWriteTag, seq);
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(transfer.id);
+    wr.send_flags = IBV_SEND_SIGNALED;  // Its completion frees the buffers.
+    unsignaled_ = 0;
+    --credits_;
+    transfer.last_seq = seq;
+  } else {
+    wr.wr_id = WrId(kSendTag, seq);
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    if (chunk || ++unsignaled_ >= tunables::kRdmaSignalEvery) {
+      wr.send_flags = IBV_SEND_SIGNALED;  // A chunk is free once it is done.
+      unsignaled_ = 0;
+    }
+  }
+  send_wrs_.push_back(wr);
+  transfer.remote_offset += write.length;
+  ++transfer.next_write;
+  Bump(stats_.bytes_sent, write.length);
+  return true;
+}
+
+std::byte* RdmaConnection::AcquireBounceChunk(uint64_t seq) {
+  if (!bounce_pool_) {
+    auto pool = RegisteredMemory::Allocate(
+        pd_.get(),
+        size_t{tunables::kRdmaBounceChunks} * tunables::kRdmaBounceChunkSize,
+        IBV_ACCESS_LOCAL_WRITE);
+    if (!pool.ok()) {
+      CloseNow(pool.status());
+      return nullptr;
+    }
+    bounce_pool_ = std::move(*pool);
+    bounce_chunks_.resize(tunables::kRdmaBounceChunks);
+  }
+  for (size_t i = 0; i < bounce_chunks_.size(); ++i) {
+    if (bounce_chunks_[i].busy) continue;
+    bounce_chunks_[i] = {true, seq};
+    return bounce_pool_->data() + i * size_t{tunables::kRdmaBounceChunkSize};
+  }
+  return nullptr;
+}
+
+void RdmaConnection::ReleaseBounceChunks(uint64_t completed) {
+  for (BounceChunk& chunk : bounce_chunks_) {
+    if (chunk.busy && chunk.seq <= completed) chunk.busy = false;
+  }
+}
+
+}  // namespace rdmarpc::transport::rdma

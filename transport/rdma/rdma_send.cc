@@ -1,0 +1,233 @@
+// RdmaConnection: the send path (queue, credits, SENDs, posting chains).
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "base/buffer_pool.h"
+#include "base/latency_trace.h"
+#include "base/log.h"
+#include "base/pooled_handler.h"
+#include "transport/rdma/connection_internal.h"
+#include "transport/rdma/grant_memory.h"
+
+namespace rdmarpc::transport::rdma {
+
+namespace asio = boost::asio;
+using tunables::kFramePrefixSize;
+using tunables::kRdmaReceiveBufferSize;
+using tunables::kRdmaReceiveDepth;
+using tunables::kRdmaSendDepth;
+
+Status RdmaConnection::Send(OutgoingFrame frame) {
+  RDMARPC_TRACE(TraceSide(), "send");
+  if (frame.header.size() > tunables::kMaxCallHeaderSize) {
+    return Status(StatusCode::kInternal, "frame header too large");
+  }
+  if (frame.payload_size() > tunables::kMaxPayloadSizeLimit) {
+    return Status(StatusCode::kResourceExhausted,
+                  "payload exceeds the frame format's limit");
+  }
+  const uint64_t bytes =
+      kFramePrefixSize + frame.header.size() + frame.payload_size();
+  // A reply to the last message polled (loop thread), small, with a credit
+  // and a send slot to spare and nothing queued ahead of it, is posted from
+  // here without passing through the queue and Flush.
+  if (delivering_last == this && CanPostSmallAtOnce(bytes) &&
+      queued_frames_.load(std::memory_order_acquire) == 0) {
+    // No lock: only atomics and loop-thread state are read, so the reply
+    // does not pay the queue lock's two atomic operations.
+    if (closing_.load(std::memory_order_acquire)) return ClosedError(peer_);
+    // The receives freed so far are re-posted after it, when the drain
+    // ends: off the reply's path. Their credits ride on the next frame.
+    PostSmall(frame, frame.type, {});
+    Bump(stats_.frames_written_directly);
+    Post();
+    return Status();
+  }
+  bool post = false;
+  {
+    std::lock_guard lock(mu_);
+    if (closing_) return ClosedError(peer_);
+    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
+                                     options_.max_queued_bytes, peer_);
+        !room.ok()) {
+      return room;
+    }
+    queued_bytes_ += bytes;
+    queue_.push_back(std::move(frame));
+    queued_frames_.store(queue_.size(), std::memory_order_relaxed);
+    post = !flush_pending_.exchange(true, std::memory_order_relaxed);
+  }
+  if (post && delivering_last == this) {
+    FlushReposts();  // Their credits ride on this frame.
+    Flush();
+    return Status();
+  }
+  if (post) {
+    asio::post(context_,
+               Pooled([self = shared_from_this()] { self->Flush(); }));
+  }
+  return Status();
+}
+
+bool RdmaConnection::CanPostSmallAtOnce(uint64_t frame_bytes) const {
+  // The conditions under which Flush would post it first, as its own SEND.
+  return established_ && !torn_down_ && control_queue_.empty() &&
+         credits_ >= 2 && SendSlotFree() && outgoing_.empty() &&
+         frame_bytes <= SmallLimit();
+}
+
+void RdmaConnection::Flush() {
+  {
+    std::lock_guard lock(mu_);
+    flush_pending_.store(false, std::memory_order_relaxed);
+  }
+  if (torn_down_ || !established_) return;
+  // Grants first: the peer's large frame waits on them.
+  while (!control_queue_.empty() && credits_ >= 1 && SendSlotFree()) {
+    PostControl(control_queue_.front());
+    control_queue_.pop_front();
+  }
+  if (!outgoing_.empty()) PostWrites();  // Large frames only: no call else.
+  const size_t small_limit = SmallLimit();
+  {
+    std::lock_guard lock(mu_);
+    while (!queue_.empty()) {
+      OutgoingFrame& frame = queue_.front();
+      // One credit stays in reserve for CREDIT messages.
+      if (credits_ < 2 || !SendSlotFree()) {
+        Bump(stats_.credit_stalls);
+        break;
+      }
+      const uint64_t total =
+          kFramePrefixSize + frame.header.size() + frame.payload_size();
+      const bool small = total <= small_limit;
+      // A small frame follows the WRITEs of the large ones ahead of it; a
+      // large one may ask for its grant while those are under way.
+      if (small ? WritesPending() : outgoing_.size() >= max_transfers_) break;
+      queued_bytes_ -= total;  // Leaves the queue now, one way or the other.
+      if (small) {
+        PostSmall(frame, frame.type, {});
+        queue_.pop_front();
+        continue;
+      }
+      if (!outgoing_.empty()) Bump(stats_.pipelined_transfers);
+      OutgoingTransfer transfer;
+      transfer.id = next_transfer_id_++;
+      transfer.frame = std::move(frame);
+      // Its write plan will point into the header while outgoing_ may grow
+      // and move the transfer.
+      transfer.frame.header.MoveOutOfLine();
+      queue_.pop_front();
+      ControlMessage rts;
+      rts.kind = ControlKind::kRts;
+      rts.transfer = transfer.id;
+      rts.header_size = static_cast<uint32_t>(transfer.frame.header.size());
+      rts.payload_size = static_cast<uint32_t>(transfer.frame.payload_size());
+      outgoing_.push_back(std::move(transfer));
+      PostControl(rts);
+    }
+    queued_frames_.store(queue_.size(), std::memory_order_relaxed);
+  }
+  // Return credits explicitly when no traffic has carried them back.
+  if (credits_to_return_ >= kRdmaReceiveDepth / 2 && credits_ >= 1 &&
+      SendSlotFree()) {
+    ControlMessage credit;
+    credit.kind = ControlKind::kCredit;
+    PostControl(credit);
+    Bump(stats_.credit_messages);
+  }
+  Post();
+}
+
+void RdmaConnection::PostControl(const ControlMessage& message) {
+  OutgoingFrame frame;
+  frame.type = FrameType::kControl;
+  PostSmall(frame, FrameType::kControl, std::as_bytes(std::span(&message, 1)));
+}
+
+void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
+                               std::span<const std::byte> body) {
+  const uint64_t seq = ++posted_;
+  const size_t index = send_wrs_.size();  // In the chain.
+  const uint32_t header_size =
+      static_cast<uint32_t>(body.empty() ? frame.header.size() : body.size());
+  const auto payload_size =
+      static_cast<uint32_t>(body.empty() ? frame.payload_size() : 0);
+  // The device copies an inline send into its work request when it is
+  // posted, so it is staged in a dense area (entry `index`, free again once
+  // the chain is posted) rather than in its ring slot. The slots lie 16 KiB
+  // apart: writing to another one each time misses the TLB under emulation
+  // and lands in one cache set on hardware.
+  const bool inline_send =
+      uint64_t{kFramePrefixSize} + header_size + payload_size <= max_inline_;
+  std::byte* slot = inline_send
+                        ? inline_staging_.data() + index * max_inline_
+                        : send_ring_->data() + size_t(seq % kRdmaSendDepth) *
+                                                   kRdmaReceiveBufferSize;
+  const auto credits =
+      static_cast<uint16_t>(std::min<uint32_t>(credits_to_return_, 0xffff));
+  credits_to_return_ -= credits;
+  const EncodedPrefix prefix =
+      EncodeFramePrefix({type, credits, header_size, payload_size});
+  std::byte* out = slot;
+  std::memcpy(out, prefix.data(), prefix.size());
+  out += prefix.size();
+  if (!body.empty()) {
+    std::memcpy(out, body.data(), body.size());
+    out += body.size();
+  } else {
+    if (!frame.header.empty()) {
+      std::memcpy(out, frame.header.data(), frame.header.size());
+      out += frame.header.size();
+    }
+    for (size_t i = 0; i < frame.payload_slices; ++i) {
+      std::memcpy(out, frame.payload[i].data(), frame.payload[i].size());
+      out += frame.payload[i].size();
+    }
+  }
+  const auto length = static_cast<uint32_t>(out - slot);
+  ibv_sge& sge = send_sges_[index * tunables::kRdmaMaxSendSge];
+  sge.addr = reinterpret_cast<uint64_t>(slot);
+  sge.length = length;
+  sge.lkey = send_ring_->lkey();  // Not checked for an inline send.
+  ibv_send_wr wr{};
+  wr.wr_id = WrId(kSendTag, seq);
+  wr.opcode = IBV_WR_SEND;
+  wr.num_sge = 1;
+  if (inline_send) {
+    wr.send_flags |= IBV_SEND_INLINE;
+    Bump(stats_.inline_sends);
+  }
+  if (++unsignaled_ >= tunables::kRdmaSignalEvery) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    unsignaled_ = 0;
+  }
+  send_wrs_.push_back(wr);
+  --credits_;
+  Bump(stats_.bytes_sent, length);
+  if (type == FrameType::kRpc) Bump(stats_.frames_sent);
+}
+
+void RdmaConnection::Post() {
+  if (send_wrs_.empty() || torn_down_) return;
+  // The last request of every chain is signaled, so completed_ always
+  // catches up with posted_ (a graceful close waits for exactly that).
+  if (!(send_wrs_.back().send_flags & IBV_SEND_SIGNALED)) {
+    send_wrs_.back().send_flags |= IBV_SEND_SIGNALED;
+    unsignaled_ = 0;
+  }
+  for (size_t i = 0; i < send_wrs_.size(); ++i) {
+    send_wrs_[i].sg_list = &send_sges_[i * tunables::kRdmaMaxSendSge];
+    send_wrs_[i].next = i + 1 < send_wrs_.size() ? &send_wrs_[i + 1] : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  RDMARPC_TRACE(TraceSide(), "post_start");
+  const int error = ibv_post_send(id_->qp, send_wrs_.data(), &bad);
+  RDMARPC_TRACE(TraceSide(), "post_end");
+  send_wrs_.clear();
+  if (error != 0) CloseNow(ErrnoStatus("ibv_post_send", error));
+}
+
+}  // namespace rdmarpc::transport::rdma

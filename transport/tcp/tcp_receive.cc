@@ -1,0 +1,297 @@
+// TcpConnection: the receive path (staging, frames, polling).
+#include <limits.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "base/buffer_pool.h"
+#include "base/large_block.h"
+#include "base/log.h"
+#include "base/pooled_handler.h"
+#include "transport/tcp/connection_internal.h"
+
+namespace rdmarpc::transport::tcp {
+
+namespace asio = boost::asio;
+using tunables::kFramePrefixSize;
+using tunables::kTcpCopyOutLimit;
+using tunables::kTcpReceiveChunk;
+
+void TcpConnection::ConsumeStaged() {
+  using Phase = RxState::Phase;
+  while (!torn_down_ && !receive_stopped_) {
+    const size_t staged = staged_end_ - staged_begin_;
+    std::byte* in = staging_.data() + staged_begin_;
+    switch (rx_.phase) {
+      case Phase::kPrefix: {
+        if (staged < kFramePrefixSize) return ReadMore();
+        const DecodedPrefix decoded = DecodeFramePrefix(
+            std::span(in, kFramePrefixSize), options_.max_payload_size);
+        if (decoded.verdict == PrefixVerdict::kMalformed) {
+          return ProtocolError(decoded.error);
+        }
+        if (decoded.prefix.type != FrameType::kRpc ||
+            decoded.prefix.credits != 0) {
+          return ProtocolError(Status(
+              StatusCode::kInternal,
+              "malformed frame: RDMA control field on a TCP connection"));
+        }
+        staged_begin_ += kFramePrefixSize;
+        rx_.prefix = decoded.prefix;
+        rx_.filled = 0;
+        rx_.discard_left = 0;
+        uint64_t keep = decoded.prefix.header_size;
+        if (decoded.verdict == PrefixVerdict::kPayloadTooLarge) {
+          Log().warn("{}: {}; discarding it", peer_, decoded.error.message());
+          rx_.discard_left = decoded.prefix.payload_size;
+          Bump(stats_.oversized_frames_dropped);
+        } else {
+          keep += decoded.prefix.payload_size;
+        }
+        if (keep < tunables::kTcpReceiveInPlaceMin || !ReceiveInPlace(keep)) {
+          rx_.block = PooledBuffer(keep);
+        }
+        rx_.phase = Phase::kBody;
+        break;
+      }
+      case Phase::kBody: {
+        const size_t need = rx_.block.size() - rx_.filled;
+        const size_t take = std::min(need, staged);
+        if (take > 0) std::memcpy(rx_.block.data() + rx_.filled, in, take);
+        rx_.filled += take;
+        staged_begin_ += take;
+        if (rx_.filled < rx_.block.size()) {
+          // Everything staged is consumed. A large remainder goes straight
+          // into the block; a small one through the staging area.
+          if (need - take >= kTcpCopyOutLimit) {
+            staged_begin_ = staged_end_ = 0;
+            Bump(stats_.read_calls);
+            asio::async_read(
+                socket_,
+                asio::buffer(rx_.block.data() + rx_.filled,
+                             rx_.block.size() - rx_.filled),
+                [self = shared_from_this()](
+                    const boost::system::error_code& error, size_t bytes) {
+                  self->OnBodyRead(error, bytes);
+                });
+            return;
+          }
+          return ReadMore();
+        }
+        const bool discard = rx_.discard_left > 0;
+        more_staged_ = staged_end_ > staged_begin_;
+        DeliverFrame();
+        more_staged_ = false;
+        rx_.phase = discard ? Phase::kDiscard : Phase::kPrefix;
+        break;
+      }
+      case Phase::kDiscard: {
+        const size_t take =
+            static_cast<size_t>(std::min<uint64_t>(rx_.discard_left, staged));
+        staged_begin_ += take;
+        rx_.discard_left -= take;
+        if (rx_.discard_left > 0) return ReadMore();
+        rx_.phase = Phase::kPrefix;
+        break;
+      }
+    }
+  }
+}
+
+void TcpConnection::ProtocolError(const Status& error) {
+  Bump(stats_.protocol_errors);
+  Log().warn("{}: closing: {}", peer_, error.message());
+  CloseNow(error);
+}
+
+bool TcpConnection::ReceiveInPlace(uint64_t frame_size) {
+  const size_t staged = staged_end_ - staged_begin_;
+  if (staged > frame_size || staged_begin_ + frame_size > kTcpReceiveChunk) {
+    return false;
+  }
+  Buffer fresh = LargeBlock(kTcpReceiveChunk, BlockFill::kAnything);
+  if (fresh.empty()) return false;  // Copy out, as if it did not fit.
+  rx_.block = std::exchange(staging_, std::move(fresh));
+  rx_.block.RemovePrefix(staged_begin_);
+  rx_.block.Truncate(frame_size);
+  rx_.filled = staged;
+  staged_begin_ = staged_end_ = 0;
+  Bump(stats_.frames_received_in_place);
+  return true;
+}
+
+void TcpConnection::OnBodyRead(const boost::system::error_code& error,
+                               size_t bytes) {
+  if (torn_down_) return;
+  if (error) return OnReadError(error);
+  rx_.filled = rx_.block.size();
+  Bump(stats_.bytes_received, bytes);
+  const bool discard = rx_.discard_left > 0;
+  DeliverFrame();
+  rx_.phase = discard ? RxState::Phase::kDiscard : RxState::Phase::kPrefix;
+  ConsumeStaged();
+}
+
+void TcpConnection::DeliverFrame() {
+  if (receive_stopped_) return;
+  Bump(stats_.frames_received);
+  ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
+                      rx_.prefix.header_size, rx_.discard_left);
+  InsideOnFrame guard(in_observer_);
+  observer_->OnFrame(std::move(frame));
+}
+
+void TcpConnection::ReadMore() {
+  // Answers to the frames just delivered leave before the wait is set up:
+  // that costs a system call, and the peer is waiting for them.
+  if (delivering == this && std::exchange(flush_after_delivery_, false)) {
+    Flush();
+  }
+  if (torn_down_) return;
+  // Keep the unconsumed tail at the front so the rest of it can follow.
+  if (staged_begin_ > 0) {
+    const size_t tail = staged_end_ - staged_begin_;
+    std::memmove(staging_.data(), staging_.data() + staged_begin_, tail);
+    staged_begin_ = 0;
+    staged_end_ = tail;
+  }
+  if (!direct_writes_) {  // A blocking socket: let Asio do the reading.
+    socket_.async_read_some(
+        asio::buffer(staging_.data() + staged_end_,
+                     kTcpReceiveChunk - staged_end_),
+        Pooled([self = shared_from_this()](
+                   const boost::system::error_code& error, size_t bytes) {
+          if (self->torn_down_) return;
+          if (error) return self->OnReadError(error);
+          self->OnRead(bytes);
+        }));
+    return;
+  }
+  if (options_.poll_mode != PollMode::kEvent) {
+    if (in_poll_turn_) {
+      want_read_ = true;  // The turn in progress reads next.
+      return;
+    }
+    return PollTurn();
+  }
+  // A frame larger than the staging space the last read had left (a 64 KiB
+  // payload behind its header) leaves its tail in the socket: read it now
+  // rather than wait for readiness the socket already has. Once per wake-up,
+  // so a peer that keeps the socket full cannot hold the loop.
+  if (std::exchange(read_filled_space_, false) && !read_again_) {
+    read_again_ = true;
+    if (ReadStaged() != ReadOutcome::kWouldBlock) return;
+  }
+  read_again_ = false;
+  WaitReadable();
+}
+
+void TcpConnection::WaitReadable() {
+  // Wait, then read once. (async_read_some would first try a read that
+  // finds nothing, right after the last one drained the socket: one wasted
+  // system call per message.)
+  Bump(stats_.read_waits);
+  socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                     Pooled([self = shared_from_this()](
+                                const boost::system::error_code& error) {
+                       if (self->torn_down_) return;
+                       if (error) return self->OnReadError(error);
+                       if (self->ReadStaged() == ReadOutcome::kWouldBlock) {
+                         self->ReadMore();
+                       }
+                     }));
+}
+
+void TcpConnection::PollTurn() {
+  in_poll_turn_ = true;
+  bool more = true;  // The receive path wants another read.
+  for (uint32_t i = 0; i < tunables::kTcpBusyReadsPerTurn && more; ++i) {
+    if (torn_down_) break;
+    want_read_ = false;
+    if (ReadStaged() == ReadOutcome::kWouldBlock) {
+      Bump(stats_.empty_reads);
+      // Another thread queued a frame: the Flush it posted runs after
+      // this turn, so end the turn now rather than make it wait.
+      if (queued_frames_.load(std::memory_order_relaxed) != 0) break;
+      continue;
+    }
+    more = want_read_;
+  }
+  in_poll_turn_ = false;
+  if (!more || torn_down_) return;
+  if (options_.poll_mode == PollMode::kHybrid) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::exchange(received_, false)) {
+      spin_until_ = now + options_.hybrid_spin;
+    }
+    if (now >= spin_until_) return WaitReadable();
+  }
+  PostToLoop(Pooled([self = shared_from_this()] { self->PollTurn(); }));
+}
+
+TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
+  // recv itself, not socket_.read_some: the socket is non-blocking, and
+  // Asio's wrapper adds about 60 instructions of error-code plumbing to
+  // every message.
+  const size_t space = kTcpReceiveChunk - staged_end_;
+  if (space == 0) {  // As read_some: reading nothing is not end-of-file.
+    OnRead(0);
+    return ReadOutcome::kHandled;
+  }
+  ssize_t n;
+  do {
+    n = Recv(socket_.native_handle(), staging_.data() + staged_end_, space);
+  } while (n < 0 && errno == EINTR);
+  if (n > 0) {
+    const auto bytes = static_cast<size_t>(n);
+    read_filled_space_ = bytes == space;
+    OnRead(bytes);
+    return ReadOutcome::kHandled;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    return ReadOutcome::kWouldBlock;
+  }
+  OnReadError(n == 0 ? boost::system::error_code(asio::error::eof)
+                     : boost::system::error_code(
+                           errno, boost::system::system_category()));
+  return ReadOutcome::kHandled;
+}
+
+void TcpConnection::OnRead(size_t bytes) {
+  received_ = true;
+  Bump(stats_.read_calls);
+  Bump(stats_.bytes_received, bytes);
+  staged_end_ += bytes;
+  // Reset even if a handler throws (the event loop logs and goes on).
+  struct Delivery {
+    TcpConnection* self;
+    explicit Delivery(TcpConnection* c) : self(c) { delivering = c; }
+    ~Delivery() {
+      delivering = nullptr;
+      if (std::exchange(self->flush_after_delivery_, false)) self->Flush();
+    }
+  } delivery(this);
+  ConsumeStaged();
+}
+
+void TcpConnection::OnReadError(const boost::system::error_code& error) {
+  if (error == asio::error::eof) {
+    Log().info("{}: peer closed the connection", peer_);
+    return CloseNow(Status(StatusCode::kUnavailable,
+                           "peer " + peer_ + " closed the connection"));
+  }
+  Log().info("{}: read failed: {}", peer_, error.message());
+  CloseNow(Status(StatusCode::kUnavailable,
+                  "connection to " + peer_ + " lost: " + error.message()));
+}
+
+}  // namespace rdmarpc::transport::tcp

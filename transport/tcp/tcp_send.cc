@@ -1,0 +1,275 @@
+// TcpConnection: the send path (queue, gathered writes).
+#include <limits.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "base/buffer_pool.h"
+#include "base/large_block.h"
+#include "base/log.h"
+#include "base/pooled_handler.h"
+#include "transport/tcp/connection_internal.h"
+
+namespace rdmarpc::transport::tcp {
+namespace {
+
+// A ConstBufferSequence over a gather list, cheap to copy.
+struct GatherView {
+  using value_type = boost::asio::const_buffer;
+  using const_iterator = const boost::asio::const_buffer*;
+  const_iterator first;
+  const_iterator last;
+  const_iterator begin() const { return first; }
+  const_iterator end() const { return last; }
+};
+
+// Calls add(data, size) for each piece of a frame in wire order: its
+// prefix, its header (if any), its payload slices.
+template <typename Add>
+void ForEachPiece(const EncodedPrefix& prefix, const OutgoingFrame& frame,
+                  Add&& add) {
+  add(prefix.data(), prefix.size());
+  if (!frame.header.empty()) add(frame.header.data(), frame.header.size());
+  for (size_t i = 0; i < frame.payload_slices; ++i) {
+    add(frame.payload[i].data(), frame.payload[i].size());
+  }
+}
+
+}  // namespace
+
+namespace asio = boost::asio;
+using tunables::kFramePrefixSize;
+using tunables::kTcpCopyOutLimit;
+using tunables::kTcpReceiveChunk;
+
+Status TcpConnection::Send(OutgoingFrame frame) {
+  if (frame.header.size() > tunables::kMaxCallHeaderSize) {
+    return Status(StatusCode::kInternal, "frame header too large");
+  }
+  const uint64_t payload = frame.payload_size();
+  if (payload > tunables::kMaxPayloadSizeLimit) {
+    return Status(StatusCode::kResourceExhausted,
+                  "payload of " + std::to_string(payload) +
+                      " bytes exceeds the frame format's limit");
+  }
+  const EncodedPrefix prefix = EncodeFramePrefix(
+      {frame.type, 0, static_cast<uint32_t>(frame.header.size()),
+       static_cast<uint32_t>(payload)});
+  // On our own loop thread, answering the last frame staged, with nothing
+  // queued and no write in flight, the frame is written from here without
+  // passing through the queue: every reply, and every next request of a
+  // closed loop.
+  if (delivering == this && !more_staged_ && direct_writes_ && !torn_down_) {
+    // Without mu_: a reply must not wait on another thread's Send.
+    if (closing_) return ClosedError(peer_);
+    if (!flush_pending_.exchange(true)) {  // No write in flight or posted.
+      WriteNow(prefix, std::move(frame));
+      return Status();
+    }
+  }
+  bool post = false;
+  {
+    std::lock_guard lock(mu_);
+    if (closing_) return ClosedError(peer_);
+    const uint64_t bytes = kFramePrefixSize + frame.header.size() + payload;
+    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
+                                     options_.max_queued_bytes, peer_);
+        !room.ok()) {
+      return room;
+    }
+    queued_bytes_ += bytes;
+    queue_.push_back({prefix, std::move(frame)});
+    // Counted before the token is read: see LetGo.
+    queued_frames_ = queue_.size();
+    post = !flush_pending_.exchange(true);
+  }
+  if (post && delivering == this) {  // On our own thread, mid-delivery.
+    if (more_staged_) {
+      flush_after_delivery_ = true;
+    } else {
+      Flush();
+    }
+    return Status();
+  }
+  if (post) {
+    PostFlush();
+  }
+  return Status();
+}
+
+void TcpConnection::WriteNow(const EncodedPrefix& prefix,
+                             OutgoingFrame&& frame) {
+  std::array<iovec, 2 + tunables::kMaxPayloadSlices> iov;
+  size_t count = 0;
+  size_t total = 0;
+  const auto add = [&](const void* data, size_t size) {
+    iov[count++] = {const_cast<void*>(data), size};
+    total += size;
+  };
+  ForEachPiece(prefix, frame, add);
+  msghdr message{};
+  message.msg_iov = iov.data();
+  message.msg_iovlen = count;
+  Bump(stats_.write_calls);
+  ssize_t n;
+  do {
+    n = SendMsg(socket_.native_handle(), &message);
+  } while (n < 0 && errno == EINTR);
+  if (static_cast<size_t>(n) == total) {
+    Bump(stats_.frames_sent);
+    Bump(stats_.bytes_sent, total);
+    Bump(stats_.frames_written_directly);
+    return LetGo();
+  }
+  // The socket took part of it, or none, or failed: the batch path takes
+  // over, with this frame as its batch (no write is in flight).
+  const int error = n < 0 ? errno : 0;
+  writing_.push_back({prefix, std::move(frame)});
+  if (error != 0 && error != EAGAIN && error != EWOULDBLOCK) {
+    return OnWritten(
+        boost::system::error_code(error, boost::system::system_category()), 0);
+  }
+  if (!WriteBatch(n > 0 ? static_cast<size_t>(n) : 0)) return;
+  Flush();  // Frames queued meanwhile by other threads; then lets go.
+}
+
+void TcpConnection::LetGo() {
+  // Send counts a queued frame before it reads the token; this clears the
+  // token before it reads the count (all sequentially consistent). So
+  // either that Send takes the token and posts a flush, or this sees the
+  // frame and flushes it, if no one else took the token first.
+  flush_pending_ = false;
+  if (queued_frames_ == 0 && !close_after_flush_) return;
+  if (!flush_pending_.exchange(true)) Flush();
+}
+
+void TcpConnection::PostFlush() {
+  PostToLoop(Pooled([self = shared_from_this()] { self->Flush(); }));
+}
+
+void TcpConnection::Flush() {
+  // A loop, not recursion: each pass writes what was queued meanwhile. After
+  // a few passes it yields to the event loop, so a stream of Sends from
+  // other threads cannot starve reads and timers.
+  for (int pass = 0; !torn_down_; ++pass) {
+    if (pass == 16) {
+      return PostFlush();
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.empty()) {
+        flush_pending_ = false;
+      } else {
+        std::swap(queue_, writing_);
+        queued_bytes_ = 0;
+        queued_frames_ = 0;
+      }
+    }
+    if (writing_.empty()) {
+      if (close_after_flush_) CloseNow(*close_after_flush_);
+      return;
+    }
+    if (!WriteBatch(0)) return;
+  }
+}
+
+bool TcpConnection::WriteBatch(size_t already_written) {
+  gather_.clear();
+  size_t total = 0;
+  auto add = [&](const void* data, size_t size) {
+    gather_.emplace_back(data, size);
+    total += size;
+  };
+  for (const QueuedFrame& queued : writing_) {
+    ForEachPiece(queued.prefix, queued.frame, add);
+  }
+  size_t written = 0, first = 0;
+  // Steps the gather list past `n` bytes that have left.
+  const auto advance = [&](size_t n) {
+    written += n;
+    while (n > 0) {
+      if (n >= gather_[first].size()) {
+        n -= gather_[first++].size();
+      } else {
+        gather_[first] += n;
+        n = 0;
+      }
+    }
+  };
+  advance(already_written);
+  // Write now: on a socket with room (the usual case) the whole batch
+  // leaves at once and no asynchronous operation is started.
+  // One sendmsg takes up to IOV_MAX buffers (Asio's write_some only 64):
+  // write until everything has left or the socket is full.
+  boost::system::error_code error =
+      direct_writes_ ? boost::system::error_code() : asio::error::would_block;
+  while (!error && written < total) {
+    const size_t count = std::min<size_t>(gather_.size() - first, IOV_MAX);
+    iov_.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      iov_[i].iov_base = const_cast<void*>(gather_[first + i].data());
+      iov_[i].iov_len = gather_[first + i].size();
+    }
+    msghdr message{};
+    message.msg_iov = iov_.data();
+    message.msg_iovlen = count;
+    Bump(stats_.write_calls);
+    const ssize_t n = SendMsg(socket_.native_handle(), &message);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = (errno == EAGAIN || errno == EWOULDBLOCK)
+                  ? asio::error::would_block
+                  : boost::system::error_code(errno,
+                                              boost::system::system_category());
+      break;
+    }
+    advance(static_cast<size_t>(n));
+  }
+  if (error && error != asio::error::would_block) {
+    OnWritten(error, written);
+    return false;
+  }
+  if (written == total) {
+    FinishWrite(written);
+    return true;
+  }
+  // The socket is full: the rest goes asynchronously.
+  asio::async_write(
+      socket_,
+      GatherView{gather_.data() + first, gather_.data() + gather_.size()},
+      Pooled([self = shared_from_this(), done = written](
+                 const boost::system::error_code& error, size_t bytes) {
+        self->OnWritten(error, done + bytes);
+      }));
+  return false;
+}
+
+void TcpConnection::FinishWrite(size_t bytes) {
+  Bump(stats_.frames_sent, writing_.size());
+  Bump(stats_.bytes_sent, bytes);
+  writing_.clear();  // Releases every sent buffer.
+}
+
+void TcpConnection::OnWritten(const boost::system::error_code& error,
+                              size_t bytes) {
+  FinishWrite(bytes);
+  if (torn_down_) return;
+  if (error) {
+    Log().info("{}: write failed: {}", peer_, error.message());
+    return CloseNow(
+        Status(StatusCode::kUnavailable,
+               "connection to " + peer_ + " lost: " + error.message()));
+  }
+  Flush();
+}
+
+}  // namespace rdmarpc::transport::tcp
