@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <string>
 
-#include "rpc/introspection.h"
-#include "rpc/server.h"
+#include "rdmarpc/introspection.h"
+#include "rdmarpc/server.h"
 
 namespace rdmarpc::examples {
 

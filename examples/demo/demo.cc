@@ -10,9 +10,8 @@
 #include <string>
 #include <thread>
 
-#include "rpc/channel.h"
-#include "rpc/server.h"
-#include "rpc/service.h"
+#include "rdmarpc/channel.h"
+#include "rdmarpc/server.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "examples/greeter/greeter.rdmarpc.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 
 class GreeterImpl : public greeter::Greeter::Service {
   void Hello(

@@ -89,7 +89,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
       "#ifndef $guard$\n#define $guard$\n\n"
       "#include <memory>\n#include <utility>\n\n"
       "#include \"$base$.pb.h\"\n"
-      "#include \"rpc/typed.h\"\n\n",
+      "#include \"rdmarpc/typed.h\"\n\n",
       "file", file->name(), "guard", guard, "base", base);
   OpenNamespace(p, file->package());
   for (int s = 0; s < file->service_count(); ++s) {

@@ -1,6 +1,6 @@
 """rdmarpc_cc_proto_library: one cc_library with a proto's messages and services.
 
-    load("//tools/bazel:rdmarpc.bzl", "rdmarpc_cc_proto_library")
+    load("@rdmarpc//:defs.bzl", "rdmarpc_cc_proto_library")
 
     proto_library(name = "echo_proto", srcs = ["echo.proto"])
 
@@ -8,7 +8,8 @@
 
 The library provides "PATH/echo.pb.h" (messages) and "PATH/echo.rdmarpc.h"
 (services: Echo::Service and Echo::Stub). The proto_library must be in the
-same package as the macro call.
+same package as the macro call. Every label below is Label()-qualified, so it
+resolves inside rdmarpc from any workspace that depends on it.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_library", "cc_proto_library")
@@ -57,12 +58,12 @@ _rdmarpc_codegen = rule(
     attrs = {
         "proto": attr.label(mandatory = True, providers = [ProtoInfo]),
         "_plugin": attr.label(
-            default = "//tools/protoc-gen-rdmarpc",
+            default = Label("//tools/protoc-gen-rdmarpc"),
             executable = True,
             cfg = "host",
         ),
         "_protoc": attr.label(
-            default = "@system//:protoc",
+            default = Label("@rdmarpc_system//:protoc"),
             executable = True,
             cfg = "host",
         ),
@@ -88,7 +89,7 @@ def rdmarpc_cc_proto_library(name, proto, visibility = None, testonly = False):
         srcs = [":" + name + "_codegen"],
         deps = [
             ":" + name + "_messages",
-            "//rpc:typed",
+            Label("//:typed"),
         ],
         visibility = visibility,
         testonly = testonly,

@@ -1,0 +1,30 @@
+// The client side of rdmarpc.
+//
+//   rdmarpc::rpc::Channel          a virtual connection to one server URI:
+//                                  connects on the first call, multiplexes
+//                                  calls, reconnects (with backoff) after a
+//                                  lost connection. Generated stubs take a
+//                                  std::shared_ptr<Channel>.
+//   rdmarpc::rpc::ChannelOptions   transport options, request size limit.
+//   rdmarpc::rpc::CallOptions      a deadline (CallOptions::WithTimeout) and
+//                                  a CallCancellation to cancel the call.
+//   rdmarpc::rpc::MethodRef        names a method ("pkg.Service", "Method")
+//                                  by a 64-bit id computed at compile time;
+//                                  generated classes have one per method.
+//
+//   auto channel = std::make_shared<rdmarpc::rpc::Channel>("rdma://10.0.0.2:7000");
+//   Foo::Stub stub(channel);
+//   stub.async_Bar(request, rdmarpc::rpc::CallOptions::WithTimeout(100ms),
+//                  [](rdmarpc::Status status, BarReply reply) { ... });
+//
+// Every completion runs exactly once, on the channel's event loop thread.
+#ifndef RDMARPC_CHANNEL_H_
+#define RDMARPC_CHANNEL_H_
+
+#include "rdmarpc/buffer.h"     // IWYU pragma: export
+#include "rdmarpc/status.h"     // IWYU pragma: export
+#include "rpc/call_options.h"   // IWYU pragma: export
+#include "rpc/channel.h"        // IWYU pragma: export
+#include "rpc/method_ref.h"     // IWYU pragma: export
+
+#endif  // RDMARPC_CHANNEL_H_

@@ -1,0 +1,36 @@
+// The server side of rdmarpc.
+//
+//   rdmarpc::rpc::Server          serves registered services on one or more
+//                                 URIs (tcp://, rdma://, auto://):
+//                                 RegisterService, Listen, Shutdown(grace),
+//                                 stats(), per-method metrics.
+//   rdmarpc::rpc::ServerOptions   worker threads, transport options (poll
+//                                 mode, payload and memory limits), calls
+//                                 and connections allowed.
+//   rdmarpc::rpc::Service         a service: generated ones derive from it
+//                                 (Foo::Service, from foo.rdmarpc.h); code
+//                                 without generated stubs adds methods with
+//                                 AddMethod(name, handler), bytes in and out.
+//   rdmarpc::rpc::ServerCall      one call as its handler sees it: request(),
+//                                 deadline(), IsCancelled(), OnCancel(), and
+//                                 Finish(status, response) from any thread.
+//   rdmarpc::transport::TransportOptions, PollMode   in ServerOptions::transport.
+//
+//   MyServiceImpl impl;                      // derives from Foo::Service
+//   rdmarpc::rpc::Server server;
+//   server.RegisterService(&impl);
+//   auto uri = server.Listen("auto://0.0.0.0:7000");  // StatusOr<std::string>
+//
+// Handlers run on the connection's worker thread; one that blocks holds up
+// that worker's other connections, so hand long work to your own threads and
+// Finish from there.
+#ifndef RDMARPC_SERVER_H_
+#define RDMARPC_SERVER_H_
+
+#include "rdmarpc/buffer.h"    // IWYU pragma: export
+#include "rdmarpc/status.h"    // IWYU pragma: export
+#include "rpc/server.h"        // IWYU pragma: export
+#include "rpc/server_call.h"   // IWYU pragma: export
+#include "rpc/service.h"       // IWYU pragma: export
+
+#endif  // RDMARPC_SERVER_H_

@@ -1,0 +1,18 @@
+// Protobuf-typed calls: what generated services and stubs (foo.rdmarpc.h,
+// from rdmarpc_cc_proto_library) are built on. You rarely include this
+// yourself: the generated header does.
+//
+//   rdmarpc::rpc::TypedCall<Request, Response>   a typed ServerCall: request(),
+//                                                response(), Finish().
+//   Stub::async_Method(request, [options,] token) takes an Asio completion
+//   token with the signature void(rdmarpc::Status, Response): a callback,
+//   boost::asio::use_future, or boost::asio::use_awaitable (include
+//   rdmarpc/awaitable.h).
+#ifndef RDMARPC_TYPED_H_
+#define RDMARPC_TYPED_H_
+
+#include "rdmarpc/channel.h"  // IWYU pragma: export
+#include "rdmarpc/server.h"   // IWYU pragma: export
+#include "rpc/typed.h"        // IWYU pragma: export
+
+#endif  // RDMARPC_TYPED_H_
