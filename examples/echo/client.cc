@@ -1,12 +1,15 @@
 // The echo client: //examples/echo:client --uri URI --count N --size BYTES
+//                   [--wire 1]
 // Sends N echo calls of BYTES each (one at a time), checks every reply and
-// prints latency percentiles.
+// prints latency percentiles; with --wire 1, then the server's counters of
+// what crossed the wire (examples/common/wire.h).
 #include <algorithm>
 #include <boost/asio/use_future.hpp>
 #include <cstdio>
 #include <vector>
 
 #include "examples/common/flags.h"
+#include "examples/common/wire.h"
 #include "examples/echo/echo.rdmarpc.h"
 
 int main(int argc, char** argv) {
@@ -54,5 +57,6 @@ int main(int argc, char** argv) {
   std::printf(
       "%lld calls of %lld bytes to %s: p50 %.1f us, p99 %.1f us, max %.1f us\n",
       count, size, uri.c_str(), pct(0.5), pct(0.99), micros.back());
+  if (flags.GetInt("wire", 0) != 0) return examples::PrintWire(channel);
   return 0;
 }

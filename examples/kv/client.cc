@@ -6,6 +6,8 @@
 //   client --uri URI load --count N --size BYTES
 //   client --uri URI session            (one command a line from stdin, one
 //                                        connection; prints each call)
+//   client --uri URI wire               (the server's counters of what crossed
+//                                        the wire, examples/common/wire.h)
 // --timing 1 prints each call's latency on stderr. A failed call prints its
 // status on stderr and exits non-zero (1; 2 for bad usage).
 #include <boost/asio/use_future.hpp>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "examples/common/flags.h"
+#include "examples/common/wire.h"
 #include "examples/kv/kv_service.h"
 
 namespace rdmarpc::examples::kv {
@@ -25,9 +28,11 @@ namespace {
 using boost::asio::use_future;
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: client --uri URI put KEY VALUE|@FILE | get KEY | del KEY"
-               " | scan PREFIX [--limit N] | load --count N --size BYTES\n");
+  std::fprintf(
+      stderr,
+      "usage: client --uri URI put KEY VALUE|@FILE | get KEY | del KEY"
+      " | scan PREFIX [--limit N] | load --count N --size BYTES | session"
+      " | wire\n");
   return 2;
 }
 
@@ -38,8 +43,9 @@ class Cli {
     rpc::ChannelOptions options;
     options.transport.max_payload_size = kMaxMessageSize;
     options.max_request_size = kMaxMessageSize;
-    stub_ = std::make_unique<KeyValue::Stub>(std::make_shared<rpc::Channel>(
-        flags.Get("uri", "auto://127.0.0.1:5001"), options));
+    channel_ = std::make_shared<rpc::Channel>(
+        flags.Get("uri", "auto://127.0.0.1:5001"), options);
+    stub_ = std::make_unique<KeyValue::Stub>(channel_);
   }
 
   int Run(const std::vector<std::string>& args) {
@@ -51,6 +57,9 @@ class Cli {
     if (command == "scan" && args.size() == 2) return Scan(args[1]);
     if (command == "load" && args.size() == 1) return Load();
     if (command == "session" && args.size() == 1) return Session();
+    if (command == "wire" && args.size() == 1) {
+      return examples::PrintWire(channel_);
+    }
     return Usage();
   }
 
@@ -242,6 +251,7 @@ class Cli {
   const Flags& flags_;
   bool timing_;
   bool session_ = false;
+  std::shared_ptr<rpc::Channel> channel_;
   std::unique_ptr<KeyValue::Stub> stub_;
 };
 

@@ -12,19 +12,20 @@
 //                                  by a 64-bit id computed at compile time;
 //                                  generated classes have one per method.
 //
-//   auto channel = std::make_shared<rdmarpc::rpc::Channel>("rdma://10.0.0.2:7000");
-//   Foo::Stub stub(channel);
-//   stub.async_Bar(request, rdmarpc::rpc::CallOptions::WithTimeout(100ms),
+//   auto channel =
+//   std::make_shared<rdmarpc::rpc::Channel>("rdma://10.0.0.2:7000"); Foo::Stub
+//   stub(channel); stub.async_Bar(request,
+//   rdmarpc::rpc::CallOptions::WithTimeout(100ms),
 //                  [](rdmarpc::Status status, BarReply reply) { ... });
 //
 // Every completion runs exactly once, on the channel's event loop thread.
 #ifndef RDMARPC_CHANNEL_H_
 #define RDMARPC_CHANNEL_H_
 
-#include "rdmarpc/buffer.h"     // IWYU pragma: export
-#include "rdmarpc/status.h"     // IWYU pragma: export
-#include "rpc/call_options.h"   // IWYU pragma: export
-#include "rpc/channel.h"        // IWYU pragma: export
-#include "rpc/method_ref.h"     // IWYU pragma: export
+#include "rdmarpc/buffer.h"    // IWYU pragma: export
+#include "rdmarpc/status.h"    // IWYU pragma: export
+#include "rpc/call_options.h"  // IWYU pragma: export
+#include "rpc/channel.h"       // IWYU pragma: export
+#include "rpc/method_ref.h"    // IWYU pragma: export
 
 #endif  // RDMARPC_CHANNEL_H_

@@ -3,10 +3,12 @@
 // read by `tools/rpc list|describe|call|stats URI`.
 //
 //   rdmarpc::rpc::EnableIntrospection(server);   // before server.Listen
+//   rdmarpc::Introspection::Stub stub(channel);  // ask another server
 #ifndef RDMARPC_INTROSPECTION_H_
 #define RDMARPC_INTROSPECTION_H_
 
-#include "rdmarpc/server.h"      // IWYU pragma: export
-#include "rpc/introspection.h"   // IWYU pragma: export
+#include "proto/introspection.rdmarpc.h"  // IWYU pragma: export
+#include "rdmarpc/server.h"               // IWYU pragma: export
+#include "rpc/introspection.h"            // IWYU pragma: export
 
 #endif  // RDMARPC_INTROSPECTION_H_

@@ -14,7 +14,8 @@
 //   rdmarpc::rpc::ServerCall      one call as its handler sees it: request(),
 //                                 deadline(), IsCancelled(), OnCancel(), and
 //                                 Finish(status, response) from any thread.
-//   rdmarpc::transport::TransportOptions, PollMode   in ServerOptions::transport.
+//   rdmarpc::transport::TransportOptions, PollMode   in
+//   ServerOptions::transport.
 //
 //   MyServiceImpl impl;                      // derives from Foo::Service
 //   rdmarpc::rpc::Server server;
@@ -27,10 +28,10 @@
 #ifndef RDMARPC_SERVER_H_
 #define RDMARPC_SERVER_H_
 
-#include "rdmarpc/buffer.h"    // IWYU pragma: export
-#include "rdmarpc/status.h"    // IWYU pragma: export
-#include "rpc/server.h"        // IWYU pragma: export
-#include "rpc/server_call.h"   // IWYU pragma: export
-#include "rpc/service.h"       // IWYU pragma: export
+#include "rdmarpc/buffer.h"   // IWYU pragma: export
+#include "rdmarpc/status.h"   // IWYU pragma: export
+#include "rpc/server.h"       // IWYU pragma: export
+#include "rpc/server_call.h"  // IWYU pragma: export
+#include "rpc/service.h"      // IWYU pragma: export
 
 #endif  // RDMARPC_SERVER_H_
