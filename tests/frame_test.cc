@@ -35,6 +35,16 @@ TEST_CASE("Frame prefix: layout is little-endian with the RRPC magic") {
   CHECK(bytes[12] == std::byte{0x0d});
 }
 
+TEST_CASE("Frame prefix: the version announcement is an empty frame of ours") {
+  const EncodedPrefix bytes = VersionAnnouncement();
+  const DecodedPrefix out = DecodeFramePrefix(bytes, kMax);
+  REQUIRE(out.verdict == PrefixVerdict::kAccept);
+  CHECK(bytes[4] == std::byte{kFrameVersion});
+  CHECK(out.prefix.type == FrameType::kControl);
+  CHECK(out.prefix.header_size == 0);
+  CHECK(out.prefix.payload_size == 0);
+}
+
 TEST_CASE("Frame prefix: malformed prefixes are rejected with a reason") {
   EncodedPrefix bytes = EncodeFramePrefix({FrameType::kRpc, 0, 10, 10});
 
@@ -44,9 +54,13 @@ TEST_CASE("Frame prefix: malformed prefixes are rejected with a reason") {
     CHECK(out.verdict == PrefixVerdict::kMalformed);
     CHECK(out.error.message().find("magic") != std::string::npos);
   }
-  SECTION("bad version") {
+  SECTION("another version: refused, naming both versions") {
     bytes[4] = std::byte{2};
-    CHECK(DecodeFramePrefix(bytes, kMax).verdict == PrefixVerdict::kMalformed);
+    const auto out = DecodeFramePrefix(bytes, kMax);
+    CHECK(out.verdict == PrefixVerdict::kOtherVersion);
+    CHECK(out.error.message() ==
+          "the peer speaks rdmarpc frame version 2; this build speaks "
+          "version 1");
   }
   SECTION("unknown type") {
     bytes[5] = std::byte{9};

@@ -59,7 +59,13 @@ DecodedPrefix Malformed(std::string why) {
   }
   const auto version = std::to_integer<uint8_t>(bytes[4]);
   if (version != kFrameVersion) {
-    return Malformed("unsupported version " + std::to_string(version));
+    return {
+        PrefixVerdict::kOtherVersion,
+        {},
+        Status(StatusCode::kUnimplemented,
+               "the peer speaks rdmarpc frame version " +
+                   std::to_string(version) + "; this build speaks version " +
+                   std::to_string(kFrameVersion))};
   }
   const auto type = std::to_integer<uint8_t>(bytes[5]);
   if (type > static_cast<uint8_t>(FrameType::kControl)) {
@@ -93,6 +99,10 @@ EncodedPrefix EncodeFramePrefix(const FramePrefix& prefix) {
   PutLe<uint32_t>(&out[8], prefix.header_size);
   PutLe<uint32_t>(&out[12], prefix.payload_size);
   return out;
+}
+
+EncodedPrefix VersionAnnouncement() {
+  return EncodeFramePrefix({FrameType::kControl, 0, 0, 0});
 }
 
 DecodedPrefix DecodeFramePrefix(std::span<const std::byte> bytes,

@@ -11,6 +11,12 @@
 // The header that follows is a serialized rdmarpc.wire.CallHeader (see
 // proto/wire.proto); the payload follows the header. Lengths are validated
 // before anything is allocated for them.
+//
+// Versions: bytes 0-4 (magic and version) keep this layout in every version,
+// so a receiver can always tell a frame of another rdmarpc version from
+// garbage. It refuses one with an error naming both versions and, on a
+// stream, answers it with VersionAnnouncement() so that the peer's error
+// names both too (docs/protocol.md, "Versions").
 #ifndef RDMARPC_TRANSPORT_FRAME_H_
 #define RDMARPC_TRANSPORT_FRAME_H_
 
@@ -62,6 +68,9 @@ enum class PrefixVerdict {
   kPayloadTooLarge,
   // Not a frame this version understands: close the connection.
   kMalformed,
+  // A frame of another rdmarpc version (its magic matches, its version does
+  // not): close the connection; the error names both versions.
+  kOtherVersion,
 };
 
 struct DecodedPrefix {
@@ -72,6 +81,11 @@ struct DecodedPrefix {
 
 DecodedPrefix DecodeFramePrefix(std::span<const std::byte> bytes,
                                 uint64_t max_payload_size);
+
+// A prefix of this version with nothing after it (a control frame of zero
+// lengths): what a side writes, and the last thing it writes, to a peer of
+// another version, so that the peer's own check names this side's version.
+EncodedPrefix VersionAnnouncement();
 
 }  // namespace rdmarpc::transport
 

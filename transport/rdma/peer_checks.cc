@@ -1,5 +1,6 @@
 #include "transport/rdma/peer_checks.h"
 
+#include <cstring>
 #include <string>
 
 #include "base/tunables.h"
@@ -13,6 +14,45 @@ Status Violation(const std::string& what) {
 
 }  // namespace
 
+StatusOr<ConnParams> CheckConnParams(std::span<const std::byte> private_data) {
+  ConnParams params;
+  // Magic and version first: they keep their place in every version.
+  if (private_data.size() < sizeof(params.magic) + sizeof(params.version)) {
+    return Status(StatusCode::kUnavailable,
+                  "not an rdmarpc peer (no connection parameters)");
+  }
+  std::memcpy(&params.magic, private_data.data(), sizeof(params.magic));
+  std::memcpy(&params.version, private_data.data() + sizeof(params.magic),
+              sizeof(params.version));
+  if (params.magic != kConnMagic) {
+    return Status(StatusCode::kUnavailable,
+                  "not an rdmarpc peer (no rdmarpc magic in its connection "
+                  "parameters)");
+  }
+  if (params.version != kConnVersion) {
+    return Status(StatusCode::kUnimplemented,
+                  "the peer speaks rdmarpc RDMA protocol version " +
+                      std::to_string(params.version) +
+                      "; this build speaks version " +
+                      std::to_string(kConnVersion));
+  }
+  if (private_data.size() < sizeof(ConnParams)) {
+    return Status(StatusCode::kUnavailable,
+                  "truncated rdmarpc connection parameters (" +
+                      std::to_string(private_data.size()) + " bytes)");
+  }
+  std::memcpy(&params, private_data.data(), sizeof(params));
+  if (params.receive_depth < 2 ||
+      params.receive_buffer_size < tunables::kFramePrefixSize + 64) {
+    return Status(StatusCode::kUnavailable,
+                  "unusable rdmarpc connection parameters (receive depth " +
+                      std::to_string(params.receive_depth) +
+                      ", receive buffers of " +
+                      std::to_string(params.receive_buffer_size) + " bytes)");
+  }
+  return params;
+}
+
 StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
                                       uint64_t max_payload_size) {
   if (message.size() < tunables::kFramePrefixSize) {
@@ -21,7 +61,12 @@ StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
   }
   const DecodedPrefix decoded = DecodeFramePrefix(
       message.first(tunables::kFramePrefixSize), max_payload_size);
-  if (decoded.verdict == PrefixVerdict::kMalformed) return decoded.error;
+  // The handshake agreed on the version: a frame of another one is as
+  // malformed as any.
+  if (decoded.verdict == PrefixVerdict::kMalformed ||
+      decoded.verdict == PrefixVerdict::kOtherVersion) {
+    return decoded.error;
+  }
   const FramePrefix& prefix = decoded.prefix;
   if (uint64_t{tunables::kFramePrefixSize} + prefix.header_size +
           prefix.payload_size !=

@@ -19,6 +19,12 @@
 
 namespace rdmarpc::transport::rdma {
 
+// The peer's ConnParams, from an rdma_cm event's private data (a connect
+// request, an accept or a reject; rdma_cm may pad it with zeros). Errors:
+//   UNIMPLEMENTED  rdmarpc of another version (the message names both);
+//   UNAVAILABLE    not rdmarpc at all, or parameters it cannot work with.
+StatusOr<ConnParams> CheckConnParams(std::span<const std::byte> private_data);
+
 // A SEND that landed in one of our receive buffers.
 struct InboundMessage {
   FramePrefix prefix;

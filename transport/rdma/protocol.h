@@ -1,6 +1,10 @@
 // The RDMA transport's own protocol, under the rdmarpc frame format.
 //
-// Connection setup (rdma_cm private data, both directions): ConnParams.
+// Connection setup (rdma_cm private data, both directions): ConnParams. The
+// connecting side sends its own; the listener checks them (CheckConnParams)
+// and accepts with its own, or rejects with its own when they do not fit, so
+// that a connecting side of another version learns the listener's version.
+// `magic` and `version` open ConnParams in every version.
 //
 // Every message a side SENDs is a frame (transport/frame.h) whose prefix's
 // reserved u16 carries `credits`: receive buffers the sender has re-posted
@@ -40,10 +44,13 @@
 #ifndef RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
 #define RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <span>
+
+#include "base/tunables.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -56,12 +63,22 @@ struct ConnParams {
   uint16_t version = kConnVersion;
   uint16_t receive_depth = 0;        // Receives posted: the peer's credits.
   uint32_t receive_buffer_size = 0;  // Largest SEND the peer may post.
-  // Transfers the peer may have under way to this side at once. Zero (a
-  // peer from before pipelining, whose field was reserved) means one.
+  // Transfers the peer may have under way to this side at once; zero means
+  // one.
   uint16_t max_open_grants = 0;
   uint16_t reserved = 0;
 };
 static_assert(sizeof(ConnParams) == 16);
+static_assert(offsetof(ConnParams, version) == 4);
+
+// This side's parameters, as it announces them.
+inline ConnParams LocalConnParams() {
+  ConnParams params;
+  params.receive_depth = tunables::kRdmaReceiveDepth;
+  params.receive_buffer_size = tunables::kRdmaReceiveBufferSize;
+  params.max_open_grants = tunables::kRdmaMaxOpenGrants;
+  return params;
+}
 
 inline uint32_t OpenGrantsAllowed(const ConnParams& params) {
   return params.max_open_grants == 0 ? 1 : params.max_open_grants;

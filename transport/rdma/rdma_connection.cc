@@ -43,14 +43,6 @@ std::string AddressString(const sockaddr* address) {
   return "?";
 }
 
-ConnParams LocalParams() {
-  ConnParams params;
-  params.receive_depth = kRdmaReceiveDepth;
-  params.receive_buffer_size = kRdmaReceiveBufferSize;
-  params.max_open_grants = tunables::kRdmaMaxOpenGrants;
-  return params;
-}
-
 // For rdma_connect and rdma_accept alike (accept ignores retry_count).
 // `local` travels as private data and must outlive the call.
 rdma_conn_param ConnParam(const ConnParams& local) {
@@ -160,7 +152,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
       status = self->CreateResources();
     }
     if (status.ok()) {
-      const ConnParams local = LocalParams();
+      const ConnParams local = LocalConnParams();
       rdma_conn_param param = ConnParam(local);
       if (rdma_accept(self->id_.get(), &param) != 0) {
         status = ErrnoStatus("rdma_accept", errno);
@@ -258,12 +250,13 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
   Log().debug("{}: {}", peer_, rdma_event_str(event->event));
   const rdma_cm_event_type type = event->event;
   const int status = event->status;
-  ConnParams params;
-  bool have_params = false;
-  if (type == RDMA_CM_EVENT_ESTABLISHED &&
-      event->param.conn.private_data_len >= sizeof(ConnParams)) {
-    std::memcpy(&params, event->param.conn.private_data, sizeof(params));
-    have_params = true;
+  // The listener's parameters: with its accept, or with its reject.
+  std::optional<StatusOr<ConnParams>> params;
+  if (!host_.empty() &&
+      (type == RDMA_CM_EVENT_ESTABLISHED || type == RDMA_CM_EVENT_REJECTED)) {
+    params = CheckConnParams(
+        std::span(static_cast<const std::byte*>(event->param.conn.private_data),
+                  event->param.conn.private_data_len));
   }
   rdma_ack_cm_event(event);
   const std::string what = rdma_event_str(type);
@@ -277,7 +270,7 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       Status created = CreateResources();
       if (!created.ok()) return Established(created);
-      const ConnParams local = LocalParams();
+      const ConnParams local = LocalConnParams();
       rdma_conn_param param = ConnParam(local);
       if (rdma_connect(id_.get(), &param) != 0) {
         Established(ErrnoStatus("rdma_connect " + peer_, errno));
@@ -285,14 +278,13 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       return;
     }
     case RDMA_CM_EVENT_ESTABLISHED:
-      if (!host_.empty()) {  // Active side: the server's parameters.
-        if (!have_params || params.magic != kConnMagic ||
-            params.version != kConnVersion || params.receive_depth < 2 ||
-            params.receive_buffer_size < kFramePrefixSize + 64) {
-          return Established(Status(StatusCode::kUnavailable,
-                                    peer_ + " is not an rdmarpc server"));
+      if (params) {  // Active side: the server's parameters.
+        if (!params->ok()) {
+          return Established(Status(
+              params->status().code(),
+              "connect to " + peer_ + ": " + params->status().message()));
         }
-        AdoptPeerParams(params);
+        AdoptPeerParams(**params);
       }
       established_ = true;
       return Established(Status());
@@ -308,6 +300,13 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
       return;
     default:  // REJECTED, UNREACHABLE, ADDR_ERROR, ROUTE_ERROR, ...
+      if (!established_ && params &&
+          params->status().code() == StatusCode::kUnimplemented) {
+        // Rejected by rdmarpc of another version, which sent its own.
+        return Established(Status(
+            StatusCode::kUnimplemented,
+            "connect to " + peer_ + " refused: " + params->status().message()));
+      }
       if (!established_) {
         return Established(Status(StatusCode::kUnavailable,
                                   "connect to " + peer_ + " failed: " + what +

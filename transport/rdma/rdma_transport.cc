@@ -73,18 +73,17 @@ class RdmaListener final : public Listener {
       return;
     }
     rdma_cm_id* child = event->id;
-    ConnParams peer;
-    const bool valid =
-        event->param.conn.private_data_len >= sizeof(ConnParams) &&
-        (std::memcpy(&peer, event->param.conn.private_data, sizeof(peer)),
-         peer.magic == kConnMagic && peer.version == kConnVersion &&
-             peer.receive_depth >= 2 &&
-             peer.receive_buffer_size >= tunables::kFramePrefixSize + 64);
+    StatusOr<ConnParams> peer = CheckConnParams(
+        std::span(static_cast<const std::byte*>(event->param.conn.private_data),
+                  event->param.conn.private_data_len));
     rdma_ack_cm_event(event);
-    if (!valid) {
-      Log().warn("{}: rejected a connection request that is not rdmarpc",
-                 state->uri);
-      rdma_reject(child, nullptr, 0);
+    if (!peer.ok()) {
+      Log().warn("{}: refused a connection request: {}", state->uri,
+                 peer.status().message());
+      // Our own parameters go back with the reject: a peer of another
+      // version names ours in its error.
+      const ConnParams local = LocalConnParams();
+      rdma_reject(child, &local, sizeof(local));
       rdma_destroy_id(child);
       return;
     }
@@ -92,7 +91,7 @@ class RdmaListener final : public Listener {
     // until established; then the acceptor takes it.
     auto holder = std::make_shared<std::shared_ptr<RdmaConnection>>();
     *holder = RdmaConnection::Accept(
-        state->pick(), CmId(child), peer, state->options,
+        state->pick(), CmId(child), *peer, state->options,
         [on_accept = state->on_accept, holder,
          uri = state->uri](const Status& status) {
           auto connection = std::move(*holder);

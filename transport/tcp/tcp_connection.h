@@ -111,6 +111,8 @@ class TcpConnection final : public Connection,
   void CloseNow(const Status& reason);
   // The peer broke the protocol: counted, logged, closed.
   void ProtocolError(const Status& error);
+  // A frame of another rdmarpc version: tell the peer ours, then close.
+  void RefuseOtherVersion(const Status& error);
 
   boost::asio::ip::tcp::socket socket_;
   const TransportOptions options_;

@@ -39,6 +39,9 @@ void TcpConnection::ConsumeStaged() {
         if (decoded.verdict == PrefixVerdict::kMalformed) {
           return ProtocolError(decoded.error);
         }
+        if (decoded.verdict == PrefixVerdict::kOtherVersion) {
+          return RefuseOtherVersion(decoded.error);
+        }
         if (decoded.prefix.type != FrameType::kRpc ||
             decoded.prefix.credits != 0) {
           return ProtocolError(Status(
@@ -105,6 +108,17 @@ void TcpConnection::ConsumeStaged() {
       }
     }
   }
+}
+
+void TcpConnection::RefuseOtherVersion(const Status& error) {
+  // Best effort, before anything else of ours: a peer of another version
+  // reads this side's version from it and names both in its own error. The
+  // socket's buffer is empty or nearly so (a peer of another version gets no
+  // frame of ours), so this never blocks.
+  const EncodedPrefix announcement = VersionAnnouncement();
+  ::send(socket_.native_handle(), announcement.data(), announcement.size(),
+         MSG_DONTWAIT | MSG_NOSIGNAL);
+  ProtocolError(error);
 }
 
 void TcpConnection::ProtocolError(const Status& error) {
