@@ -2,8 +2,8 @@
 //
 // Every byte that crosses a transport is held in a Buffer, so ownership is
 // never implicit: the hook says who gets the memory back when the last user is
-// done with it (the heap, a pool, an RDMA receive ring that reposts it, or a
-// user's registered region that may be reused). A Buffer is a window into its
+// done with it (the heap, a pool, a block cache, a grant's landing block, or
+// a user's registered region that may be reused). A Buffer is a window into its
 // block; narrowing the window (RemovePrefix, Truncate) does not change what is
 // released.
 #ifndef RDMARPC_BASE_BUFFER_H_

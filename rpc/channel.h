@@ -11,8 +11,10 @@
 //                rpc::CallOptions::WithTimeout(100ms),
 //                [](const Status& status, Buffer response) { ... });
 //
-// Every callback runs exactly once, on the channel's event loop thread.
-// Do not destroy a Channel from inside one of its callbacks.
+// Every callback runs exactly once, on the channel's event loop thread;
+// calls still outstanding when the Channel is destroyed complete CANCELLED on
+// the destroying thread instead (from inside one of the channel's own
+// callbacks too).
 #ifndef RDMARPC_RPC_CHANNEL_H_
 #define RDMARPC_RPC_CHANNEL_H_
 

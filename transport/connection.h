@@ -4,8 +4,9 @@
 // peers. It is built so an RDMA transport can implement it without copies:
 //  - outgoing bytes are Buffers the transport owns until they have left (a
 //    Buffer's release hook tells the owner of registered memory it is free);
-//  - received frames arrive as owned Buffers, so a transport can hand out its
-//    receive buffers and get them back when the frame is destroyed.
+//  - received frames arrive as owned Buffers, so a transport can hand over
+//    the memory a frame landed in (an RDMA grant, a TCP staging block)
+//    without a copy and get it back when the frame is destroyed.
 //
 // Threading: a connection runs on one executor (a single-threaded
 // io_context). Send and Close may be called from any thread. Observer

@@ -44,6 +44,7 @@
 #ifndef RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
 #define RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -68,6 +69,9 @@ struct ConnParams {
   uint16_t max_open_grants = 0;
   uint16_t reserved = 0;
 };
+// ConnParams and ControlMessage travel in host byte order: both ends are
+// little-endian (the frame prefix is little-endian by definition).
+static_assert(std::endian::native == std::endian::little);
 static_assert(sizeof(ConnParams) == 16);
 static_assert(offsetof(ConnParams, version) == 4);
 

@@ -1,4 +1,6 @@
 // RdmaConnection: completion polling (event, busy, hybrid) and small receives.
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -9,15 +11,12 @@
 #include "base/log.h"
 #include "base/pooled_handler.h"
 #include "transport/rdma/connection_internal.h"
-#include "transport/rdma/grant_memory.h"
 
 namespace rdmarpc::transport::rdma {
 
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
 using tunables::kRdmaReceiveBufferSize;
-using tunables::kRdmaReceiveDepth;
-using tunables::kRdmaSendDepth;
 
 void RdmaConnection::WatchCq() {
   cq_fd_.async_wait(

@@ -242,7 +242,7 @@ class RdmaConnection final
   // this one, so either order is right).
   std::atomic<size_t> queued_frames_{0};
 
-  RingQueue<ControlMessage> control_queue_;  // Grants and credits to send.
+  RingQueue<ControlMessage> control_queue_;  // GRANTs waiting to be sent.
   // Our large frames under way, oldest first: at most max_transfers_.
   RingQueue<OutgoingTransfer> outgoing_;
   uint32_t max_transfers_ = 1;  // The peer's max_open_grants.

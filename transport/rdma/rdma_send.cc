@@ -1,15 +1,11 @@
 // RdmaConnection: the send path (queue, credits, SENDs, posting chains).
 #include <algorithm>
 #include <boost/asio/post.hpp>
-#include <cerrno>
 #include <cstring>
 
-#include "base/buffer_pool.h"
 #include "base/latency_trace.h"
-#include "base/log.h"
 #include "base/pooled_handler.h"
 #include "transport/rdma/connection_internal.h"
-#include "transport/rdma/grant_memory.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -1,29 +1,16 @@
 // TcpConnection: setup and close.
-#include <limits.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <array>
 #include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
-#include <cerrno>
-#include <cstring>
 
 #include "base/buffer_pool.h"
 #include "base/large_block.h"
 #include "base/log.h"
-#include "base/pooled_handler.h"
 #include "transport/tcp/connection_internal.h"
 
 namespace rdmarpc::transport::tcp {
 
 namespace asio = boost::asio;
-using tunables::kFramePrefixSize;
-using tunables::kTcpCopyOutLimit;
 using tunables::kTcpReceiveChunk;
 
 // Staging blocks handed to frames come back through the large-block cache.

@@ -1,15 +1,8 @@
 // TcpConnection: the receive path (staging, frames, polling).
-#include <limits.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
 

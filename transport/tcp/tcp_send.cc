@@ -1,20 +1,13 @@
 // TcpConnection: the send path (queue, gathered writes).
 #include <limits.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
-#include <cstring>
 
-#include "base/buffer_pool.h"
-#include "base/large_block.h"
 #include "base/log.h"
 #include "base/pooled_handler.h"
 #include "transport/tcp/connection_internal.h"
@@ -48,8 +41,6 @@ void ForEachPiece(const EncodedPrefix& prefix, const OutgoingFrame& frame,
 
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
-using tunables::kTcpCopyOutLimit;
-using tunables::kTcpReceiveChunk;
 
 Status TcpConnection::Send(OutgoingFrame frame) {
   if (frame.header.size() > tunables::kMaxCallHeaderSize) {
