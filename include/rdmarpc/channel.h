@@ -12,13 +12,15 @@
 //                                  by a 64-bit id computed at compile time;
 //                                  generated classes have one per method.
 //
-//   auto channel =
-//   std::make_shared<rdmarpc::rpc::Channel>("rdma://10.0.0.2:7000"); Foo::Stub
-//   stub(channel); stub.async_Bar(request,
-//   rdmarpc::rpc::CallOptions::WithTimeout(100ms),
-//                  [](rdmarpc::Status status, BarReply reply) { ... });
+//   using namespace rdmarpc;
+//   auto channel = std::make_shared<rpc::Channel>("rdma://10.0.0.2:7000");
+//   Foo::Stub stub(channel);
+//   stub.async_Bar(request, rpc::CallOptions::WithTimeout(100ms),
+//                  [](Status status, BarReply reply) { ... });
 //
-// Every completion runs exactly once, on the channel's event loop thread.
+// Every completion runs exactly once: on the channel's event-loop thread, or,
+// for a call still outstanding when the channel is destroyed (CANCELLED), on
+// the destroying thread.
 #ifndef RDMARPC_CHANNEL_H_
 #define RDMARPC_CHANNEL_H_
 

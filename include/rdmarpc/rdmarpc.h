@@ -1,13 +1,15 @@
 // Everything a user of rdmarpc includes, in one header. Each header below is
-// also usable alone; each opens with what it offers:
-//   rdmarpc/status.h         Status, StatusCode, StatusOr
-//   rdmarpc/buffer.h         Buffer
-//   rdmarpc/server.h         Server, ServerOptions, Service, ServerCall
-//   rdmarpc/channel.h        Channel, ChannelOptions, CallOptions, MethodRef
-//   rdmarpc/typed.h          generated stubs' base (TypedCall, completion
-//   tokens) rdmarpc/awaitable.h      C++20 coroutines rdmarpc/memory.h
-//   MemoryRegistration (zero-copy RDMA sends) rdmarpc/introspection.h
-//   EnableIntrospection (tools/rpc)
+// also usable alone, and opens with what it offers.
+//
+//   rdmarpc/status.h          Status, StatusCode, StatusOr
+//   rdmarpc/buffer.h          Buffer
+//   rdmarpc/server.h          Server, ServerOptions, Service, ServerCall
+//   rdmarpc/channel.h         Channel, ChannelOptions, CallOptions, MethodRef
+//   rdmarpc/typed.h           what generated stubs build on (TypedCall)
+//   rdmarpc/awaitable.h       C++20 coroutines
+//   rdmarpc/memory.h          MemoryRegistration (zero-copy RDMA sends)
+//   rdmarpc/introspection.h   EnableIntrospection (tools/rpc)
+//
 // Bazel: depend on @rdmarpc//:rdmarpc. Anything not reachable through these
 // headers is internal and may change.
 #ifndef RDMARPC_RDMARPC_H_

@@ -14,8 +14,8 @@
 //   rdmarpc::rpc::ServerCall      one call as its handler sees it: request(),
 //                                 deadline(), IsCancelled(), OnCancel(), and
 //                                 Finish(status, response) from any thread.
-//   rdmarpc::transport::TransportOptions, PollMode   in
-//   ServerOptions::transport.
+//   rdmarpc::transport::TransportOptions, PollMode
+//                                 in ServerOptions::transport.
 //
 //   MyServiceImpl impl;                      // derives from Foo::Service
 //   rdmarpc::rpc::Server server;
