@@ -58,8 +58,10 @@ TEST_CASE("PooledBuffer gives large requests a reusable large block") {
   CHECK(CachedLargeBlockBytes() == before);
 }
 
-// Regression (latency): through one shared cache, the blocks of an echo's
-// client and server moved between their cores on every call.
+// A released block is kept for the thread that released it: another thread
+// does not get it, and that thread does. This is for latency: through one
+// shared cache, the blocks of an echo's client and server would move between
+// their cores on every call.
 TEST_CASE("a block stays with the thread that released it") {
   const size_t size = 100 * 1024;
   std::promise<std::byte*> released;

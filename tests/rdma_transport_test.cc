@@ -233,9 +233,11 @@ TEST_CASE("rdma: hybrid mode carries the same traffic") {
 }
 
 // A handler on a busy loop sends (as an RPC completion or a server method
-// may): the frame must go out before the loop's next handler runs. Without
-// the fix, the Flush that Send queues waited behind the busy loop's next
-// turn of kRdmaBusyPollsPerYield polls (this case failed 20 of 20 rounds).
+// may): the frame is posted before the loop's next handler runs, not left to
+// the Flush that Send queues, which waits behind the busy loop's next turn of
+// kRdmaBusyPollsPerYield polls. Each of 20 rounds checks this afresh, so a
+// frame that went out at once only when the handler happened to run at a
+// particular point of the busy loop's turn would still be caught.
 TEST_CASE("rdma: busy poll posts a frame sent from a handler at once") {
   Pair pair(PollMode::kBusy);
   const ConnectionStats& stats = pair.server->stats();

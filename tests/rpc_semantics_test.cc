@@ -533,8 +533,10 @@ TEST_CASE("shutdown: calls past the grace period are cancelled") {
   CHECK(server->service.cancels_observed == 1);
 }
 
-// Regression: a call held by its handler past the server's lifetime kept a
-// socket whose event loop had been destroyed (heap-use-after-free in ASan).
+// A call its handler holds past the server's lifetime is cancelled, and
+// finishing and releasing it afterwards is safe. A call that kept a socket
+// whose event loop had been destroyed would fail here (heap-use-after-free
+// in ASan).
 TEST_CASE("server: a call may outlive its server") {
   std::shared_ptr<rpc::ServerCall> kept;
   std::promise<void> started;
@@ -576,8 +578,9 @@ TEST_CASE("channel: destroying it completes outstanding calls with CANCELLED") {
   CHECK(outcome.get_future().get().code() == StatusCode::kCancelled);
 }
 
-// Regression: destroying a Channel on its own loop thread (the last Stub
-// dropped in a callback) joined that thread from itself: std::terminate.
+// Destroying a Channel on its own loop thread (the last Stub dropped in a
+// callback) cancels its outstanding calls. A destructor that joined that
+// thread from itself would fail here with std::terminate.
 TEST_CASE("channel: destroying it from its own callback is safe") {
   TestServer server;
   auto channel = std::make_shared<Channel>(server.uri);
@@ -595,8 +598,8 @@ TEST_CASE("channel: destroying it from its own callback is safe") {
   CHECK(second.get_future().get().code() == StatusCode::kCancelled);
 }
 
-// Regression: a Cancel's completion is posted to the loop; destroying the
-// channel right after used to discard it, so the callback never ran.
+// A Cancel's completion is posted to the loop; destroying the channel right
+// after still runs it, so every callback runs, with CANCELLED.
 TEST_CASE("channel: completions posted before destruction still run") {
   TestServer server;
   std::atomic<int> callbacks{0};
@@ -619,8 +622,9 @@ TEST_CASE("channel: completions posted before destruction still run") {
   CHECK(cancelled == 50);
 }
 
-// Regression: a response header over 64 KiB was refused by the transport and
-// the call hung; long status messages are now truncated.
+// A response header over 64 KiB would be refused by the transport and the
+// call would hang, so a long status message is truncated: the call fails with
+// its own code and the message's start.
 TEST_CASE("errors: a status message too long for a header is truncated") {
   TestServer server;
   Channel channel(server.uri);
@@ -640,8 +644,9 @@ TEST_CASE("errors: names too long for a header fail with INVALID_ARGUMENT") {
   CHECK(result.status.code() == StatusCode::kInvalidArgument);
 }
 
-// Regression: a status message that is not UTF-8 made the peer's header
-// unparseable (proto3 string), closing the connection for every call.
+// A status message that is not UTF-8 arrives byte for byte, on the same
+// connection. Carried as a proto3 string, it would make the peer's header
+// unparseable and close the connection for every call.
 TEST_CASE("errors: a status message that is not UTF-8 arrives intact") {
   TestServer server;
   Channel channel(server.uri);
@@ -653,8 +658,9 @@ TEST_CASE("errors: a status message that is not UTF-8 arrives intact") {
   CHECK(channel.stats().connects == 1);
 }
 
-// Regression: time_point::max() (the usual "no deadline") overflowed the
-// server's now + timeout into the past, so every reply was dropped.
+// time_point::max() (the usual "no deadline") and duration::max() mean no
+// deadline. A server whose now + timeout overflowed into the past would drop
+// every reply here.
 TEST_CASE("deadline: a deadline at the end of time means no deadline") {
   TestServer server;
   Channel channel(server.uri);
@@ -669,8 +675,9 @@ TEST_CASE("deadline: a deadline at the end of time means no deadline") {
   CHECK(max_timeout.status.ok());
 }
 
-// Regression: an exception from a completion callback escaped into the
-// transport's read loop and stalled the connection for good.
+// An exception from a completion callback does not stall the connection:
+// later calls on it still complete. One that escaped into the transport's
+// read loop would stall the connection for good.
 TEST_CASE("errors: a callback that throws does not stall the connection") {
   TestServer server;
   Channel channel(server.uri);
@@ -721,10 +728,10 @@ std::string WireBytes(const transport::OutgoingFrame& frame) {
   return out;
 }
 
-// Regression: after a header large enough to be read straight into its own
-// block, the oversized payload that followed was parsed as frames instead of
-// being discarded. A raw socket trickles the header so the server takes that
-// path.
+// After a header large enough to be read straight into its own block, the
+// oversized payload that follows is discarded, not parsed as frames: that
+// call fails, the next one succeeds, and no protocol error is counted. A raw
+// socket trickles the header so the server takes that path.
 TEST_CASE("limits: an oversized payload after a large header is discarded") {
   if (transport::ParseUri(ListenUri())->scheme != "tcp") {
     SKIP("raw bytes need a TCP socket");
@@ -769,8 +776,8 @@ TEST_CASE("limits: an oversized payload after a large header is discarded") {
   CHECK(server.server.stats().protocol_errors == 0);
 }
 
-// Regression: frames already read when a protocol error closed the
-// connection were still dispatched to handlers.
+// Frames already read when a protocol error closes the connection are not
+// dispatched to handlers.
 TEST_CASE("malformed: nothing after a protocol error is dispatched") {
   if (transport::ParseUri(ListenUri())->scheme != "tcp") {
     SKIP("raw bytes need a TCP socket");

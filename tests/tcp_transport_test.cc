@@ -200,10 +200,10 @@ TEST_CASE("tcp: a busy connection leaves its loop to timers and handlers") {
   AwaitFrames(*pair.recorder, 1);
 }
 
-// Regression (bandwidth): every large frame was read into fresh heap memory,
-// which the kernel faulted in and zeroed page by page (64 MiB frames ran at
-// about 0.6 of the raw socket's bandwidth). A released frame's block now
-// takes the next large frame.
+// A released frame's block takes the next large frame, for bandwidth: fresh
+// heap memory for every large frame would be faulted in and zeroed by the
+// kernel page by page (64 MiB frames at about 0.6 of the raw socket's
+// bandwidth).
 TEST_CASE("tcp: a large frame is read into the block the last one released") {
   Pair pair;
   const size_t size = 3 << 20;  // With its header, capacity class 4 MiB.
@@ -225,8 +225,8 @@ TEST_CASE("tcp: a large frame is read into the block the last one released") {
 }
 
 // A 64 KiB message arrives whole in one read; copying it out of the staging
-// area cost about 5 us per side. It is now handed over where it landed, and
-// the frames that follow land in a fresh staging block.
+// area would cost about 5 us per side, so it is handed over where it landed,
+// and the frames that follow land in a fresh staging block.
 TEST_CASE("tcp: a 64 KiB frame is received in place, and stays intact") {
   Pair pair;
   {
@@ -273,8 +273,8 @@ TEST_CASE("tcp: frames around the staging area's size arrive whole") {
   CHECK(pair.recorder->payloads_intact);
 }
 
-// Regression: Close() used to drop frames queued but not yet written, so a
-// server's last responses could vanish during a graceful shutdown.
+// Close() writes every frame queued before it, so a server's last responses
+// survive a graceful shutdown.
 TEST_CASE("tcp: Close writes the frames queued before it") {
   Pair pair;
   REQUIRE(pair.client->Send(MakeFrame("last words", 8 << 20)).ok());

@@ -137,7 +137,8 @@ struct ConnectionStats {
   std::atomic<uint64_t> frames_received{0};
   std::atomic<uint64_t> bytes_sent{0};
   std::atomic<uint64_t> bytes_received{0};
-  // System calls that moved data (writev/readv), to show batching at work.
+  // System calls that moved data (sendmsg/recv on TCP), to show batching at
+  // work.
   std::atomic<uint64_t> write_calls{0};
   std::atomic<uint64_t> read_calls{0};
   std::atomic<uint64_t> oversized_frames_dropped{0};

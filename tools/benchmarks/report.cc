@@ -168,7 +168,7 @@ void PrintReport(const Options& options, const std::string& poll, bool rdma,
                   r.gbps / r.raw_gbps);
     }
   }
-  // The targets, where this run measured them.
+  // The targets (docs/benchmarks.md), where this run measured them.
   for (const Result& r : results) {
     if (r.mode == "latency" && r.size == 16 && std::isfinite(r.raw_p50)) {
       const double limit = rdma ? 1.2 : 1.15;

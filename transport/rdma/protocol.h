@@ -6,12 +6,12 @@
 // that a connecting side of another version learns the listener's version.
 // `magic` and `version` open ConnParams in every version.
 //
-// Every message a side SENDs is a frame (transport/frame.h) whose prefix's
-// reserved u16 carries `credits`: receive buffers the sender has re-posted
-// since its last message. A side may SEND only while it holds a credit (the
-// peer has a receive posted for it), so the receiver never runs out of
-// receives and RNR never happens; one credit is held back for a CREDIT
-// message, so credits can always flow back.
+// Every message a side SENDs is a frame whose prefix's credits field
+// (transport/frame.h) carries `credits`: receive buffers the sender has
+// re-posted since its last message. A side may SEND only while it holds a
+// credit (the peer has a receive posted for it), so the receiver never runs
+// out of receives and RNR never happens; one credit is held back for a
+// CREDIT message, so credits can always flow back.
 //
 // Frames up to the receive buffer size travel as one SEND (inline when they
 // fit max_inline_data). A larger frame travels by rendezvous:
