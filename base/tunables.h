@@ -93,6 +93,20 @@ static_assert(kTcpBusyReadsPerTurn >= 1 && kTcpBusyReadsPerTurn <= 1024,
 // cut off after this long.
 inline constexpr std::chrono::milliseconds kCloseFlushTimeout{1000};
 
+// Keepalive (transport/keepalive.h), both transports: a side that has
+// received nothing for an interval sends PING, which the peer answers with
+// PONG; one that has received nothing for the timeout closes the connection.
+// A dead peer is noticed within timeout + interval (10 s by default), idle or
+// busy, on either side.
+inline constexpr std::chrono::milliseconds kKeepaliveInterval{2000};
+inline constexpr std::chrono::milliseconds kKeepaliveTimeout{8000};
+static_assert(kKeepaliveTimeout >= 2 * kKeepaliveInterval,
+              "a peer gets at least one PING, and time to answer it, before "
+              "the connection is declared dead");
+static_assert(kKeepaliveTimeout + kKeepaliveInterval <=
+                  std::chrono::seconds(10),
+              "a dead peer is noticed within 10 s by default");
+
 // --- RDMA transport --------------------------------------------------------
 // Receives each side keeps posted: the peer's credits.
 inline constexpr uint32_t kRdmaReceiveDepth = 64;

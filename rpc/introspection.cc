@@ -110,6 +110,7 @@ ServerMetrics GetMetrics(const Server& server) {
   metrics.set_unknown_method_calls(stats.unknown_method_calls);
   metrics.set_protocol_errors(stats.protocol_errors);
   metrics.set_responses_dropped(stats.responses_dropped);
+  metrics.set_peers_timed_out(stats.peers_timed_out);
   server.ForEachMethod([&](const std::string& service,
                            const std::string& method,
                            const rpc::MethodMetrics& counted) {

@@ -166,6 +166,7 @@ class Server::Impl {
     out.unknown_method_calls = core_->unknown_method_calls;
     out.calls_over_limit = core_->calls_over_limit;
     out.connections_refused = core_->connections_refused;
+    out.peers_timed_out = core_->peers_timed_out;
     return out;
   }
 

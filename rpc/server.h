@@ -54,6 +54,9 @@ struct ServerStats {
   uint64_t unknown_method_calls = 0;  // Answered UNIMPLEMENTED.
   uint64_t calls_over_limit = 0;      // Over max_calls_per_connection.
   uint64_t connections_refused = 0;   // Over max_connections.
+  // Connections closed because the client sent nothing, not even a keepalive
+  // PONG, for TransportOptions::keepalive_timeout.
+  uint64_t peers_timed_out = 0;
 };
 
 class Server {

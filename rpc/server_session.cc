@@ -355,6 +355,8 @@ void ServerSession::OnClose(const Status& reason) {
   // The transport closed it for malformed input (the session's own
   // ProtocolError counts the RPC layer's).
   if (connection_->stats().protocol_errors > 0) core_->protocol_errors++;
+  // Keepalive took the client for dead (a crash, a hung host, a lost link).
+  if (connection_->stats().keepalive_timeouts > 0) core_->peers_timed_out++;
   std::vector<std::shared_ptr<ServerCall>> orphans;
   {
     std::lock_guard lock(mu_);

@@ -68,6 +68,7 @@ struct ServerCore {
   uint32_t max_calls_per_connection = 0;  // Fixed once serving; 0: none.
   std::atomic<uint64_t> calls_over_limit{0};
   std::atomic<uint64_t> connections_refused{0};
+  std::atomic<uint64_t> peers_timed_out{0};
 };
 
 class ServerSession final : public transport::ConnectionObserver,

@@ -28,7 +28,7 @@ TEST_CASE("Frame prefix: layout is little-endian with the RRPC magic") {
       EncodeFramePrefix({FrameType::kControl, 0, 0x01020304, 0x0a0b0c0d});
   CHECK(bytes[0] == std::byte{'R'});
   CHECK(bytes[3] == std::byte{'C'});
-  CHECK(bytes[4] == std::byte{1});
+  CHECK(bytes[4] == std::byte{kFrameVersion});
   CHECK(bytes[5] == std::byte{1});
   CHECK(bytes[8] == std::byte{0x04});
   CHECK(bytes[11] == std::byte{0x01});
@@ -55,12 +55,14 @@ TEST_CASE("Frame prefix: malformed prefixes are rejected with a reason") {
     CHECK(out.error.message().find("magic") != std::string::npos);
   }
   SECTION("another version: refused, naming both versions") {
-    bytes[4] = std::byte{2};
+    SECTION("older") { bytes[4] = std::byte{kFrameVersion - 1}; }
+    SECTION("newer") { bytes[4] = std::byte{kFrameVersion + 1}; }
     const auto out = DecodeFramePrefix(bytes, kMax);
     CHECK(out.verdict == PrefixVerdict::kOtherVersion);
     CHECK(out.error.message() ==
-          "the peer speaks rdmarpc frame version 2; this build speaks "
-          "version 1");
+          "the peer speaks rdmarpc frame version " +
+              std::to_string(std::to_integer<int>(bytes[4])) +
+              "; this build speaks version " + std::to_string(kFrameVersion));
   }
   SECTION("unknown type") {
     bytes[5] = std::byte{9};

@@ -206,8 +206,9 @@ TEST_CASE("version: RDMA connection parameters are checked, version first",
     const auto checked = CheckConnParams(bytes);
     CHECK(checked.status().code() == StatusCode::kUnimplemented);
     CHECK(checked.status().message() ==
-          "the peer speaks rdmarpc RDMA protocol version 2; this build speaks "
-          "version 1");
+          "the peer speaks rdmarpc RDMA protocol version " +
+              std::to_string(next.version) + "; this build speaks version " +
+              std::to_string(transport::rdma::kConnVersion));
   }
   SECTION("not rdmarpc") {
     bytes[0] = std::byte{0};

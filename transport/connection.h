@@ -145,6 +145,10 @@ struct ConnectionStats {
   // Set when this connection closed because the peer broke the protocol
   // (a malformed frame, a bad credit, grant or immediate value).
   std::atomic<uint64_t> protocol_errors{0};
+  // Keepalive: PINGs sent (nothing received for an interval), and 1 when
+  // this connection closed because the peer sent nothing for the timeout.
+  std::atomic<uint64_t> keepalive_pings{0};
+  std::atomic<uint64_t> keepalive_timeouts{0};
   // TCP only: frames handed over in the block they were read into, uncopied.
   std::atomic<uint64_t> frames_received_in_place{0};
   // Frames written (TCP) or posted (RDMA) as they were sent, without being
@@ -238,6 +242,11 @@ struct TransportOptions {
   uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes;
   PollMode poll_mode = PollMode::kEvent;
   std::chrono::microseconds hybrid_spin{50};
+  // Keepalive (transport/keepalive.h): PING after `keepalive_interval` of
+  // receiving nothing; close (DEADLINE_EXCEEDED, so calls fail UNAVAILABLE)
+  // after `keepalive_timeout`. An interval of 0 turns keepalive off.
+  std::chrono::milliseconds keepalive_interval = tunables::kKeepaliveInterval;
+  std::chrono::milliseconds keepalive_timeout = tunables::kKeepaliveTimeout;
 };
 
 // What Send returns once the connection to `peer` is closing or closed.

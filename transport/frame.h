@@ -2,7 +2,7 @@
 //
 //   offset  size  field
 //        0     4  magic       "RRPC" (bytes 0x52 0x52 0x50 0x43)
-//        4     1  version     1
+//        4     1  version     kFrameVersion (2)
 //        5     1  type        FrameType
 //        6     2  credits     RDMA only: receive credits returned; zero on TCP
 //        8     4  header_size little-endian; at most kMaxCallHeaderSize
@@ -32,7 +32,7 @@ namespace rdmarpc::transport {
 
 inline constexpr std::array<std::byte, 4> kFrameMagic = {
     std::byte{'R'}, std::byte{'R'}, std::byte{'P'}, std::byte{'C'}};
-inline constexpr uint8_t kFrameVersion = 1;
+inline constexpr uint8_t kFrameVersion = 2;
 
 enum class FrameType : uint8_t {
   // Carries an RPC: header is a CallHeader. The only type the RPC layer sees.

@@ -154,6 +154,7 @@ class Cli {
       std::fflush(stdout);
       const int rc = Run(args);
       std::fflush(stderr);
+      std::fflush(stdout);  // Each result as it comes, into a pipe or file too.
       if ((rc == 0) == expect_failure) {
         std::printf("  UNEXPECTED %s\n",
                     expect_failure ? "success" : "failure");

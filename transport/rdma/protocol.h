@@ -56,7 +56,7 @@
 namespace rdmarpc::transport::rdma {
 
 inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
-inline constexpr uint16_t kConnVersion = 1;
+inline constexpr uint16_t kConnVersion = 2;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
@@ -92,6 +92,8 @@ enum class ControlKind : uint8_t {
   kCredit = 1,  // Nothing but the credits in the prefix.
   kRts = 2,
   kGrant = 3,
+  kPing = 4,  // Keepalive (transport/keepalive.h): answered with kPong.
+  kPong = 5,
 };
 
 struct ControlMessage {
@@ -113,7 +115,7 @@ inline std::optional<ControlMessage> DecodeControl(
   ControlMessage message;
   std::memcpy(&message, bytes.data(), sizeof(message));
   if (message.kind < ControlKind::kCredit ||
-      message.kind > ControlKind::kGrant) {
+      message.kind > ControlKind::kPong) {
     return std::nullopt;
   }
   return message;

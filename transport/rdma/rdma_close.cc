@@ -60,6 +60,7 @@ void RdmaConnection::CloseNow(const Status& reason) {
     queued_frames_.store(0, std::memory_order_relaxed);
   }
   close_timer_.cancel();
+  keepalive_timer_.cancel();
   // Transfers with nothing posted yet (no grant came) let go of the callers'
   // buffers and registrations now; one under way keeps them until the QP is
   // destroyed, since its WRITEs may still be reading them.

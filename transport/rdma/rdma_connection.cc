@@ -46,7 +46,9 @@ rdma_conn_param ConnParam(const ConnParams& local) {
   param.private_data_len = sizeof(local);
   param.responder_resources = 1;
   param.initiator_depth = 1;
-  param.retry_count = 7;
+  // Finite: rxe reads a retry count of 7 as "retry forever", and a QP that
+  // never gives up hides a dead link. Keepalive notices a dead peer sooner.
+  param.retry_count = 6;
   param.rnr_retry_count = tunables::kRdmaRnrRetry;
   return param;
 }
@@ -59,7 +61,9 @@ RdmaConnection::RdmaConnection(asio::io_context& context,
       options_(options),
       cm_fd_(context),
       cq_fd_(context),
-      close_timer_(context) {}
+      close_timer_(context),
+      keepalive_timer_(context),
+      keepalive_(options.keepalive_interval, options.keepalive_timeout) {}
 
 RdmaConnection::~RdmaConnection() {
   // The descriptors belong to rdma-core, not to Asio.
@@ -326,11 +330,43 @@ void RdmaConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
           return;
         }
         self->observer_ = observer;
+        self->ArmKeepalive();
         if (self->options_.poll_mode == PollMode::kBusy) {
           self->PollLoop();
         } else {
           self->OnCqReady();  // Drains what arrived before Start, then waits.
         }
+      });
+}
+
+void RdmaConnection::ArmKeepalive() {
+  if (!keepalive_.enabled() || torn_down_) return;
+  keepalive_timer_.expires_after(keepalive_.interval());
+  keepalive_timer_.async_wait(
+      [self = shared_from_this()](const boost::system::error_code& e) {
+        if (e || self->torn_down_) return;
+        switch (self->keepalive_.Tick(
+            self->stats_.bytes_received.load(std::memory_order_relaxed))) {
+          case KeepaliveClock::Action::kNone:
+            break;
+          case KeepaliveClock::Action::kPing: {
+            ControlMessage ping;
+            ping.kind = ControlKind::kPing;
+            Bump(self->stats_.keepalive_pings);
+            Log().debug("{}: nothing received for {} ms: keepalive PING",
+                        self->peer_, self->keepalive_.silent_for().count());
+            self->control_queue_.push_back(ping);
+            self->Flush();
+            break;
+          }
+          case KeepaliveClock::Action::kDead: {
+            const Status dead = self->keepalive_.DeadPeer(self->peer_);
+            Bump(self->stats_.keepalive_timeouts);
+            Log().warn("{}: closing: {}", self->peer_, dead.message());
+            return self->CloseNow(dead);
+          }
+        }
+        self->ArmKeepalive();
       });
 }
 

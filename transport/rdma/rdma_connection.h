@@ -40,6 +40,7 @@
 #include "base/futex_mutex.h"
 #include "base/ring_queue.h"
 #include "transport/connection.h"
+#include "transport/keepalive.h"
 #include "transport/memory.h"
 #include "transport/rdma/grant_memory.h"
 #include "transport/rdma/peer_checks.h"
@@ -176,6 +177,9 @@ class RdmaConnection final
   // For RDMARPC_TRACE: 0 on the connecting side, 1 on the accepting side.
   int TraceSide() const { return host_.empty() ? 1 : 0; }
 
+  // Keepalive (transport/keepalive.h): the timer's next tick.
+  void ArmKeepalive();
+
   void MaybeFinishClose();
   void ProtocolError(const Status& error);
   void CloseNow(const Status& reason);
@@ -242,7 +246,8 @@ class RdmaConnection final
   // this one, so either order is right).
   std::atomic<size_t> queued_frames_{0};
 
-  RingQueue<ControlMessage> control_queue_;  // GRANTs waiting to be sent.
+  // Control messages waiting to be sent: GRANTs, keepalive PING and PONG.
+  RingQueue<ControlMessage> control_queue_;
   // Our large frames under way, oldest first: at most max_transfers_.
   RingQueue<OutgoingTransfer> outgoing_;
   uint32_t max_transfers_ = 1;  // The peer's max_open_grants.
@@ -252,6 +257,8 @@ class RdmaConnection final
   std::chrono::steady_clock::time_point spin_until_;
   std::optional<Status> close_after_drain_;
   boost::asio::steady_timer close_timer_;
+  boost::asio::steady_timer keepalive_timer_;
+  KeepaliveClock keepalive_;
 };
 
 }  // namespace rdmarpc::transport::rdma

@@ -15,7 +15,16 @@ using tunables::kRdmaSendDepth;
 void RdmaConnection::OnControl(const ControlMessage& message) {
   switch (message.kind) {
     case ControlKind::kCredit:
+    case ControlKind::kPong:  // Its bytes already counted as a sign of life.
       return;
+    case ControlKind::kPing: {
+      keepalive_.PingReceived(tunables::kFramePrefixSize +
+                              sizeof(ControlMessage));
+      ControlMessage pong;
+      pong.kind = ControlKind::kPong;
+      control_queue_.push_back(pong);  // Drain's Flush posts it.
+      return;
+    }
     case ControlKind::kRts:
       return OnRts(message);
     case ControlKind::kGrant: {

@@ -36,6 +36,8 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
       options_(options),
       peer_(PeerUri(socket_)),
       close_timer_(socket_.get_executor()),
+      keepalive_timer_(socket_.get_executor()),
+      keepalive_(options.keepalive_interval, options.keepalive_timeout),
       staging_(PooledBuffer(kTcpReceiveChunk)) {
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -67,7 +69,44 @@ void TcpConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
                }
                self->observer_ = observer;
                self->ReadMore();
+               self->ArmKeepalive();
              });
+}
+
+void TcpConnection::ArmKeepalive() {
+  if (!keepalive_.enabled() || torn_down_) return;
+  keepalive_timer_.expires_after(keepalive_.interval());
+  keepalive_timer_.async_wait(
+      [self = shared_from_this()](const boost::system::error_code& e) {
+        if (e || self->torn_down_) return;
+        switch (self->keepalive_.Tick(
+            self->stats_.bytes_received.load(std::memory_order_relaxed))) {
+          case KeepaliveClock::Action::kNone:
+            break;
+          case KeepaliveClock::Action::kPing:
+            Bump(self->stats_.keepalive_pings);
+            Log().debug("{}: nothing received for {} ms: keepalive PING",
+                        self->peer_, self->keepalive_.silent_for().count());
+            self->SendKeepalive(KeepaliveKind::kPing);
+            break;
+          case KeepaliveClock::Action::kDead: {
+            const Status dead = self->keepalive_.DeadPeer(self->peer_);
+            Bump(self->stats_.keepalive_timeouts);
+            Log().warn("{}: closing: {}", self->peer_, dead.message());
+            return self->CloseNow(dead);
+          }
+        }
+        self->ArmKeepalive();
+      });
+}
+
+void TcpConnection::SendKeepalive(KeepaliveKind kind) {
+  OutgoingFrame frame;
+  frame.type = FrameType::kControl;
+  *frame.header.Prepare(1) = std::byte{static_cast<uint8_t>(kind)};
+  frame.header.Commit(1);
+  // A full queue or a closing connection: nothing to add.
+  (void)Send(std::move(frame));
 }
 
 void TcpConnection::Close(const Status& reason) {
@@ -102,6 +141,7 @@ void TcpConnection::CloseNow(const Status& reason) {
   torn_down_ = true;
   close_reason_ = reason;
   close_timer_.cancel();
+  keepalive_timer_.cancel();
   std::vector<QueuedFrame> unsent;
   {
     std::lock_guard lock(mu_);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "transport/connection.h"
+#include "transport/keepalive.h"
 
 namespace rdmarpc::transport::tcp {
 
@@ -84,6 +85,10 @@ class TcpConnection final : public Connection,
   bool ReceiveInPlace(uint64_t frame_size);
   void OnBodyRead(const boost::system::error_code& error, size_t bytes);
   void DeliverFrame();
+  // Keepalive (transport/keepalive.h): the timer's next tick, and a PING or
+  // PONG control frame (one byte of header).
+  void ArmKeepalive();
+  void SendKeepalive(KeepaliveKind kind);
   void OnReadError(const boost::system::error_code& error);
 
   // Send path (executor only).
@@ -126,6 +131,8 @@ class TcpConnection final : public Connection,
   Status close_reason_;
   std::optional<Status> close_after_flush_;
   boost::asio::steady_timer close_timer_;
+  boost::asio::steady_timer keepalive_timer_;
+  KeepaliveClock keepalive_;
 
   Buffer staging_;  // kTcpReceiveChunk bytes, a LargeBlock.
   size_t staged_begin_ = 0;

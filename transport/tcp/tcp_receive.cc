@@ -35,7 +35,11 @@ void TcpConnection::ConsumeStaged() {
         if (decoded.verdict == PrefixVerdict::kOtherVersion) {
           return RefuseOtherVersion(decoded.error);
         }
-        if (decoded.prefix.type != FrameType::kRpc ||
+        // TCP's only control frames are keepalive's, one byte of header.
+        const bool keepalive = decoded.prefix.type == FrameType::kControl &&
+                               decoded.prefix.header_size == 1 &&
+                               decoded.prefix.payload_size == 0;
+        if ((decoded.prefix.type != FrameType::kRpc && !keepalive) ||
             decoded.prefix.credits != 0) {
           return ProtocolError(Status(
               StatusCode::kInternal,
@@ -150,6 +154,19 @@ void TcpConnection::OnBodyRead(const boost::system::error_code& error,
 
 void TcpConnection::DeliverFrame() {
   if (receive_stopped_) return;
+  if (rx_.prefix.type == FrameType::kControl) {  // Keepalive.
+    const auto kind = static_cast<KeepaliveKind>(rx_.block.data()[0]);
+    rx_.block.Reset();
+    if (kind == KeepaliveKind::kPing) {
+      keepalive_.PingReceived(tunables::kFramePrefixSize + 1);
+      SendKeepalive(KeepaliveKind::kPong);
+    } else if (kind != KeepaliveKind::kPong) {
+      ProtocolError(Status(StatusCode::kInternal,
+                           "malformed frame: unknown TCP control kind " +
+                               std::to_string(static_cast<int>(kind))));
+    }
+    return;
+  }
   Bump(stats_.frames_received);
   ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
                       rx_.prefix.header_size, rx_.discard_left);
