@@ -48,30 +48,6 @@ rpc::ServerOptions ServerWithKeepalive() {
   return options;
 }
 
-// A peer that accepts TCP connections and never sends a byte: a hung
-// process, or a host that vanished behind a kernel that still ACKs.
-class SilentListener {
- public:
-  SilentListener() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&address), length) == 0);
-    REQUIRE(listen(fd_, 8) == 0);
-    REQUIRE(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) ==
-            0);
-    port_ = ntohs(address.sin_port);
-  }
-  ~SilentListener() { close(fd_); }
-  std::string uri() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
-
 TEST_CASE(
     "keepalive: the clock pings after an interval of silence, then "
     "gives up at the timeout") {
@@ -126,7 +102,9 @@ TEST_CASE(
     "keepalive: a call to a hung server fails UNAVAILABLE without a "
     "deadline",
     "[tcp]") {
-  SilentListener hung;
+  // It accepts and never sends a byte: a hung process, or a host that
+  // vanished behind a kernel that still ACKs.
+  LoopbackListener hung;
   rpc::Channel channel(hung.uri(), ChannelWithKeepalive());
   std::promise<Status> done;
   const auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,10 @@
 #include "tests/test_support.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spdlog/sinks/base_sink.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -67,6 +71,29 @@ bool LogCapture::Contains(spdlog::level::level_enum level,
                           std::string_view text) const {
   return Captured().Contains(level, text);
 }
+
+LoopbackListener::LoopbackListener() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (fd_ < 0 ||
+      bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      listen(fd_, 8) != 0 ||
+      getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (fd_ >= 0) close(fd_);
+    throw std::runtime_error("cannot listen on 127.0.0.1");
+  }
+  port_ = ntohs(address.sin_port);
+}
+
+LoopbackListener::~LoopbackListener() { close(fd_); }
+
+std::string LoopbackListener::uri() const {
+  return "tcp://127.0.0.1:" + std::to_string(port_);
+}
+
+int LoopbackListener::Accept() const { return accept(fd_, nullptr, nullptr); }
 
 uint64_t RegisteredBytes() { return transport::rdma::LiveRegisteredBytes(); }
 

@@ -40,6 +40,25 @@ bool OverRdma();
 // Bytes this process has registered with the RDMA device now (0 over tcp).
 uint64_t RegisteredBytes();
 
+// A TCP socket listening on 127.0.0.1 at a free port, for a test that plays
+// a raw peer (one that never answers, or speaks another version). Throws
+// std::runtime_error if it cannot listen.
+class LoopbackListener {
+ public:
+  LoopbackListener();
+  ~LoopbackListener();
+  LoopbackListener(const LoopbackListener&) = delete;
+  LoopbackListener& operator=(const LoopbackListener&) = delete;
+  // "tcp://127.0.0.1:PORT".
+  std::string uri() const;
+  // The next connection's socket (blocking); -1 on failure.
+  int Accept() const;
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
 // A service named "test.Test" with methods:
 //   Echo        returns the request
 //   Fail        request "CODE:message" -> that status

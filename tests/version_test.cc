@@ -144,18 +144,10 @@ TEST_CASE(
     "[tcp]") {
   // A listener that answers the first request with a frame of another
   // version, then reads what comes back.
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&address), length) == 0);
-  REQUIRE(listen(listener, 1) == 0);
-  REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&address),
-                      &length) == 0);
+  LoopbackListener listener;
   std::vector<std::byte> request_prefix, answer;
   std::thread other([&] {
-    RawTcp peer(accept(listener, nullptr, nullptr));
+    RawTcp peer(listener.Accept());
     request_prefix = peer.Read(tunables::kFramePrefixSize);
     const auto request = DecodeFramePrefix(request_prefix, 1 << 20);
     peer.Read(request.prefix.header_size + request.prefix.payload_size);
@@ -163,12 +155,10 @@ TEST_CASE(
     answer = peer.ReadToEnd();
   });
 
-  rpc::Channel channel("tcp://127.0.0.1:" +
-                       std::to_string(ntohs(address.sin_port)));
+  rpc::Channel channel(listener.uri());
   const CallResult result =
       CallSync(channel, kEcho, "hello", rpc::CallOptions::WithTimeout(20s));
   other.join();
-  close(listener);
   INFO(result.status.ToString());
   CHECK(result.status.code() == StatusCode::kUnavailable);
   CHECK(Has(result.status.message(),

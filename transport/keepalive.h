@@ -18,11 +18,15 @@
 #ifndef RDMARPC_TRANSPORT_KEEPALIVE_H_
 #define RDMARPC_TRANSPORT_KEEPALIVE_H_
 
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "base/log.h"
 #include "base/status.h"
+#include "transport/connection.h"
 
 namespace rdmarpc::transport {
 
@@ -82,6 +86,43 @@ class KeepaliveClock {
   uint64_t ping_bytes_ = 0;
   uint32_t silent_ticks_ = 0;
 };
+
+// Runs `clock` for one connection, on the connection's own loop: waits an
+// interval on `timer`, then, unless the wait was cancelled or `closed()`,
+// ticks. A PING is counted in `stats`, logged at debug, sent by `ping()`,
+// and the timer re-armed; a dead peer is counted, logged at warn and handed
+// to `close(status)`. `owner` (the connection) lives as long as the wait.
+template <typename Closed, typename Ping, typename Close>
+void ArmKeepalive(boost::asio::steady_timer& timer, KeepaliveClock& clock,
+                  ConnectionStats& stats, const std::string& peer,
+                  std::shared_ptr<void> owner, Closed closed, Ping ping,
+                  Close close) {
+  if (!clock.enabled() || closed()) return;
+  timer.expires_after(clock.interval());
+  timer.async_wait([&timer, &clock, &stats, &peer, owner = std::move(owner),
+                    closed, ping,
+                    close](const boost::system::error_code& error) mutable {
+    if (error || closed()) return;
+    switch (clock.Tick(stats.bytes_received.load(std::memory_order_relaxed))) {
+      case KeepaliveClock::Action::kNone:
+        break;
+      case KeepaliveClock::Action::kPing:
+        Bump(stats.keepalive_pings);
+        Log().debug("{}: nothing received for {} ms: keepalive PING", peer,
+                    clock.silent_for().count());
+        ping();
+        break;
+      case KeepaliveClock::Action::kDead: {
+        const Status dead = clock.DeadPeer(peer);
+        Bump(stats.keepalive_timeouts);
+        Log().warn("{}: closing: {}", peer, dead.message());
+        return close(dead);
+      }
+    }
+    ArmKeepalive(timer, clock, stats, peer, std::move(owner), closed, ping,
+                 close);
+  });
+}
 
 }  // namespace rdmarpc::transport
 

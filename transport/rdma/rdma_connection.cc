@@ -340,34 +340,16 @@ void RdmaConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
 }
 
 void RdmaConnection::ArmKeepalive() {
-  if (!keepalive_.enabled() || torn_down_) return;
-  keepalive_timer_.expires_after(keepalive_.interval());
-  keepalive_timer_.async_wait(
-      [self = shared_from_this()](const boost::system::error_code& e) {
-        if (e || self->torn_down_) return;
-        switch (self->keepalive_.Tick(
-            self->stats_.bytes_received.load(std::memory_order_relaxed))) {
-          case KeepaliveClock::Action::kNone:
-            break;
-          case KeepaliveClock::Action::kPing: {
-            ControlMessage ping;
-            ping.kind = ControlKind::kPing;
-            Bump(self->stats_.keepalive_pings);
-            Log().debug("{}: nothing received for {} ms: keepalive PING",
-                        self->peer_, self->keepalive_.silent_for().count());
-            self->control_queue_.push_back(ping);
-            self->Flush();
-            break;
-          }
-          case KeepaliveClock::Action::kDead: {
-            const Status dead = self->keepalive_.DeadPeer(self->peer_);
-            Bump(self->stats_.keepalive_timeouts);
-            Log().warn("{}: closing: {}", self->peer_, dead.message());
-            return self->CloseNow(dead);
-          }
-        }
-        self->ArmKeepalive();
-      });
+  transport::ArmKeepalive(
+      keepalive_timer_, keepalive_, stats_, peer_, shared_from_this(),
+      [this] { return torn_down_; },
+      [this] {
+        ControlMessage ping;
+        ping.kind = ControlKind::kPing;
+        control_queue_.push_back(ping);
+        Flush();
+      },
+      [this](const Status& dead) { CloseNow(dead); });
 }
 
 }  // namespace rdmarpc::transport::rdma

@@ -74,30 +74,11 @@ void TcpConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
 }
 
 void TcpConnection::ArmKeepalive() {
-  if (!keepalive_.enabled() || torn_down_) return;
-  keepalive_timer_.expires_after(keepalive_.interval());
-  keepalive_timer_.async_wait(
-      [self = shared_from_this()](const boost::system::error_code& e) {
-        if (e || self->torn_down_) return;
-        switch (self->keepalive_.Tick(
-            self->stats_.bytes_received.load(std::memory_order_relaxed))) {
-          case KeepaliveClock::Action::kNone:
-            break;
-          case KeepaliveClock::Action::kPing:
-            Bump(self->stats_.keepalive_pings);
-            Log().debug("{}: nothing received for {} ms: keepalive PING",
-                        self->peer_, self->keepalive_.silent_for().count());
-            self->SendKeepalive(KeepaliveKind::kPing);
-            break;
-          case KeepaliveClock::Action::kDead: {
-            const Status dead = self->keepalive_.DeadPeer(self->peer_);
-            Bump(self->stats_.keepalive_timeouts);
-            Log().warn("{}: closing: {}", self->peer_, dead.message());
-            return self->CloseNow(dead);
-          }
-        }
-        self->ArmKeepalive();
-      });
+  transport::ArmKeepalive(
+      keepalive_timer_, keepalive_, stats_, peer_, shared_from_this(),
+      [this] { return torn_down_; },
+      [this] { SendKeepalive(KeepaliveKind::kPing); },
+      [this](const Status& dead) { CloseNow(dead); });
 }
 
 void TcpConnection::SendKeepalive(KeepaliveKind kind) {
