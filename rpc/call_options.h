@@ -56,16 +56,25 @@ struct CallOptions {
   std::optional<Clock::time_point> deadline;
   // Optional: lets the caller cancel the call (CANCELLED) at any time.
   std::shared_ptr<CallCancellation> cancellation;
+  // gRPC's wait-for-ready. By default a call made while the channel backs
+  // off after a failed connect fails at once with UNAVAILABLE. With this
+  // set, it waits instead: it is sent once a later connect succeeds, and
+  // ends only by its deadline or a cancel. (A call already sent when its
+  // connection is lost still fails UNAVAILABLE: it may have run.)
+  bool wait_for_ready = false;
 
   // A timeout past what the clock can represent saturates to "very late".
   static CallOptions WithTimeout(Clock::duration timeout) {
     const auto now = Clock::now();
     const bool fits = timeout < Clock::time_point::max() - now;
-    return CallOptions{fits ? now + timeout : Clock::time_point::max(),
-                       nullptr};
+    CallOptions options;
+    options.deadline = fits ? now + timeout : Clock::time_point::max();
+    return options;
   }
   static CallOptions WithDeadline(Clock::time_point deadline) {
-    return CallOptions{deadline, nullptr};
+    CallOptions options;
+    options.deadline = deadline;
+    return options;
   }
 };
 

@@ -30,6 +30,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
         options_(std::move(options)),
         context_(context),
         timer_(context),
+        reconnect_timer_(context),
         backoff_(options_.initial_backoff) {}
 
   // Names the method by `method_id` if it is not 0 (the names are then
@@ -78,6 +79,9 @@ class Channel::Impl final : public transport::ConnectionObserver,
   void OnConnected(StatusOr<std::shared_ptr<Connection>> result);
   void ArmTimer();
   void OnTimer(const boost::system::error_code& error);
+  // With wait-for-ready calls waiting, connects again once the backoff is
+  // over.
+  void ReconnectAfterBackoff();
   static void FailAll(std::vector<CallTable::Entry>& calls,
                       const Status& status) {
     for (auto& [id, done] : calls) Invoke(done, status, Buffer());
@@ -86,7 +90,8 @@ class Channel::Impl final : public transport::ConnectionObserver,
   const std::string target_;
   const ChannelOptions options_;
   asio::io_context& context_;
-  asio::steady_timer timer_;  // Loop thread only.
+  asio::steady_timer timer_;            // Loop thread only.
+  asio::steady_timer reconnect_timer_;  // Loop thread only.
 
   // Taken twice per call (StartCall, OnFrame), briefly: a FutexMutex costs
   // about 50 instructions less per pair than std::mutex.
@@ -95,7 +100,12 @@ class Channel::Impl final : public transport::ConnectionObserver,
   std::shared_ptr<Connection> connection_;
   CallTable calls_;
   // Requests of calls made while connecting, sent once connected.
-  std::vector<std::pair<CallId, OutgoingFrame>> waiting_;
+  struct Waiting {
+    CallId id;
+    OutgoingFrame frame;
+    bool wait_for_ready;  // Kept through a failed connect.
+  };
+  std::vector<Waiting> waiting_;
   // What the timer is armed for; a call with an earlier deadline re-arms it.
   std::optional<Clock::time_point> armed_;
   Status connect_error_;
@@ -155,7 +165,8 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
              Status(StatusCode::kCancelled, "channel is shut down"), Buffer());
     return 0;
   }
-  if (state_ == ChannelState::kTransientFailure) {
+  if (state_ == ChannelState::kTransientFailure &&
+      !call_options.wait_for_ready) {
     if (const auto when = Clock::now(); when < backoff_until_) {
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
           backoff_until_ - when);
@@ -176,8 +187,16 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   if (state_ == ChannelState::kReady) {
     ready = connection_;
   } else {
-    waiting_.emplace_back(id, MakeRequestFrame(id, service, method, method_id,
-                                               timeout_us, std::move(request)));
+    waiting_.push_back({id,
+                        MakeRequestFrame(id, service, method, method_id,
+                                         timeout_us, std::move(request)),
+                        call_options.wait_for_ready});
+    // Backing off, a wait-for-ready call waits for the next attempt.
+    if (state_ == ChannelState::kTransientFailure) {
+      asio::post(context_, [self = shared_from_this()] {
+        self->ReconnectAfterBackoff();
+      });
+    }
     if (state_ == ChannelState::kIdle) {
       state_ = ChannelState::kConnecting;
       asio::post(context_,
@@ -237,6 +256,8 @@ void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
     connection = std::move(connection_);
     state_ = ChannelState::kIdle;
   }
+  asio::post(context_,
+             [self = shared_from_this()] { self->reconnect_timer_.cancel(); });
   // Breaks the connection <-> observer cycle even if the loop never runs again.
   if (connection) {
     connection->Close(Status(StatusCode::kCancelled, "channel shut down"));
@@ -270,7 +291,7 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
       backoff_ = options_.initial_backoff;
       Log().info("{}: connected ({})", target_, connection_->peer());
       connection_->Start(shared_from_this());
-      for (auto& [id, frame] : waiting_) {
+      for (auto& [id, frame, wait_for_ready] : waiting_) {
         // Calls that timed out or were cancelled while waiting stay unsent.
         if (!calls_.Contains(id)) continue;
         const Status sent = connection_->Send(std::move(frame));
@@ -293,15 +314,56 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
       backoff_ = std::min(options_.max_backoff,
                           std::chrono::duration_cast<std::chrono::milliseconds>(
                               backoff_ * options_.backoff_multiplier));
-      for (auto& [id, frame] : waiting_) {
-        if (auto done = calls_.Take(id))
-          failed.emplace_back(id, std::move(*done));
+      // Wait-for-ready calls still open stay for the next attempt; the
+      // others fail now.
+      std::erase_if(waiting_, [&](Waiting& waiting) {
+        if (waiting.wait_for_ready && calls_.Contains(waiting.id)) {
+          return false;
+        }
+        if (auto done = calls_.Take(waiting.id)) {
+          failed.emplace_back(waiting.id, std::move(*done));
+        }
+        return true;
+      });
+      if (!waiting_.empty()) {
+        asio::post(context_, [self = shared_from_this()] {
+          self->ReconnectAfterBackoff();
+        });
       }
-      waiting_.clear();
       failure = Status(StatusCode::kUnavailable, connect_error_.message());
     }
   }
   FailAll(failed, failure);  // Outside the lock: a callback may call again.
+}
+
+void Channel::Impl::ReconnectAfterBackoff() {
+  Clock::time_point when;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_ || state_ != ChannelState::kTransientFailure ||
+        waiting_.empty()) {
+      return;
+    }
+    when = backoff_until_;
+  }
+  reconnect_timer_.expires_at(when);
+  reconnect_timer_.async_wait([self = shared_from_this()](
+                                  const boost::system::error_code& error) {
+    if (error) return;
+    {
+      std::lock_guard lock(self->mu_);
+      if (self->shut_down_ || self->state_ != ChannelState::kTransientFailure) {
+        return;
+      }
+      // Only calls still waiting are worth a connect.
+      std::erase_if(self->waiting_, [&](const Waiting& waiting) {
+        return !self->calls_.Contains(waiting.id);
+      });
+      if (self->waiting_.empty()) return;
+      self->state_ = ChannelState::kConnecting;
+    }
+    self->StartConnect();
+  });
 }
 
 void Channel::Impl::OnFrame(ReceivedFrame frame) {
