@@ -132,6 +132,9 @@ inline constexpr uint32_t kRdmaCqEventAckBatch = 16;
 // tests asserting zero RNR errors prove no RNR ever occurred.
 inline constexpr uint8_t kRdmaRnrRetry = 0;
 inline constexpr int kRdmaCmTimeoutMs = 5000;
+// A listener whose device was removed tries this often to listen again on
+// the same address and port (a device that comes back is used again).
+inline constexpr std::chrono::milliseconds kRdmaRelistenInterval{1000};
 // Largest gather list: a header and every payload slice.
 inline constexpr uint32_t kRdmaMaxSendSge = 1 + kMaxPayloadSlices;
 // Inline data asked of the device per send (it may grant less, or none).

@@ -48,6 +48,31 @@ void RdmaConnection::ForceQpErrorForTesting() {
   });
 }
 
+void RdmaConnection::ReleaseDevice() {
+  // The completion channel's descriptor belongs to rdma-core, not to Asio.
+  if (cq_fd_.is_open()) cq_fd_.release();
+  // No DMA may touch memory that is about to be freed: the QP goes first.
+  if (id_ && id_->qp != nullptr) rdma_destroy_qp(id_.get());
+  // ibv_destroy_cq waits for every event taken from the channel to be acked.
+  if (cq_ && unacked_cq_events_ > 0) {
+    ibv_ack_cq_events(cq_.get(), unacked_cq_events_);
+    unacked_cq_events_ = 0;
+  }
+  // Then what is registered with the PD, the CQ, the PD, and the id.
+  outgoing_.clear();
+  incoming_.clear();
+  bounce_chunks_.clear();
+  bounce_pool_.reset();
+  if (registrations_) registrations_->Clear();
+  send_ring_.reset();
+  receive_ring_.reset();
+  cq_.reset();
+  completion_channel_.reset();
+  pd_.reset();
+  device_hold_.Release();
+  id_.reset();
+}
+
 void RdmaConnection::CloseNow(const Status& reason) {
   if (torn_down_) return;
   torn_down_ = true;

@@ -66,17 +66,9 @@ RdmaConnection::RdmaConnection(asio::io_context& context,
       keepalive_(options.keepalive_interval, options.keepalive_timeout) {}
 
 RdmaConnection::~RdmaConnection() {
-  // The descriptors belong to rdma-core, not to Asio.
+  // The descriptor belongs to rdma-core, not to Asio.
   if (cm_fd_.is_open()) cm_fd_.release();
-  if (cq_fd_.is_open()) cq_fd_.release();
-  // No DMA may touch memory that is about to be freed: the QP goes first.
-  if (id_ && id_->qp != nullptr) rdma_destroy_qp(id_.get());
-  // ibv_destroy_cq waits for every event taken from the channel to be acked.
-  if (cq_ && unacked_cq_events_ > 0) {
-    ibv_ack_cq_events(cq_.get(), unacked_cq_events_);
-  }
-  outgoing_.clear();
-  incoming_.clear();
+  ReleaseDevice();
 }
 
 asio::any_io_executor RdmaConnection::executor() const {
@@ -176,6 +168,7 @@ Status RdmaConnection::CreateResources() {
     return Status(StatusCode::kUnavailable,
                   "rdma_cm id for " + peer_ + " has no device");
   }
+  device_hold_ = DeviceHold(verbs);
   pd_.reset(ibv_alloc_pd(verbs));
   if (!pd_) return ErrnoStatus("ibv_alloc_pd", errno);
   registrations_.emplace(pd_.get());
@@ -287,8 +280,22 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       }
       established_ = true;
       return Established(Status());
+    case RDMA_CM_EVENT_DEVICE_REMOVAL: {
+      DeviceHold::MarkRemoved(id_->verbs);
+      const std::string device =
+          id_->verbs != nullptr ? ibv_get_device_name(id_->verbs->device) : "?";
+      Log().warn("{}: RDMA device {} is being removed: closing", peer_, device);
+      const Status removed(StatusCode::kUnavailable,
+                           "connection to " + peer_ + " lost: RDMA device " +
+                               device + " was removed");
+      if (!established_) {
+        Established(removed);
+      } else {
+        CloseNow(removed);
+      }
+      return ReleaseDevice();
+    }
     case RDMA_CM_EVENT_DISCONNECTED:
-    case RDMA_CM_EVENT_DEVICE_REMOVAL:
       if (!established_) {
         return Established(Status(StatusCode::kUnavailable,
                                   "connect to " + peer_ + ": " + what));

@@ -183,6 +183,13 @@ class RdmaConnection final
   void MaybeFinishClose();
   void ProtocolError(const Status& error);
   void CloseNow(const Status& reason);
+  // Frees every verbs resource, then the rdma_cm id, in the order the
+  // device needs (QP first; the device hold before the id). The destructor
+  // calls it; so does a DEVICE_REMOVAL event, after CloseNow, since the
+  // kernel cannot finish removing a device while a process holds anything
+  // on it, and whoever holds this connection (a server's table, a pending
+  // call) may let go of it much later.
+  void ReleaseDevice();
 
   boost::asio::io_context& context_;
   const TransportOptions options_;
@@ -209,7 +216,8 @@ class RdmaConnection final
   std::optional<RegistrationCache> registrations_;
   std::optional<RegisteredMemory> bounce_pool_;  // Allocated on first use.
   std::vector<BounceChunk> bounce_chunks_;
-  CmId id_;  // Owns the QP.
+  DeviceHold device_hold_;  // Once the resources exist.
+  CmId id_;                 // Owns the QP.
   boost::asio::posix::stream_descriptor cm_fd_;
   boost::asio::posix::stream_descriptor cq_fd_;
   uint32_t unacked_cq_events_ = 0;

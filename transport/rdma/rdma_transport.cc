@@ -22,19 +22,70 @@ class RdmaListener final : public Listener {
  public:
   // Shared with the pending wait, which may outlive the Listener object.
   struct State {
-    explicit State(asio::io_context& context) : fd(context) {}
+    explicit State(asio::io_context& context)
+        : fd(context), relisten(context) {}
     ~State() {
       if (fd.is_open()) fd.release();  // rdma-core owns the descriptor.
+      hold.Release();                  // Before the id (see DeviceHold).
     }
     EventChannel events;
-    CmId id;
+    DeviceHold hold;  // Of id's device.
+    CmId id;          // Null while the device is gone.
     asio::posix::stream_descriptor fd;
+    asio::steady_timer relisten;
     TransportOptions options;
     ContextPicker pick;
     AcceptHandler on_accept;
+    sockaddr_in address{};  // The port once bound.
     std::string uri;
     bool closed = false;
   };
+
+  // Creates the listening id on `state->events`, binds it to
+  // `state->address` and listens.
+  static Status BindAndListen(State& state) {
+    rdma_cm_id* raw = nullptr;
+    if (rdma_create_id(state.events.get(), &raw, nullptr, RDMA_PS_TCP) != 0) {
+      return ErrnoStatus("rdma_create_id", errno);
+    }
+    CmId id(raw);
+    char host[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &state.address.sin_addr, host, sizeof(host));
+    const std::string where = "rdma://" + std::string(host) + ":" +
+                              std::to_string(ntohs(state.address.sin_port));
+    if (rdma_bind_addr(id.get(), reinterpret_cast<sockaddr*>(&state.address)) !=
+        0) {
+      return ErrnoStatus(
+          "bind " + where + " (is the address on an RDMA-capable netdev?)",
+          errno);
+    }
+    if (rdma_listen(id.get(), 128) != 0) {
+      return ErrnoStatus("rdma_listen " + where, errno);
+    }
+    state.address.sin_port = rdma_get_src_port(id.get());
+    state.uri = "rdma://" + std::string(host) + ":" +
+                std::to_string(ntohs(state.address.sin_port));
+    state.hold = DeviceHold(id->verbs);
+    state.id = std::move(id);
+    return Status();
+  }
+
+  // The device under the listening address went away: tries every
+  // kRdmaRelistenInterval to listen on the same address and port again,
+  // which works once a device serves that address again.
+  static void Relisten(const std::shared_ptr<State>& state) {
+    state->relisten.expires_after(tunables::kRdmaRelistenInterval);
+    state->relisten.async_wait([state](const boost::system::error_code& e) {
+      if (e || state->closed) return;
+      Status status = BindAndListen(*state);
+      if (!status.ok()) {
+        Log().debug("{}: cannot listen again yet: {}", state->uri,
+                    status.message());
+        return Relisten(state);
+      }
+      Log().info("{}: listening again", state->uri);
+    });
+  }
 
   explicit RdmaListener(std::shared_ptr<State> state)
       : state_(std::move(state)) {}
@@ -47,6 +98,8 @@ class RdmaListener final : public Listener {
       state->closed = true;
       boost::system::error_code ignored;
       state->fd.cancel(ignored);
+      state->relisten.cancel();
+      state->hold.Release();
       state->id.reset();  // Stops listening.
     });
   }
@@ -67,6 +120,23 @@ class RdmaListener final : public Listener {
  private:
   static void OnEvent(const std::shared_ptr<State>& state,
                       rdma_cm_event* event) {
+    if (event->event == RDMA_CM_EVENT_DEVICE_REMOVAL &&
+        event->id == state->id.get()) {
+      // The kernel waits for us to let go of the device: the id goes now.
+      rdma_ack_cm_event(event);
+      const std::string device =
+          state->id->verbs != nullptr
+              ? ibv_get_device_name(state->id->verbs->device)
+              : "?";
+      DeviceHold::MarkRemoved(state->id->verbs);
+      state->hold.Release();
+      state->id.reset();
+      Log().warn(
+          "{}: RDMA device {} was removed; listening again when a device "
+          "serves this address",
+          state->uri, device);
+      return Relisten(state);
+    }
     if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
       // Events of accepted ids arrive on their own channels once migrated.
       rdma_ack_cm_event(event);
@@ -127,30 +197,14 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
   if (!state->events) return ErrnoStatus("rdma_create_event_channel", errno);
   Status status = SetNonBlocking(state->events->fd);
   if (!status.ok()) return status;
-  rdma_cm_id* raw = nullptr;
-  if (rdma_create_id(state->events.get(), &raw, nullptr, RDMA_PS_TCP) != 0) {
-    return ErrnoStatus("rdma_create_id", errno);
-  }
-  state->id.reset(raw);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
+  state->address.sin_family = AF_INET;
+  state->address.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &state->address.sin_addr) != 1) {
     return Status(StatusCode::kInvalidArgument,
                   "rdma listen address '" + host + "' is not an IPv4 address");
   }
-  const std::string where = "rdma://" + host + ":" + std::to_string(port);
-  if (rdma_bind_addr(state->id.get(), reinterpret_cast<sockaddr*>(&address)) !=
-      0) {
-    return ErrnoStatus(
-        "bind " + where + " (is the address on an RDMA-capable netdev?)",
-        errno);
-  }
-  if (rdma_listen(state->id.get(), 128) != 0) {
-    return ErrnoStatus("rdma_listen " + where, errno);
-  }
-  const uint16_t bound = ntohs(rdma_get_src_port(state->id.get()));
-  state->uri = "rdma://" + host + ":" + std::to_string(bound);
+  status = RdmaListener::BindAndListen(*state);
+  if (!status.ok()) return status;
   state->options = options;
   state->pick = std::move(pick);
   state->on_accept = std::move(on_accept);

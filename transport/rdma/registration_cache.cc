@@ -26,6 +26,11 @@ std::optional<uint32_t> RegistrationCache::Lkey(
   return lkey;
 }
 
+void RegistrationCache::Clear() {
+  std::lock_guard lock(mu_);
+  regions_.clear();
+}
+
 size_t RegistrationCache::size() const {
   std::lock_guard lock(mu_);
   return regions_.size();

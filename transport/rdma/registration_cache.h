@@ -30,6 +30,10 @@ class RegistrationCache final : public MemoryRegistration::Observer {
   // use; nullopt (errno set) when ibv_reg_mr fails.
   std::optional<uint32_t> Lkey(const MemoryRegistration& registration);
 
+  // Deregisters every region now (the device is going away); the cache
+  // stays usable as an observer but must not be asked for an Lkey again.
+  void Clear();
+
   size_t size() const;
   uint64_t registrations() const { return registrations_; }
 

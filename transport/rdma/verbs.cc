@@ -1,11 +1,16 @@
 #include "transport/rdma/verbs.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+
+#include "base/log.h"
 
 namespace rdmarpc::transport::rdma {
 namespace {
@@ -84,6 +89,70 @@ Status CheckRdmaAvailable() {
         "no RDMA device has an active port (devices:" + inactive + ")");
   }
   return Status();
+}
+
+namespace {
+
+struct ContextUse {
+  int holds = 0;
+  bool removed = false;
+};
+
+std::mutex device_mu;
+std::unordered_map<ibv_context*, ContextUse>& Uses() {
+  static auto* uses = new std::unordered_map<ibv_context*, ContextUse>;
+  return *uses;
+}
+
+// Closes the files behind `context`'s descriptors, keeping the numbers (now
+// /dev/null) for librdmacm to close later.
+void ReleaseFiles(ibv_context* context) {
+  const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) {
+    Log().error(
+        "cannot open /dev/null: {}: the process keeps its files on "
+        "a removed RDMA device",
+        std::strerror(errno));
+    return;
+  }
+  dup3(null, context->cmd_fd, O_CLOEXEC);
+  dup3(null, context->async_fd, O_CLOEXEC);
+  close(null);
+  Log().info("released this process's files on removed RDMA device {}",
+             ibv_get_device_name(context->device));
+}
+
+}  // namespace
+
+DeviceHold::DeviceHold(ibv_context* context) : context_(context) {
+  if (context_ == nullptr) return;
+  std::lock_guard lock(device_mu);
+  ++Uses()[context_].holds;
+}
+
+DeviceHold& DeviceHold::operator=(DeviceHold&& other) noexcept {
+  if (this != &other) {
+    Release();
+    context_ = std::exchange(other.context_, nullptr);
+  }
+  return *this;
+}
+
+void DeviceHold::Release() {
+  ibv_context* context = std::exchange(context_, nullptr);
+  if (context == nullptr) return;
+  std::lock_guard lock(device_mu);
+  auto it = Uses().find(context);
+  if (it == Uses().end() || --it->second.holds > 0) return;
+  if (it->second.removed) ReleaseFiles(context);
+  Uses().erase(it);
+}
+
+void DeviceHold::MarkRemoved(ibv_context* context) {
+  if (context == nullptr) return;
+  std::lock_guard lock(device_mu);
+  auto it = Uses().find(context);
+  if (it != Uses().end()) it->second.removed = true;
 }
 
 Status SetNonBlocking(int fd) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #include "base/status_or.h"
 
@@ -86,6 +87,40 @@ class RegisteredMemory {
 // OK when this host has at least one RDMA device with an active port;
 // otherwise a FAILED_PRECONDITION naming the cause.
 Status CheckRdmaAvailable();
+
+// One of rdmarpc's users of a verbs context (librdmacm's, shared by all ids
+// on a device): a connection's resources, or a listening id.
+//
+// Why: when a device is removed (`rdma link delete`, hot-unplug, driver
+// unload) the kernel finishes only once every process has closed its verbs
+// files on it, unless the driver can disassociate them (hardware drivers
+// can; rxe and siw cannot). librdmacm closes its context when the device
+// leaves the device list and its last id is gone, but never notices the last
+// device leaving (rdma-core 44: an empty list is an error to it), so the
+// process would hold the device, and `rdma link delete` would hang, forever.
+// Once MarkRemoved was called for a context, the last hold released points
+// the context's two descriptors at /dev/null: the kernel may finish, and
+// librdmacm, when it closes the context one day, closes those.
+//
+// Release a hold after freeing the QPs, CQs, MRs and PD it covers, and
+// before destroying the rdma_cm id that keeps the context alive.
+class DeviceHold {
+ public:
+  DeviceHold() = default;
+  explicit DeviceHold(ibv_context* context);
+  ~DeviceHold() { Release(); }
+  DeviceHold(DeviceHold&& other) noexcept
+      : context_(std::exchange(other.context_, nullptr)) {}
+  DeviceHold& operator=(DeviceHold&& other) noexcept;
+
+  void Release();
+
+  // Called on RDMA_CM_EVENT_DEVICE_REMOVAL for an id on `context`.
+  static void MarkRemoved(ibv_context* context);
+
+ private:
+  ibv_context* context_ = nullptr;
+};
 
 // Sets O_NONBLOCK on a verbs or rdma_cm file descriptor.
 Status SetNonBlocking(int fd);
