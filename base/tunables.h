@@ -132,6 +132,15 @@ inline constexpr uint32_t kRdmaCqEventAckBatch = 16;
 // tests asserting zero RNR errors prove no RNR ever occurred.
 inline constexpr uint8_t kRdmaRnrRetry = 0;
 inline constexpr int kRdmaCmTimeoutMs = 5000;
+// The QP's local ACK timeout, as the verbs exponent: 4.096 us << 16 = 268 ms
+// before a packet with no ACK is sent again, and kRdmaRetryCount such tries
+// (about 1.9 s without progress) before the QP fails the connection.
+inline constexpr uint8_t kRdmaAckTimeout = 16;
+// Finite: rxe reads 7 as "retry forever", which would hide a dead link.
+inline constexpr uint8_t kRdmaRetryCount = 6;
+static_assert(kRdmaAckTimeout >= 12 && kRdmaAckTimeout <= 20,
+              "between 17 ms and 4.3 s per try");
+static_assert(kRdmaRetryCount < 7, "7 means retry forever");
 // A listener whose device was removed tries this often to listen again on
 // the same address and port (a device that comes back is used again).
 inline constexpr std::chrono::milliseconds kRdmaRelistenInterval{1000};

@@ -247,6 +247,11 @@ struct TransportOptions {
   // after `keepalive_timeout`. An interval of 0 turns keepalive off.
   std::chrono::milliseconds keepalive_interval = tunables::kKeepaliveInterval;
   std::chrono::milliseconds keepalive_timeout = tunables::kKeepaliveTimeout;
+  // RDMA: the QP's local ACK timeout exponent (4.096 us << it per try, see
+  // base/tunables.h). Lower recovers a lost packet sooner on a lossy link
+  // (docs/reliability.md measures 14 against 16), and gives up on a stalled
+  // peer sooner too.
+  uint8_t rdma_ack_timeout = tunables::kRdmaAckTimeout;
 };
 
 // What Send returns once the connection to `peer` is closing or closed.

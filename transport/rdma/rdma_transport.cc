@@ -138,6 +138,7 @@ class RdmaListener final : public Listener {
       return Relisten(state);
     }
     if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+      Log().debug("{}: {}", state->uri, rdma_event_str(event->event));
       // Events of accepted ids arrive on their own channels once migrated.
       rdma_ack_cm_event(event);
       return;
