@@ -290,17 +290,12 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       return Established(Status());
     case RDMA_CM_EVENT_DEVICE_REMOVAL: {
       DeviceHold::MarkRemoved(id_->verbs);
-      const std::string device =
-          id_->verbs != nullptr ? ibv_get_device_name(id_->verbs->device) : "?";
+      const std::string device = DeviceName(id_->verbs);
       Log().warn("{}: RDMA device {} is being removed: closing", peer_, device);
-      const Status removed(StatusCode::kUnavailable,
-                           "connection to " + peer_ + " lost: RDMA device " +
-                               device + " was removed");
-      if (!established_) {
-        Established(removed);
-      } else {
-        CloseNow(removed);
-      }
+      // CloseNow also answers a connect still under way.
+      CloseNow(Status(StatusCode::kUnavailable, "connection to " + peer_ +
+                                                    " lost: RDMA device " +
+                                                    device + " was removed"));
       return ReleaseDevice();
     }
     case RDMA_CM_EVENT_DISCONNECTED:

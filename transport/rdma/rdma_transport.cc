@@ -26,7 +26,12 @@ class RdmaListener final : public Listener {
         : fd(context), relisten(context) {}
     ~State() {
       if (fd.is_open()) fd.release();  // rdma-core owns the descriptor.
-      hold.Release();                  // Before the id (see DeviceHold).
+      DropId();
+    }
+    // Stops listening: the hold goes before the id (see DeviceHold).
+    void DropId() {
+      hold.Release();
+      id.reset();
     }
     EventChannel events;
     DeviceHold hold;  // Of id's device.
@@ -99,8 +104,7 @@ class RdmaListener final : public Listener {
       boost::system::error_code ignored;
       state->fd.cancel(ignored);
       state->relisten.cancel();
-      state->hold.Release();
-      state->id.reset();  // Stops listening.
+      state->DropId();
     });
   }
 
@@ -124,13 +128,9 @@ class RdmaListener final : public Listener {
         event->id == state->id.get()) {
       // The kernel waits for us to let go of the device: the id goes now.
       rdma_ack_cm_event(event);
-      const std::string device =
-          state->id->verbs != nullptr
-              ? ibv_get_device_name(state->id->verbs->device)
-              : "?";
+      const std::string device = DeviceName(state->id->verbs);
       DeviceHold::MarkRemoved(state->id->verbs);
-      state->hold.Release();
-      state->id.reset();
+      state->DropId();
       Log().warn(
           "{}: RDMA device {} was removed; listening again when a device "
           "serves this address",

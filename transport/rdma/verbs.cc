@@ -91,6 +91,10 @@ Status CheckRdmaAvailable() {
   return Status();
 }
 
+std::string DeviceName(const ibv_context* context) {
+  return context != nullptr ? ibv_get_device_name(context->device) : "?";
+}
+
 namespace {
 
 struct ContextUse {
@@ -119,7 +123,7 @@ void ReleaseFiles(ibv_context* context) {
   dup3(null, context->async_fd, O_CLOEXEC);
   close(null);
   Log().info("released this process's files on removed RDMA device {}",
-             ibv_get_device_name(context->device));
+             DeviceName(context));
 }
 
 }  // namespace

@@ -88,6 +88,9 @@ class RegisteredMemory {
 // otherwise a FAILED_PRECONDITION naming the cause.
 Status CheckRdmaAvailable();
 
+// The device's name ("rxe0"), or "?" for no context, for messages.
+std::string DeviceName(const ibv_context* context);
+
 // One of rdmarpc's users of a verbs context (librdmacm's, shared by all ids
 // on a device): a connection's resources, or a listening id.
 //
