@@ -99,6 +99,12 @@ void RdmaConnection::CloseNow(const Status& reason) {
   if (cm_fd_.is_open()) cm_fd_.cancel(ignored);
   NotifyClosed(std::move(observer_), reason, in_observer_,
                context_.get_executor());
+  // The device's resources go as soon as this handler is done (its callers
+  // may still look at them), not when the last holder of this object lets
+  // go: a device being removed waits for them, and the DEVICE_REMOVAL event
+  // of a connection already closed (its peer disconnected first) is never
+  // read.
+  asio::post(context_, [self = shared_from_this()] { self->ReleaseDevice(); });
 }
 
 }  // namespace rdmarpc::transport::rdma

@@ -292,11 +292,11 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       DeviceHold::MarkRemoved(id_->verbs);
       const std::string device = DeviceName(id_->verbs);
       Log().warn("{}: RDMA device {} is being removed: closing", peer_, device);
-      // CloseNow also answers a connect still under way.
-      CloseNow(Status(StatusCode::kUnavailable, "connection to " + peer_ +
-                                                    " lost: RDMA device " +
-                                                    device + " was removed"));
-      return ReleaseDevice();
+      // CloseNow also answers a connect still under way, and releases the
+      // device's resources.
+      return CloseNow(Status(StatusCode::kUnavailable,
+                             "connection to " + peer_ + " lost: RDMA device " +
+                                 device + " was removed"));
     }
     case RDMA_CM_EVENT_DISCONNECTED:
       if (!established_) {

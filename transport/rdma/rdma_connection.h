@@ -184,11 +184,10 @@ class RdmaConnection final
   void ProtocolError(const Status& error);
   void CloseNow(const Status& reason);
   // Frees every verbs resource, then the rdma_cm id, in the order the
-  // device needs (QP first; the device hold before the id). The destructor
-  // calls it; so does a DEVICE_REMOVAL event, after CloseNow, since the
-  // kernel cannot finish removing a device while a process holds anything
-  // on it, and whoever holds this connection (a server's table, a pending
-  // call) may let go of it much later.
+  // device needs (QP first; the device hold before the id). CloseNow posts
+  // it, and the destructor calls it: the kernel cannot finish removing a
+  // device while a process holds anything on it, and whoever holds this
+  // connection (a server's table, a pending call) may let go much later.
   void ReleaseDevice();
 
   boost::asio::io_context& context_;

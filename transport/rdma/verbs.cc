@@ -156,7 +156,12 @@ void DeviceHold::MarkRemoved(ibv_context* context) {
   if (context == nullptr) return;
   std::lock_guard lock(device_mu);
   auto it = Uses().find(context);
-  if (it != Uses().end()) it->second.removed = true;
+  if (it != Uses().end()) {
+    it->second.removed = true;
+  } else {
+    // Every hold is gone already; the caller's id keeps the context alive.
+    ReleaseFiles(context);
+  }
 }
 
 Status SetNonBlocking(int fd) {

@@ -118,7 +118,8 @@ class DeviceHold {
 
   void Release();
 
-  // Called on RDMA_CM_EVENT_DEVICE_REMOVAL for an id on `context`.
+  // Called on RDMA_CM_EVENT_DEVICE_REMOVAL for an id on `context`, which
+  // keeps the context alive meanwhile. With no hold left, releases at once.
   static void MarkRemoved(ibv_context* context);
 
  private:
