@@ -35,58 +35,12 @@
 #include "rpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/service.h"
+#include "tools/faults/checked_payload.h"
 
 namespace rdmarpc::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Header {
-  uint64_t client = 0;
-  uint64_t seq = 0;
-  uint32_t length = 0;
-  uint32_t checksum = 0;
-};
-static_assert(sizeof(Header) == 24);
-
-// FNV-1a over 8-byte words, folded to 32 bits: cheap on 4 MiB, and any
-// flipped, lost or reordered byte changes it.
-uint32_t Checksum(const std::byte* data, size_t size) {
-  uint64_t h = 1469598103934665603ull;
-  size_t i = 0;
-  for (; i + 8 <= size; i += 8) {
-    uint64_t word;
-    std::memcpy(&word, data + i, 8);
-    h = (h ^ word) * 1099511628211ull;
-  }
-  for (; i < size; ++i) {
-    h = (h ^ static_cast<uint8_t>(data[i])) * 1099511628211ull;
-  }
-  return static_cast<uint32_t>(h ^ (h >> 32));
-}
-
-// Sizes in a fixed rotation: mostly small calls, some large.
-size_t SizeFor(uint64_t seq, size_t max_size) {
-  static constexpr size_t kSizes[] = {16,    16,     256,     256,
-                                      1024,  4096,   4096,    16384,
-                                      65536, 262144, 1 << 20, 4 << 20};
-  const size_t size = kSizes[seq % std::size(kSizes)];
-  return std::min(size, max_size);
-}
-
-Buffer MakeRequest(uint64_t client, uint64_t seq, size_t size) {
-  Buffer request = Buffer::Allocate(sizeof(Header) + size);
-  std::byte* payload = request.data() + sizeof(Header);
-  std::mt19937_64 bytes(seq * 0x9E3779B97F4A7C15ull + client);
-  for (size_t i = 0; i < size; i += 8) {
-    const uint64_t word = bytes();
-    std::memcpy(payload + i, &word, std::min<size_t>(8, size - i));
-  }
-  Header header{client, seq, static_cast<uint32_t>(size),
-                Checksum(payload, size)};
-  std::memcpy(request.data(), &header, sizeof(header));
-  return request;
-}
 
 class FaultService : public rpc::Service {
  public:
@@ -94,14 +48,7 @@ class FaultService : public rpc::Service {
     AddMethod("Call", [this](std::shared_ptr<rpc::ServerCall> call) {
       const Buffer& request = call->request();
       Header header;
-      if (request.size() < sizeof(Header)) {
-        return call->Finish(
-            Status(StatusCode::kInvalidArgument, "short request"));
-      }
-      std::memcpy(&header, request.data(), sizeof(header));
-      const std::byte* payload = request.data() + sizeof(Header);
-      if (request.size() != sizeof(Header) + header.length ||
-          Checksum(payload, header.length) != header.checksum) {
+      if (!RequestIntact(request, &header)) {
         corrupted_.fetch_add(1);
         return call->Finish(
             Status(StatusCode::kDataLoss, "request checksum mismatch"));
