@@ -141,6 +141,12 @@ inline constexpr uint8_t kRdmaRetryCount = 6;
 static_assert(kRdmaAckTimeout >= 12 && kRdmaAckTimeout <= 20,
               "between 17 ms and 4.3 s per try");
 static_assert(kRdmaRetryCount < 7, "7 means retry forever");
+// A connection whose port goes down (IBV_EVENT_PORT_ERR) and is still down
+// this much later is closed: longer than the QP's retries (above) ride out.
+inline constexpr std::chrono::milliseconds kRdmaPortDownGrace{3000};
+static_assert(kRdmaPortDownGrace.count() >
+                  7 * ((4096LL << kRdmaAckTimeout) / 1000000),
+              "a flap the QP's retries survive must not close the connection");
 // A listener whose device was removed tries this often to listen again on
 // the same address and port (a device that comes back is used again).
 inline constexpr std::chrono::milliseconds kRdmaRelistenInterval{1000};

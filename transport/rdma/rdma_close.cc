@@ -48,7 +48,39 @@ void RdmaConnection::ForceQpErrorForTesting() {
   });
 }
 
+void RdmaConnection::OnDeviceEvent(const DeviceEvent& event) {
+  if (torn_down_) return;
+  if (event.IsFatalFor(id_ ? id_->qp : nullptr, cq_.get())) {
+    return CloseNow(
+        Status(StatusCode::kUnavailable,
+               "connection to " + peer_ + " lost: " + event.Describe()));
+  }
+  if (event.type == IBV_EVENT_PORT_ACTIVE) {
+    port_down_.clear();
+    port_down_timer_.cancel();
+    return;
+  }
+  if (event.type != IBV_EVENT_PORT_ERR) return;
+  // A flap shorter than the grace is ridden out by the QP's retries and
+  // costs nothing; a port that stays down ends the connection then, busy or
+  // idle, rather than at the retries' or keepalive's end.
+  port_down_ = event.Describe();
+  port_down_timer_.expires_after(tunables::kRdmaPortDownGrace);
+  port_down_timer_.async_wait([weak = weak_from_this()](
+                                  const boost::system::error_code& e) {
+    auto self = weak.lock();
+    if (e || !self || self->torn_down_ || !self->id_) return;
+    const std::string down =
+        PortDownReason(self->id_->verbs, self->id_->port_num);
+    if (down.empty()) return;
+    self->CloseNow(Status(StatusCode::kUnavailable,
+                          "connection to " + self->peer_ + " lost: " + down));
+  });
+}
+
 void RdmaConnection::ReleaseDevice() {
+  // No async event may reach this connection once its QP is gone.
+  device_events_.Reset();
   // The completion channel's descriptor belongs to rdma-core, not to Asio.
   if (cq_fd_.is_open()) cq_fd_.release();
   // No DMA may touch memory that is about to be freed: the QP goes first.
@@ -86,6 +118,7 @@ void RdmaConnection::CloseNow(const Status& reason) {
   }
   close_timer_.cancel();
   keepalive_timer_.cancel();
+  port_down_timer_.cancel();
   // Transfers with nothing posted yet (no grant came) let go of the callers'
   // buffers and registrations now; one under way keeps them until the QP is
   // destroyed, since its WRITEs may still be reading them.

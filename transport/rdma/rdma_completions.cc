@@ -152,8 +152,10 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
           "failure)",
           peer_);
     }
+    // The port going down explains the failure better than the completion.
     return CloseNow(Status(StatusCode::kUnavailable,
-                           "connection to " + peer_ + " lost: " + why));
+                           "connection to " + peer_ + " lost: " + why +
+                               (port_down_.empty() ? "" : "; " + port_down_)));
   }
   switch (tag) {
     case kRecvTag:

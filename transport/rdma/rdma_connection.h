@@ -42,6 +42,7 @@
 #include "transport/connection.h"
 #include "transport/keepalive.h"
 #include "transport/memory.h"
+#include "transport/rdma/device_events.h"
 #include "transport/rdma/grant_memory.h"
 #include "transport/rdma/peer_checks.h"
 #include "transport/rdma/protocol.h"
@@ -183,6 +184,10 @@ class RdmaConnection final
   void MaybeFinishClose();
   void ProtocolError(const Status& error);
   void CloseNow(const Status& reason);
+  // A verbs async event of this connection's device (device_events.h): a
+  // fatal one for its QP, CQ or device closes it; a port down for longer
+  // than kRdmaPortDownGrace closes it too.
+  void OnDeviceEvent(const DeviceEvent& event);
   // Frees every verbs resource, then the rdma_cm id, in the order the
   // device needs (QP first; the device hold before the id). CloseNow posts
   // it, and the destructor calls it: the kernel cannot finish removing a
@@ -216,7 +221,8 @@ class RdmaConnection final
   std::optional<RegisteredMemory> bounce_pool_;  // Allocated on first use.
   std::vector<BounceChunk> bounce_chunks_;
   DeviceHold device_hold_;  // Once the resources exist.
-  CmId id_;                 // Owns the QP.
+  DeviceEventSubscription device_events_;
+  CmId id_;  // Owns the QP.
   boost::asio::posix::stream_descriptor cm_fd_;
   boost::asio::posix::stream_descriptor cq_fd_;
   uint32_t unacked_cq_events_ = 0;
@@ -266,6 +272,9 @@ class RdmaConnection final
   boost::asio::steady_timer close_timer_;
   boost::asio::steady_timer keepalive_timer_;
   KeepaliveClock keepalive_;
+  // While our port is down: what the event said, for the close's status.
+  std::string port_down_;
+  boost::asio::steady_timer port_down_timer_;
 };
 
 }  // namespace rdmarpc::transport::rdma

@@ -30,12 +30,14 @@ class RdmaListener final : public Listener {
     }
     // Stops listening: the hold goes before the id (see DeviceHold).
     void DropId() {
+      device_events.Reset();
       hold.Release();
       id.reset();
     }
     EventChannel events;
     DeviceHold hold;  // Of id's device.
-    CmId id;          // Null while the device is gone.
+    DeviceEventSubscription device_events;
+    CmId id;  // Null while the device is gone.
     asio::posix::stream_descriptor fd;
     asio::steady_timer relisten;
     TransportOptions options;
@@ -48,7 +50,8 @@ class RdmaListener final : public Listener {
 
   // Creates the listening id on `state->events`, binds it to
   // `state->address` and listens.
-  static Status BindAndListen(State& state) {
+  static Status BindAndListen(const std::shared_ptr<State>& shared) {
+    State& state = *shared;
     rdma_cm_id* raw = nullptr;
     if (rdma_create_id(state.events.get(), &raw, nullptr, RDMA_PS_TCP) != 0) {
       return ErrnoStatus("rdma_create_id", errno);
@@ -71,8 +74,30 @@ class RdmaListener final : public Listener {
     state.uri = "rdma://" + std::string(host) + ":" +
                 std::to_string(ntohs(state.address.sin_port));
     state.hold = DeviceHold(id->verbs);
+    state.device_events = DeviceEventSubscription(
+        id->verbs, [weak = std::weak_ptr<State>(shared),
+                    executor = state.fd.get_executor(),
+                    port = id->port_num](const DeviceEvent& event) {
+          if (!event.IsPortEvent() || event.port != port) return;
+          asio::post(executor, [weak, event] {
+            if (auto state = weak.lock()) OnPortEvent(state, event);
+          });
+        });
     state.id = std::move(id);
     return Status();
+  }
+
+  // Its port went down or came back: said in the log, where an operator
+  // looks when connections fail (connections learn it on their own).
+  static void OnPortEvent(const std::shared_ptr<State>& state,
+                          const DeviceEvent& event) {
+    if (state->closed || !state->id) return;
+    if (event.type == IBV_EVENT_PORT_ERR) {
+      Log().warn("{}: {}: no connection can be made until it is back",
+                 state->uri, event.Describe());
+    } else if (event.type == IBV_EVENT_PORT_ACTIVE) {
+      Log().info("{}: {}", state->uri, event.Describe());
+    }
   }
 
   // The device under the listening address went away: tries every
@@ -82,7 +107,7 @@ class RdmaListener final : public Listener {
     state->relisten.expires_after(tunables::kRdmaRelistenInterval);
     state->relisten.async_wait([state](const boost::system::error_code& e) {
       if (e || state->closed) return;
-      Status status = BindAndListen(*state);
+      Status status = BindAndListen(state);
       if (!status.ok()) {
         Log().debug("{}: cannot listen again yet: {}", state->uri,
                     status.message());
@@ -204,7 +229,7 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
     return Status(StatusCode::kInvalidArgument,
                   "rdma listen address '" + host + "' is not an IPv4 address");
   }
-  status = RdmaListener::BindAndListen(*state);
+  status = RdmaListener::BindAndListen(state);
   if (!status.ok()) return status;
   state->options = options;
   state->pick = std::move(pick);

@@ -1,0 +1,189 @@
+// Device and port events under a running server and client, neither
+// restarted:
+//  - The port goes down (`ip link set NETDEV down` under rdma_rxe, as a cable
+//    pulled or a switch port failing): a call in flight fails UNAVAILABLE
+//    naming the port, new calls fail fast, TCP keeps serving, and once the
+//    port is up and the device works again the same channel works. (rxe in
+//    Linux 6.1 receives nothing more once its port has flapped with
+//    connections on it, rping's too, until the device is created anew:
+//    docs/reliability.md. The test does that, as an operator would.)
+//  - The device is removed (`rdma link delete`, as a hot-unplug or a driver
+//    unload): the removal completes instead of waiting forever for the
+//    processes to let go, a call in flight fails UNAVAILABLE naming the
+//    removal, every registered byte is freed, and once the device is back
+//    the same channel works.
+//
+// Needs root and a Soft-RoCE device it may take down, delete and re-create:
+// it runs last in the Soft-RoCE VM's suite (tools/softroce/suite), never
+// natively.
+#include <catch2/catch_test_macros.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "tests/test_support.h"
+
+namespace rdmarpc::testing {
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    throw std::runtime_error(std::string(name) +
+                             " is unset: run under tools/softroce/run");
+  }
+  return value;
+}
+
+// Runs `command` in a thread of its own: `rdma link delete` blocks in the
+// kernel, unkillable, for as long as a process holds the device.
+std::future<int> RunDetached(std::string command) {
+  std::promise<int> promise;
+  auto future = promise.get_future();
+  std::thread([command = std::move(command),
+               promise = std::move(promise)]() mutable {
+    promise.set_value(std::system(command.c_str()));
+  }).detach();
+  return future;
+}
+
+// Runs `command`, which must succeed.
+void Shell(const std::string& command) {
+  INFO(command);
+  REQUIRE(std::system(command.c_str()) == 0);
+}
+
+TEST_CASE("a port that goes down fails its calls, and works once it is up",
+          "[port]") {
+  const std::string ip = Env("RXE_IP");
+  const std::string device = Env("RXE_DEV");
+  const std::string netdev = Env("RXE_NETDEV");
+
+  TestService service;
+  rpc::Server server;
+  server.RegisterService(&service);
+  const StatusOr<std::string> rdma_uri = server.Listen("rdma://" + ip + ":0");
+  REQUIRE(rdma_uri.ok());
+  const StatusOr<std::string> tcp_uri = server.Listen("tcp://127.0.0.1:0");
+  REQUIRE(tcp_uri.ok());
+  rpc::ChannelOptions quick;
+  quick.initial_backoff = std::chrono::milliseconds(200);
+  quick.max_backoff = std::chrono::milliseconds(500);
+  rpc::Channel rdma(*rdma_uri, quick);
+  rpc::Channel tcp(*tcp_uri);
+  REQUIRE(CallSync(rdma, "Echo", "before").status.ok());
+
+  // Nothing moves on the connection while the call sleeps on the server:
+  // only the port event can tell the connection its port is gone (the
+  // keepalive, 10 s by default, comes later).
+  std::promise<CallResult> in_flight;
+  rdma.Call("test.Test", "SleepMs", Buffer::CopyOf("20000"),
+            rpc::CallOptions::WithTimeout(std::chrono::seconds(60)),
+            [&](const Status& status, Buffer response) {
+              in_flight.set_value({status, std::string(response.view())});
+            });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  const auto start = std::chrono::steady_clock::now();
+  Shell("ip link set " + netdev + " down");
+  auto failed = in_flight.get_future();
+  REQUIRE(failed.wait_for(std::chrono::seconds(9)) ==
+          std::future_status::ready);
+  const CallResult result = failed.get();
+  INFO(result.status.ToString());
+  CHECK(result.status.code() == StatusCode::kUnavailable);
+  CHECK(result.status.message().find("port 1 of ") != std::string::npos);
+  CHECK(result.status.message().find(" is down") != std::string::npos);
+
+  // While it is down: a new call fails fast, and TCP serves on.
+  const auto call_start = std::chrono::steady_clock::now();
+  const CallResult down = CallSync(rdma, "Echo", "during");
+  INFO(down.status.ToString());
+  CHECK(down.status.code() == StatusCode::kUnavailable);
+  CHECK(std::chrono::steady_clock::now() - call_start <
+        std::chrono::seconds(3));
+  CHECK(CallSync(tcp, "Echo", "during").status.ok());
+
+  Shell("ip link set " + netdev + " up");
+  Shell("rdma link delete " + device + " && rdma link add " + device +
+        " type rxe netdev " + netdev);
+  rpc::CallOptions patient =
+      rpc::CallOptions::WithTimeout(std::chrono::seconds(30));
+  patient.wait_for_ready = true;
+  const CallResult after = CallSync(rdma, "Echo", "after", patient);
+  INFO(after.status.ToString());
+  CHECK(after.status.ok());
+  CHECK(after.response == "after");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+}
+
+TEST_CASE("a removed device is let go of, and used again when it is back",
+          "[removal]") {
+  const std::string ip = Env("RXE_IP");
+  const std::string device = Env("RXE_DEV");
+  const std::string netdev = Env("RXE_NETDEV");
+
+  TestService service;
+  rpc::Server server;
+  server.RegisterService(&service);
+  const StatusOr<std::string> rdma_uri = server.Listen("rdma://" + ip + ":0");
+  REQUIRE(rdma_uri.ok());
+  const StatusOr<std::string> tcp_uri = server.Listen("tcp://127.0.0.1:0");
+  REQUIRE(tcp_uri.ok());
+  rpc::ChannelOptions quick;
+  quick.initial_backoff = std::chrono::milliseconds(200);
+  quick.max_backoff = std::chrono::milliseconds(500);
+  rpc::Channel rdma(*rdma_uri, quick);
+  rpc::Channel tcp(*tcp_uri);
+  REQUIRE(CallSync(rdma, "Echo", "before").status.ok());
+  REQUIRE(CallSync(tcp, "Echo", "before").status.ok());
+  REQUIRE(RegisteredBytes() > 0);
+
+  // A call in flight that the server would answer only after 20 s.
+  std::promise<CallResult> in_flight;
+  rdma.Call("test.Test", "SleepMs", Buffer::CopyOf("20000"),
+            rpc::CallOptions::WithTimeout(std::chrono::seconds(60)),
+            [&](const Status& status, Buffer response) {
+              in_flight.set_value({status, std::string(response.view())});
+            });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  const auto start = std::chrono::steady_clock::now();
+  auto removed = RunDetached("rdma link delete " + device);
+  // Without rdmarpc letting go of the device this never returns.
+  REQUIRE(removed.wait_for(std::chrono::seconds(30)) ==
+          std::future_status::ready);
+  CHECK(removed.get() == 0);
+
+  auto failed = in_flight.get_future();
+  REQUIRE(failed.wait_for(std::chrono::seconds(10)) ==
+          std::future_status::ready);
+  const CallResult result = failed.get();
+  INFO(result.status.ToString());
+  CHECK(result.status.code() == StatusCode::kUnavailable);
+  CHECK(result.status.message().find("was removed") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+
+  // The server serves on; nothing registered with the device is left.
+  CHECK(CallSync(tcp, "Echo", "during").status.ok());
+  CHECK(RegisteredBytes() == 0);
+
+  // The device comes back: the listener listens again and the channel
+  // reconnects.
+  REQUIRE(std::system(("rdma link add " + device + " type rxe netdev " + netdev)
+                          .c_str()) == 0);
+  rpc::CallOptions patient =
+      rpc::CallOptions::WithTimeout(std::chrono::seconds(30));
+  patient.wait_for_ready = true;
+  const CallResult after = CallSync(rdma, "Echo", "after", patient);
+  INFO(after.status.ToString());
+  CHECK(after.status.ok());
+  CHECK(after.response == "after");
+  CHECK(CallSync(tcp, "Echo", "after").status.ok());
+}
+
+}  // namespace
+}  // namespace rdmarpc::testing
