@@ -66,7 +66,7 @@ TEST_CASE("deadline: an already expired deadline fails without sending") {
   const CallResult result = CallSync(
       channel, "Echo", "x", CallOptions::WithDeadline(rpc::Clock::now() - 1ms));
   CHECK(result.status.code() == StatusCode::kDeadlineExceeded);
-  CHECK(server.service.calls_started == 0);
+  CHECK(server.calls_started() == 0);
 }
 
 // A bare server on the transport API that answers every request `delay`
@@ -141,26 +141,24 @@ TEST_CASE("deadline: a late reply is dropped and the callback runs once") {
 // Starts a WaitCancel call, the server's `nth` call, and cancels it once its
 // handler runs: the client gets CANCELLED, and the handler observes it.
 void CancelWaitingCall(Channel& channel, TestServer& server, int nth) {
-  const int cancels = server.service.cancels_observed;
+  const int cancels = server.cancels_observed();
   std::promise<Status> done;
   const Channel::CallId id = channel.Call(
       "test.Test", "WaitCancel", Buffer(), CallOptions{},
       [&](const Status& status, Buffer) { done.set_value(status); });
-  REQUIRE(WaitFor([&] { return server.service.calls_started == nth; }));
+  REQUIRE(WaitFor([&] { return server.calls_started() == nth; }));
   channel.Cancel(id);
   CHECK(done.get_future().get().code() == StatusCode::kCancelled);
-  REQUIRE(
-      WaitFor([&] { return server.service.cancels_observed == cancels + 1; }));
+  REQUIRE(WaitFor([&] { return server.cancels_observed() == cancels + 1; }));
 }
 
 TEST_CASE("cancel: the client gets CANCELLED and the handler observes it") {
   TestServer server;
   Channel channel(server.uri);
   CancelWaitingCall(channel, server, 1);
-  CHECK(server.service.cancels_observed == 1);
+  CHECK(server.cancels_observed() == 1);
   // The handler's reply to a cancelled call is not sent.
-  REQUIRE(
-      WaitFor([&] { return server.server.stats().responses_dropped == 1; }));
+  REQUIRE(WaitFor([&] { return server.stats().responses_dropped == 1; }));
   CHECK(channel.stats().late_responses_dropped == 0);
 }
 
@@ -183,7 +181,7 @@ TEST_CASE("polling: busy and hybrid connections keep every call semantic") {
         CallSync(channel, "SleepMs", "300", CallOptions::WithTimeout(50ms));
     CHECK(late.status.code() == StatusCode::kDeadlineExceeded);
     CancelWaitingCall(channel, server, 3);
-    CHECK(server.service.cancels_observed == 1);
+    CHECK(server.cancels_observed() == 1);
   }
 }
 
@@ -219,8 +217,8 @@ TEST_CASE("method id: calls by id and by name reach the same methods") {
     CHECK(failed_by_id.status.code() == StatusCode::kAborted);
     CHECK(failed_by_id.status.message() == "by id");
   }
-  CHECK(server.service.calls_started == 10);
-  CHECK(server.server.stats().unknown_method_calls == 0);
+  CHECK(server.calls_started() == 10);
+  CHECK(server.stats().unknown_method_calls == 0);
 }
 
 TEST_CASE("method id: an unknown id gives UNIMPLEMENTED naming the id") {
@@ -236,7 +234,7 @@ TEST_CASE("method id: an unknown id gives UNIMPLEMENTED naming the id") {
         fmt::format("unknown method id {:#018x}: no method of this server "
                     "has it",
                     kNope.id()));
-  CHECK(server.server.stats().unknown_method_calls == 1);
+  CHECK(server.stats().unknown_method_calls == 1);
   CHECK(CallSync(channel, "Echo", "still here").response == "still here");
 }
 
@@ -299,7 +297,7 @@ TEST_CASE("peer loss: every pending call completes UNAVAILABLE exactly once") {
                    if (status.code() == StatusCode::kUnavailable) unavailable++;
                  });
   }
-  REQUIRE(WaitFor([&] { return server->service.calls_started == kCalls; }));
+  REQUIRE(WaitFor([&] { return server->calls_started() == kCalls; }));
   server.reset();  // The server goes away with every call in flight.
   REQUIRE(WaitFor([&] { return callbacks == kCalls; }));
   std::this_thread::sleep_for(100ms);  // Nothing completes twice.
@@ -327,10 +325,7 @@ TEST_CASE("reconnect: the channel reconnects after the server returns") {
   CHECK(fast.status.message().find("next attempt") != std::string::npos);
 
   // The server comes back on the same address.
-  TestService service;
-  rpc::Server again;
-  again.RegisterService(&service);
-  REQUIRE(again.Listen(uri).ok());
+  TestServer again({}, uri);
   REQUIRE(
       WaitFor([&] { return CallSync(channel, "Echo", "four").status.ok(); }));
   CHECK(channel.stats().connects == 2);
@@ -347,7 +342,7 @@ TEST_CASE("limits: an oversized request gets RESOURCE_EXHAUSTED, then works") {
       CallSync(channel, "Echo", std::string(100 * 1024, 'x'));
   CHECK(big.status.code() == StatusCode::kResourceExhausted);
   CHECK(big.status.message().find("exceeds") != std::string::npos);
-  CHECK(log.Contains("exceeds the receiver's maximum"));
+  CHECK(server.Logged(log, "exceeds the receiver's maximum"));
   // The oversized payload was skipped: the stream is still in sync.
   CHECK(CallSync(channel, "Echo", "small").response == "small");
 }
@@ -369,7 +364,7 @@ TEST_CASE("limits: the channel refuses a request over its own maximum") {
   Channel channel(server.uri, options);
   CHECK(CallSync(channel, "Echo", std::string(11, 'x')).status.code() ==
         StatusCode::kResourceExhausted);
-  CHECK(server.service.calls_started == 0);
+  CHECK(server.calls_started() == 0);
 }
 
 TEST_CASE("malformed: a bad frame closes that connection, others are served") {
@@ -391,10 +386,11 @@ TEST_CASE("malformed: a bad frame closes that connection, others are served") {
   boost::system::error_code error;
   boost::asio::read(raw, boost::asio::buffer(&byte, 1), error);
   CHECK(error == boost::asio::error::eof);  // The server closed it.
-  CHECK(WaitFor([&] { return log.Contains("malformed frame: bad magic"); }));
+  CHECK(WaitFor(
+      [&] { return server.Logged(log, "malformed frame: bad magic"); }));
   // Counted, though the transport (not the RPC layer) found it.
-  CHECK(WaitFor([&] { return server.server.stats().protocol_errors == 1; }));
-  CHECK(WaitFor([&] { return server.server.stats().connections == 1; }));
+  CHECK(WaitFor([&] { return server.stats().protocol_errors == 1; }));
+  CHECK(WaitFor([&] { return server.stats().connections == 1; }));
 
   CHECK(CallSync(healthy, "Echo", "after").response == "after");
 }
@@ -501,7 +497,7 @@ TEST_CASE("load: 100 connections to one server") {
   }
   REQUIRE(WaitFor([&] { return done == kChannels; }, 30s));
   CHECK(ok == kChannels);
-  CHECK(server.server.stats().connections == kChannels);
+  CHECK(server.stats().connections == kChannels);
 }
 
 TEST_CASE("shutdown: in-flight calls finish within the grace period") {
@@ -512,12 +508,12 @@ TEST_CASE("shutdown: in-flight calls finish within the grace period") {
                CallOptions{}, [&](const Status& status, Buffer response) {
                  in_flight.set_value({status, std::string(response.view())});
                });
-  REQUIRE(WaitFor([&] { return server->service.calls_started == 1; }));
-  server->server.Shutdown(5s);
+  REQUIRE(WaitFor([&] { return server->calls_started() == 1; }));
+  server->Shutdown(5s);
   const CallResult result = in_flight.get_future().get();
   CHECK(result.status.ok());
   CHECK(result.response == "slept");
-  CHECK(server->server.stats().live_calls == 0);
+  CHECK(server->stats().live_calls == 0);
 }
 
 TEST_CASE("shutdown: calls past the grace period are cancelled") {
@@ -527,10 +523,10 @@ TEST_CASE("shutdown: calls past the grace period are cancelled") {
   channel.Call(
       "test.Test", "WaitCancel", Buffer(), CallOptions{},
       [&](const Status& status, Buffer) { in_flight.set_value(status); });
-  REQUIRE(WaitFor([&] { return server->service.calls_started == 1; }));
-  server->server.Shutdown(50ms);
+  REQUIRE(WaitFor([&] { return server->calls_started() == 1; }));
+  server->Shutdown(50ms);
   CHECK(in_flight.get_future().get().code() == StatusCode::kUnavailable);
-  CHECK(server->service.cancels_observed == 1);
+  CHECK(server->cancels_observed() == 1);
 }
 
 // A call its handler holds past the server's lifetime is cancelled, and
@@ -573,7 +569,7 @@ TEST_CASE("channel: destroying it completes outstanding calls with CANCELLED") {
     channel.Call(
         "test.Test", "WaitCancel", Buffer(), CallOptions{},
         [&](const Status& status, Buffer) { outcome.set_value(status); });
-    REQUIRE(WaitFor([&] { return server.service.calls_started == 1; }));
+    REQUIRE(WaitFor([&] { return server.calls_started() == 1; }));
   }
   CHECK(outcome.get_future().get().code() == StatusCode::kCancelled);
 }
@@ -773,7 +769,7 @@ TEST_CASE("limits: an oversized payload after a large header is discarded") {
   CHECK_FALSE(responses[0].second.ok());
   CHECK(responses[1].first == 2);
   CHECK(responses[1].second.ok());
-  CHECK(server.server.stats().protocol_errors == 0);
+  CHECK(server.stats().protocol_errors == 0);
 }
 
 // Frames already read when a protocol error closes the connection are not
@@ -790,8 +786,8 @@ TEST_CASE("malformed: nothing after a protocol error is dispatched") {
   peer.Write(WireBytes(junk) + WireBytes(rpc::MakeRequestFrame(
                                    7, "test.Test", "Echo", 0, 0, Buffer())));
   CHECK(peer.ReadError() == boost::asio::error::eof);
-  CHECK(server.server.stats().protocol_errors == 1);
-  CHECK(server.service.calls_started == 0);
+  CHECK(server.stats().protocol_errors == 1);
+  CHECK(server.calls_started() == 0);
 }
 
 TEST_CASE(
@@ -810,11 +806,11 @@ TEST_CASE(
   LogCapture log;
   peer.Write(bytes);
   CHECK(peer.ReadError() == boost::asio::error::eof);
-  CHECK(server.server.stats().protocol_errors == 1);
-  CHECK(server.service.calls_started == 1);  // The Echo never ran.
-  CHECK(log.Contains(spdlog::level::warn, "call id 5 is already in use"));
+  CHECK(server.stats().protocol_errors == 1);
+  CHECK(server.calls_started() == 1);  // The Echo never ran.
+  CHECK(server.Logged(log, "call id 5 is already in use", spdlog::level::warn));
   // The connection's loss cancelled the first call.
-  CHECK(WaitFor([&] { return server.service.cancels_observed == 1; }));
+  CHECK(WaitFor([&] { return server.cancels_observed() == 1; }));
 }
 
 TEST_CASE("malformed: a request naming its method by id and by name") {
@@ -828,10 +824,10 @@ TEST_CASE("malformed: a request naming its method by id and by name") {
                                              rpc::MethodId("test.Test", "Echo"),
                                              0, Buffer())));
   CHECK(peer.ReadError() == boost::asio::error::eof);
-  CHECK(server.server.stats().protocol_errors == 1);
-  CHECK(server.service.calls_started == 0);
-  CHECK(log.Contains(spdlog::level::warn,
-                     "request names its method both by id and by name"));
+  CHECK(server.stats().protocol_errors == 1);
+  CHECK(server.calls_started() == 0);
+  CHECK(server.Logged(log, "request names its method both by id and by name",
+                      spdlog::level::warn));
 }
 
 TEST_CASE("connect: an unsupported scheme or bad URI is a clear error") {

@@ -9,9 +9,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -198,14 +200,180 @@ CallResult CallSync(rpc::Channel& channel, const rpc::MethodRef& method,
   return result.get_future().get();
 }
 
-TestServer::TestServer(rpc::ServerOptions options)
-    : server(std::move(options)) {
-  server.RegisterService(&service);
-  auto bound = server.Listen(ListenUri());
-  if (!bound.ok()) {
-    throw std::runtime_error("listen failed: " + bound.status().ToString());
+bool RemoteServers() { return std::getenv("RDMARPC_TEST_PEER") != nullptr; }
+
+namespace {
+
+std::string RequireEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    throw std::runtime_error(std::string(name) +
+                             " is unset (the two-host suite sets it)");
   }
-  uri = *bound;
+  return value;
+}
+
+// `text` quoted for bash.
+std::string Quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+// A tests/test_server process on the other host.
+struct TestServer::Remote {
+  std::string peerctl;  // "PEERCTL DIR", for `peerctl ACTION DIR ...`.
+  std::string name;     // Its peerctl name.
+  std::unique_ptr<rpc::Channel> control;
+
+  std::string Peerctl(const std::string& action) const {
+    const auto space = peerctl.find(' ');
+    return peerctl.substr(0, space) + " " + action + " " +
+           peerctl.substr(space + 1);
+  }
+  CallResult Control(std::string_view method, std::string request = "") {
+    return CallSync(*control, method, std::move(request),
+                    rpc::CallOptions::WithTimeout(30s), "test.Control");
+  }
+  std::vector<long long> Stats() {
+    const CallResult result = Control("Stats");
+    if (!result.status.ok()) {
+      throw std::runtime_error("the test server's Stats: " +
+                               result.status.ToString());
+    }
+    std::vector<long long> values;
+    std::istringstream in(result.response);
+    for (long long v; in >> v;) values.push_back(v);
+    values.resize(7);
+    return values;
+  }
+};
+
+TestServer::TestServer(rpc::ServerOptions options, std::string listen)
+    : server(RemoteServers() ? rpc::ServerOptions{} : options) {
+  if (!RemoteServers()) {
+    server.RegisterService(&service);
+    auto bound = server.Listen(listen.empty() ? ListenUri() : listen);
+    if (!bound.ok()) {
+      throw std::runtime_error("listen failed: " + bound.status().ToString());
+    }
+    uri = *bound;
+    return;
+  }
+  static std::atomic<int> count{0};
+  remote_ = std::make_unique<Remote>();
+  const std::string dir = RequireEnv("RDMARPC_TEST_PEER");
+  const std::string peer_ip = RequireEnv("PEER_IP");
+  remote_->peerctl = RequireEnv("RDMARPC_TEST_PEERCTL") + " " + dir;
+  remote_->name =
+      "test_server_" + std::to_string(getpid()) + "_" + std::to_string(count++);
+  const auto& t = options.transport;
+  const std::string command =
+      "RDMARPC_LOG=info " + RequireEnv("RDMARPC_TEST_SERVER_BIN") + " --uri " +
+      (listen.empty() ? (OverRdma() ? "rdma://" : "tcp://") + peer_ip + ":0"
+                      : listen) +
+      " --control tcp://" + peer_ip + ":0 --workers " +
+      std::to_string(options.workers) + " --max-payload " +
+      std::to_string(t.max_payload_size) + " --max-response " +
+      std::to_string(options.max_response_size) + " --max-calls " +
+      std::to_string(options.max_calls_per_connection) + " --max-connections " +
+      std::to_string(options.max_connections) + " --poll-mode " +
+      std::to_string(static_cast<int>(t.poll_mode)) + " --keepalive-ms " +
+      std::to_string(t.keepalive_interval.count()) +
+      " --keepalive-timeout-ms " + std::to_string(t.keepalive_timeout.count());
+  const std::string start =
+      remote_->Peerctl("start") + " " + remote_->name + " " + Quote(command);
+  if (std::system(start.c_str()) != 0) {
+    throw std::runtime_error("cannot start the test server: " + start);
+  }
+  std::string control_uri;
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while ((uri.empty() || control_uri.empty()) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);
+    std::ifstream log(dir + "/" + remote_->name + ".log");
+    for (std::string line; std::getline(log, line);) {
+      if (line.rfind("uri ", 0) == 0) uri = line.substr(4);
+      if (line.rfind("control ", 0) == 0) control_uri = line.substr(8);
+    }
+  }
+  if (uri.empty() || control_uri.empty()) {
+    throw std::runtime_error(
+        "the test server on the other host did not "
+        "start; see " +
+        dir + "/" + remote_->name + ".log");
+  }
+  remote_->control = std::make_unique<rpc::Channel>(control_uri);
+}
+
+TestServer::~TestServer() {
+  if (!remote_) return;
+  // Stopped as the in-process server would be (no grace), then gone; if the
+  // control is lost, killed.
+  if (!remote_->Control("Exit").status.ok()) {
+    [[maybe_unused]] int rc = std::system(
+        (remote_->Peerctl("signal") + " " + remote_->name + " KILL").c_str());
+  }
+}
+
+int TestServer::calls_started() {
+  return remote_ ? static_cast<int>(remote_->Stats()[0])
+                 : service.calls_started.load();
+}
+
+int TestServer::cancels_observed() {
+  return remote_ ? static_cast<int>(remote_->Stats()[1])
+                 : service.cancels_observed.load();
+}
+
+rpc::ServerStats TestServer::stats() {
+  if (!remote_) return server.stats();
+  const std::vector<long long> v = remote_->Stats();
+  rpc::ServerStats stats;
+  stats.connections = v[2];
+  stats.live_calls = v[3];
+  stats.responses_dropped = v[4];
+  stats.protocol_errors = v[5];
+  stats.unknown_method_calls = v[6];
+  return stats;
+}
+
+bool TestServer::Logged(const LogCapture& log, std::string_view text,
+                        std::optional<spdlog::level::level_enum> level) {
+  if (!remote_) return level ? log.Contains(*level, text) : log.Contains(text);
+  const std::string dir = RequireEnv("RDMARPC_TEST_PEER");
+  std::ifstream in(dir + "/" + remote_->name + ".log");
+  const std::string tag =
+      level ? "[" +
+                  std::string(spdlog::level::to_string_view(*level).data(),
+                              spdlog::level::to_string_view(*level).size()) +
+                  "]"
+            : "";
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(text) != std::string::npos &&
+        line.find(tag) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void TestServer::Shutdown(std::chrono::milliseconds grace) {
+  if (!remote_) return server.Shutdown(grace);
+  const CallResult result =
+      remote_->Control("Shutdown", std::to_string(grace.count()));
+  if (!result.status.ok()) {
+    throw std::runtime_error("the test server's Shutdown: " +
+                             result.status.ToString());
+  }
 }
 
 }  // namespace rdmarpc::testing

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -95,13 +96,39 @@ CallResult CallSync(rpc::Channel& channel, const rpc::MethodRef& method,
                     std::string request,
                     rpc::CallOptions options = rpc::CallOptions{});
 
-// A started server with a TestService.
+// A started server with a TestService: in this process, or, when
+// RDMARPC_TEST_PEER names a tools/softroce/peerctl directory (the two-host
+// suite), a tests/test_server process on the other host (PEER_IP), started
+// through peerctl and asked about its state over a control connection. The
+// accessors below work either way; `service` and `server` are this
+// process's own, used only in-process.
 struct TestServer {
-  explicit TestServer(rpc::ServerOptions options = {});
+  // Listens on `listen`, or on ListenUri() (its remote equivalent) if empty.
+  explicit TestServer(rpc::ServerOptions options = {}, std::string listen = "");
+  ~TestServer();
+  TestServer(const TestServer&) = delete;
+  TestServer& operator=(const TestServer&) = delete;
+
+  int calls_started();
+  int cancels_observed();
+  rpc::ServerStats stats();
+  void Shutdown(std::chrono::milliseconds grace);
+  // Whether the server logged `text` (at `level`, if given): in `log`, this
+  // process's capture, or in the remote server's output.
+  bool Logged(const LogCapture& log, std::string_view text,
+              std::optional<spdlog::level::level_enum> level = std::nullopt);
+  bool remote() const { return remote_ != nullptr; }
+
   TestService service;
   rpc::Server server;
   std::string uri;
+
+ private:
+  struct Remote;
+  std::unique_ptr<Remote> remote_;
 };
+// True when TestServers run on the other host (RDMARPC_TEST_PEER).
+bool RemoteServers();
 
 // Polls `condition` until true or `timeout`; returns its last value.
 template <typename F>

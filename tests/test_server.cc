@@ -1,0 +1,90 @@
+// A TestServer in a process of its own, for the two-host suite: the RPC
+// suites' server side on the other host (test_support.h, RDMARPC_TEST_PEER).
+//
+//   test_server --uri URI --control URI [--workers N] [--max-payload B]
+//       [--max-response B] [--max-calls N] [--max-connections N]
+//       [--poll-mode 0|1|2] [--keepalive-ms MS] [--keepalive-timeout-ms MS]
+//
+// Serves test.Test on --uri with the options given, and test.Control on
+// --control (a server of its own, so that shutting the first one down does
+// not stop the control):
+//   Stats     "calls_started cancels_observed connections live_calls
+//              responses_dropped protocol_errors unknown_method_calls"
+//   Shutdown  request "MS": the test server's Shutdown with that grace
+//   Exit      shuts the test server down at once, answers, then exits
+// Prints "uri URI" and "control URI" once both listen.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "examples/common/flags.h"
+#include "tests/test_support.h"
+
+int main(int argc, char** argv) {
+  using namespace rdmarpc;
+  using namespace std::chrono;
+  const examples::Flags flags(argc, argv);
+  rpc::ServerOptions options;
+  options.workers = static_cast<int>(flags.GetInt("workers", options.workers));
+  options.transport.max_payload_size =
+      flags.GetInt("max-payload", options.transport.max_payload_size);
+  options.max_response_size =
+      flags.GetInt("max-response", options.max_response_size);
+  options.max_calls_per_connection =
+      flags.GetInt("max-calls", options.max_calls_per_connection);
+  options.max_connections =
+      flags.GetInt("max-connections", options.max_connections);
+  options.transport.poll_mode =
+      static_cast<transport::PollMode>(flags.GetInt("poll-mode", 0));
+  options.transport.keepalive_interval = milliseconds(flags.GetInt(
+      "keepalive-ms", options.transport.keepalive_interval.count()));
+  options.transport.keepalive_timeout = milliseconds(flags.GetInt(
+      "keepalive-timeout-ms", options.transport.keepalive_timeout.count()));
+
+  testing::TestService service;
+  rpc::Server server(options);
+  server.RegisterService(&service);
+  const StatusOr<std::string> uri = server.Listen(flags.Get("uri", ""));
+
+  rpc::Service control("test.Control");
+  control.AddMethod("Stats", [&](std::shared_ptr<rpc::ServerCall> call) {
+    const rpc::ServerStats stats = server.stats();
+    const std::string text = std::to_string(service.calls_started.load()) +
+                             " " +
+                             std::to_string(service.cancels_observed.load()) +
+                             " " + std::to_string(stats.connections) + " " +
+                             std::to_string(stats.live_calls) + " " +
+                             std::to_string(stats.responses_dropped) + " " +
+                             std::to_string(stats.protocol_errors) + " " +
+                             std::to_string(stats.unknown_method_calls);
+    call->Finish(Status(), Buffer::CopyOf(text));
+  });
+  control.AddMethod("Shutdown", [&](std::shared_ptr<rpc::ServerCall> call) {
+    server.Shutdown(
+        milliseconds(std::atoll(std::string(call->request().view()).c_str())));
+    call->Finish(Status());
+  });
+  control.AddMethod("Exit", [&](std::shared_ptr<rpc::ServerCall> call) {
+    server.Shutdown(milliseconds(0));
+    call->Finish(Status());
+    std::thread([] {
+      std::this_thread::sleep_for(milliseconds(200));
+      std::fflush(stdout);
+      std::_Exit(0);
+    }).detach();
+  });
+  rpc::Server control_server;
+  control_server.RegisterService(&control);
+  const StatusOr<std::string> control_uri =
+      control_server.Listen(flags.Get("control", ""));
+  if (!uri.ok() || !control_uri.ok()) {
+    std::fprintf(stderr, "test_server: %s\n",
+                 (!uri.ok() ? uri : control_uri).status().ToString().c_str());
+    return 1;
+  }
+  std::printf("uri %s\ncontrol %s\n", uri->c_str(), control_uri->c_str());
+  std::fflush(stdout);
+  for (;;) std::this_thread::sleep_for(hours(1));
+}
