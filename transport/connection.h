@@ -252,6 +252,12 @@ struct TransportOptions {
   // (docs/reliability.md measures 14 against 16), and gives up on a stalled
   // peer sooner too.
   uint8_t rdma_ack_timeout = tunables::kRdmaAckTimeout;
+  // How many times the QP resends after an ACK timeout or a sequence NAK
+  // before it fails the connection (3 bits; set by the connecting side).
+  // Per the spec 7 is seven tries; rxe reads 7 as "forever", which rides out
+  // heavy reordering (docs/reliability.md) and leaves a dead link to
+  // keepalive.
+  uint8_t rdma_retry_count = tunables::kRdmaRetryCount;
 };
 
 // What Send returns once the connection to `peer` is closing or closed.

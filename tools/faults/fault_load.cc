@@ -4,6 +4,7 @@
 //   fault_load server --uri URI
 //   fault_load client --uri URI --seconds S [--concurrency N]
 //       [--max-size BYTES] [--deadline-ms MS] [--name ROW]
+//       [--retry-count N]   (TransportOptions::rdma_retry_count)
 //
 // Each request is a 24-byte header (client id, sequence number, payload
 // length, checksum of the payload) and the payload: 16 B to 4 MiB of bytes
@@ -124,6 +125,8 @@ int Load(const examples::Flags& flags) {
 
   rpc::ChannelOptions channel_options;
   channel_options.transport.max_payload_size = 8 << 20;
+  channel_options.transport.rdma_retry_count = static_cast<uint8_t>(
+      flags.GetInt("retry-count", tunables::kRdmaRetryCount));
   rpc::Channel channel(flags.Get("uri", ""), channel_options);
   Tally tally;
   uint64_t seq = 0;

@@ -38,15 +38,16 @@ std::string AddressString(const sockaddr* address) {
   return "?";
 }
 
-// For rdma_connect and rdma_accept alike (accept ignores retry_count).
-// `local` travels as private data and must outlive the call.
-rdma_conn_param ConnParam(const ConnParams& local) {
+// For rdma_connect and rdma_accept alike (accept ignores retry_count: the
+// connecting side's, carried in its request, governs both QPs). `local`
+// travels as private data and must outlive the call.
+rdma_conn_param ConnParam(const ConnParams& local, uint8_t retry_count) {
   rdma_conn_param param{};
   param.private_data = &local;
   param.private_data_len = sizeof(local);
   param.responder_resources = 1;
   param.initiator_depth = 1;
-  param.retry_count = tunables::kRdmaRetryCount;
+  param.retry_count = std::min<uint8_t>(retry_count, 7);  // 3 bits.
   param.rnr_retry_count = tunables::kRdmaRnrRetry;
   return param;
 }
@@ -143,7 +144,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     }
     if (status.ok()) {
       const ConnParams local = LocalConnParams();
-      rdma_conn_param param = ConnParam(local);
+      rdma_conn_param param = ConnParam(local, self->options_.rdma_retry_count);
       if (rdma_accept(self->id_.get(), &param) != 0) {
         status = ErrnoStatus("rdma_accept", errno);
       }
@@ -287,7 +288,7 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       Status created = CreateResources();
       if (!created.ok()) return Established(created);
       const ConnParams local = LocalConnParams();
-      rdma_conn_param param = ConnParam(local);
+      rdma_conn_param param = ConnParam(local, options_.rdma_retry_count);
       if (rdma_connect(id_.get(), &param) != 0) {
         Established(ErrnoStatus("rdma_connect " + peer_, errno));
       }
