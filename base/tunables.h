@@ -218,7 +218,13 @@ static_assert(kMaxMethodNameSize + 64 <= kMaxCallHeaderSize);
 inline constexpr std::chrono::milliseconds kInitialReconnectBackoff{100};
 inline constexpr std::chrono::milliseconds kMaxReconnectBackoff{5000};
 inline constexpr double kReconnectBackoffMultiplier = 1.6;
-inline constexpr std::chrono::milliseconds kConnectTimeout{5000};
+// A whole connect: TCP's, or rdma_cm's address and route resolution and
+// handshake. rdma_cm resends a connect request that got no answer after
+// about 4.3 s (4.096 us << CMA_CM_RESPONSE_TIMEOUT 20): room for one lost
+// request and its resend, which 5 s did not leave.
+inline constexpr std::chrono::milliseconds kConnectTimeout{10000};
+static_assert(kConnectTimeout.count() > 2 * ((4096LL << 20) / 1000000),
+              "a connect must outlive one lost request and its resend");
 
 static_assert(kInitialReconnectBackoff <= kMaxReconnectBackoff);
 static_assert(kReconnectBackoffMultiplier > 1.0);
