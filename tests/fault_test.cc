@@ -81,19 +81,18 @@ class Peer {
 TEST_CASE("faults: a client killed mid-call releases everything") {
   TestServer server;
   const uint64_t registered = RegisteredBytes();
-  const int cancels = server.service.cancels_observed;
+  const int cancels = server.cancels_observed();
   Peer client({"call", server.uri, "20"});
   REQUIRE(client.ReadLine() == "CALLING");
-  REQUIRE(WaitFor([&] { return server.server.stats().live_calls == 20; }, 60s));
-  CHECK(server.server.stats().connections == 1);
+  REQUIRE(WaitFor([&] { return server.stats().live_calls == 20; }, 60s));
+  CHECK(server.stats().connections == 1);
 
   client.Kill();
   // The server notices, cancels the orphaned calls, closes the connection
   // and deregisters its memory.
-  CHECK(WaitFor([&] { return server.server.stats().connections == 0; }, 60s));
-  CHECK(WaitFor([&] { return server.server.stats().live_calls == 0; }));
-  CHECK(
-      WaitFor([&] { return server.service.cancels_observed == cancels + 20; }));
+  CHECK(WaitFor([&] { return server.stats().connections == 0; }, 60s));
+  CHECK(WaitFor([&] { return server.stats().live_calls == 0; }));
+  CHECK(WaitFor([&] { return server.cancels_observed() == cancels + 20; }));
   CHECK(WaitFor([&] { return RegisteredBytes() == registered; }));
 
   Channel channel(server.uri);  // Still serving.
@@ -182,12 +181,12 @@ TEST_CASE("faults: shutdown under load drains cleanly") {
     });
   }
   REQUIRE(WaitFor([&] { return ok > 100; }, 60s));
-  const uint64_t started = server->server.stats().calls_started;
-  server->server.Shutdown(std::chrono::seconds(5));
+  const uint64_t started = server->stats().calls_started;
+  server->Shutdown(std::chrono::seconds(5));
   // Drained: every call the server started finished, none is left.
-  CHECK(server->server.stats().live_calls == 0);
-  CHECK(server->server.stats().connections == 0);
-  CHECK(server->server.stats().calls_started >= started);
+  CHECK(server->stats().live_calls == 0);
+  CHECK(server->stats().connections == 0);
+  CHECK(server->stats().calls_started >= started);
   CHECK(WaitFor([&] { return unavailable > 0; }, 30s));  // New calls refused.
   stop = true;
   for (auto& thread : threads) thread.join();

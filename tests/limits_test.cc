@@ -35,21 +35,21 @@ TEST_CASE("limits: calls in flight per connection") {
                                        cancelled++;
                                    }));
   }
-  REQUIRE(WaitFor([&] { return server.server.stats().live_calls == 4; }));
+  REQUIRE(WaitFor([&] { return server.stats().live_calls == 4; }));
 
   const CallResult over = CallSync(channel, "Echo", "one too many");
   CHECK(over.status.code() == StatusCode::kResourceExhausted);
   CHECK(over.status.message().find("too many calls in flight") !=
         std::string::npos);
-  CHECK(log.Contains(spdlog::level::warn, "max_calls_per_connection"));
-  CHECK(server.server.stats().calls_over_limit == 1);
+  CHECK(server.Logged(log, "max_calls_per_connection", spdlog::level::warn));
+  CHECK(server.stats().calls_over_limit == 1);
   // Another connection has its own allowance.
   Channel other(server.uri);
   CHECK(CallSync(other, "Echo", "x").response == "x");
 
   for (Channel::CallId id : waiting) channel.Cancel(id);
   CHECK(WaitFor([&] { return cancelled == 4; }));
-  CHECK(WaitFor([&] { return server.server.stats().live_calls == 0; }));
+  CHECK(WaitFor([&] { return server.stats().live_calls == 0; }));
   CHECK(CallSync(channel, "Echo", "again").response == "again");
 }
 
@@ -123,15 +123,15 @@ TEST_CASE("limits: connections per server") {
   const CallResult refused = CallSync(third, "Echo", "3");
   CHECK(refused.status.code() == StatusCode::kResourceExhausted);
   CHECK(refused.status.message().find("connection limit") != std::string::npos);
-  CHECK(log.Contains(spdlog::level::warn, "max_connections"));
-  CHECK(server.server.stats().connections_refused >= 1);
+  CHECK(server.Logged(log, "max_connections", spdlog::level::warn));
+  CHECK(server.stats().connections_refused >= 1);
   // The refused connection is closed; the others are untouched.
-  CHECK(WaitFor([&] { return server.server.stats().connections == 2; }));
+  CHECK(WaitFor([&] { return server.stats().connections == 2; }));
   CHECK(CallSync(second, "Echo", "still").response == "still");
 
   // Room again once a connection goes: the third channel reconnects.
   first.reset();
-  CHECK(WaitFor([&] { return server.server.stats().connections == 1; }));
+  CHECK(WaitFor([&] { return server.stats().connections == 1; }));
   CHECK(WaitFor([&] { return CallSync(third, "Echo", "in").response == "in"; },
                 20s));
 }
@@ -147,7 +147,7 @@ TEST_CASE("limits: frame size, refused without losing the connection") {
   CHECK(big.status.message().find("exceeds the server's maximum") !=
         std::string::npos);
   CHECK(CallSync(channel, "Echo", std::string(64 * 1024, 'a')).status.ok());
-  CHECK(server.server.stats().connections == 1);
+  CHECK(server.stats().connections == 1);
 }
 
 TEST_CASE("limits: registered memory for incoming transfers") {
@@ -165,12 +165,12 @@ TEST_CASE("limits: registered memory for incoming transfers") {
     CHECK(big.status.code() == StatusCode::kResourceExhausted);
     CHECK(big.status.message().find("registered-memory limit") !=
           std::string::npos);
-    CHECK(log.Contains(spdlog::level::warn, "max_grant_bytes"));
+    CHECK(server.Logged(log, "max_grant_bytes", spdlog::level::warn));
   } else {
     // TCP registers nothing: the limit does not apply.
     CHECK(big.status.ok());
   }
-  CHECK(server.server.stats().connections == 1);
+  CHECK(server.stats().connections == 1);
 }
 
 TEST_CASE("limits: a slow consumer stalls the sender, memory stays bounded") {
@@ -224,11 +224,11 @@ TEST_CASE("limits: a slow consumer stalls the sender, memory stays bounded") {
   const int accepted = sent - full;
   INFO("calls accepted before the queue was full: " << accepted);
   CHECK(accepted < kCalls / 4);
-  CHECK(WaitFor([&] { return server.server.stats().live_calls == 0; }));
+  CHECK(WaitFor([&] { return server.stats().live_calls == 0; }));
   // Both ends' memory (rings, the sender's bounce pool) goes with the
   // connection.
   owned.reset();
-  CHECK(WaitFor([&] { return server.server.stats().connections == 0; }));
+  CHECK(WaitFor([&] { return server.stats().connections == 0; }));
   CHECK(WaitFor([&] { return RegisteredBytes() == registered; }));
 }
 

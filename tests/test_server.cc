@@ -3,13 +3,16 @@
 //
 //   test_server --uri URI --control URI [--workers N] [--max-payload B]
 //       [--max-response B] [--max-calls N] [--max-connections N]
-//       [--poll-mode 0|1|2] [--keepalive-ms MS] [--keepalive-timeout-ms MS]
+//       [--max-grant-bytes B] [--max-queued-bytes B] [--poll-mode 0|1|2]
+//       [--keepalive-ms MS] [--keepalive-timeout-ms MS]
 //
 // Serves test.Test on --uri with the options given, and test.Control on
 // --control (a server of its own, so that shutting the first one down does
 // not stop the control):
 //   Stats     "calls_started cancels_observed connections live_calls
-//              responses_dropped protocol_errors unknown_method_calls"
+//              responses_dropped protocol_errors unknown_method_calls
+//              server_calls_started calls_over_limit connections_refused
+//              peers_timed_out" (the first two are the TestService's)
 //   Shutdown  request "MS": the test server's Shutdown with that grace
 //   Exit      shuts the test server down at once, answers, then exits
 // Prints "uri URI" and "control URI" once both listen.
@@ -36,6 +39,10 @@ int main(int argc, char** argv) {
       flags.GetInt("max-calls", options.max_calls_per_connection);
   options.max_connections =
       flags.GetInt("max-connections", options.max_connections);
+  options.transport.max_grant_bytes =
+      flags.GetInt("max-grant-bytes", options.transport.max_grant_bytes);
+  options.transport.max_queued_bytes =
+      flags.GetInt("max-queued-bytes", options.transport.max_queued_bytes);
   options.transport.poll_mode =
       static_cast<transport::PollMode>(flags.GetInt("poll-mode", 0));
   options.transport.keepalive_interval = milliseconds(flags.GetInt(
@@ -58,7 +65,11 @@ int main(int argc, char** argv) {
                              std::to_string(stats.live_calls) + " " +
                              std::to_string(stats.responses_dropped) + " " +
                              std::to_string(stats.protocol_errors) + " " +
-                             std::to_string(stats.unknown_method_calls);
+                             std::to_string(stats.unknown_method_calls) + " " +
+                             std::to_string(stats.calls_started) + " " +
+                             std::to_string(stats.calls_over_limit) + " " +
+                             std::to_string(stats.connections_refused) + " " +
+                             std::to_string(stats.peers_timed_out);
     call->Finish(Status(), Buffer::CopyOf(text));
   });
   control.AddMethod("Shutdown", [&](std::shared_ptr<rpc::ServerCall> call) {

@@ -252,7 +252,7 @@ struct TestServer::Remote {
     std::vector<long long> values;
     std::istringstream in(result.response);
     for (long long v; in >> v;) values.push_back(v);
-    values.resize(7);
+    values.resize(11);
     return values;
   }
 };
@@ -282,7 +282,9 @@ TestServer::TestServer(rpc::ServerOptions options, std::string listen)
                       : listen) +
       " --control tcp://" + peer_ip + ":0 --workers " +
       std::to_string(options.workers) + " --max-payload " +
-      std::to_string(t.max_payload_size) + " --max-response " +
+      std::to_string(t.max_payload_size) + " --max-grant-bytes " +
+      std::to_string(t.max_grant_bytes) + " --max-queued-bytes " +
+      std::to_string(t.max_queued_bytes) + " --max-response " +
       std::to_string(options.max_response_size) + " --max-calls " +
       std::to_string(options.max_calls_per_connection) + " --max-connections " +
       std::to_string(options.max_connections) + " --poll-mode " +
@@ -343,6 +345,10 @@ rpc::ServerStats TestServer::stats() {
   stats.responses_dropped = v[4];
   stats.protocol_errors = v[5];
   stats.unknown_method_calls = v[6];
+  stats.calls_started = v[7];
+  stats.calls_over_limit = v[8];
+  stats.connections_refused = v[9];
+  stats.peers_timed_out = v[10];
   return stats;
 }
 
