@@ -12,7 +12,8 @@
 //   Stats     "calls_started cancels_observed connections live_calls
 //              responses_dropped protocol_errors unknown_method_calls
 //              server_calls_started calls_over_limit connections_refused
-//              peers_timed_out" (the first two are the TestService's)
+//              peers_timed_out keepalive_pings" (the first two are the
+//              TestService's; the last, over its open connections)
 //   Shutdown  request "MS": the test server's Shutdown with that grace
 //   Exit      shuts the test server down at once, answers, then exits
 // Prints "uri URI" and "control URI" once both listen.
@@ -58,18 +59,22 @@ int main(int argc, char** argv) {
   rpc::Service control("test.Control");
   control.AddMethod("Stats", [&](std::shared_ptr<rpc::ServerCall> call) {
     const rpc::ServerStats stats = server.stats();
-    const std::string text = std::to_string(service.calls_started.load()) +
-                             " " +
-                             std::to_string(service.cancels_observed.load()) +
-                             " " + std::to_string(stats.connections) + " " +
-                             std::to_string(stats.live_calls) + " " +
-                             std::to_string(stats.responses_dropped) + " " +
-                             std::to_string(stats.protocol_errors) + " " +
-                             std::to_string(stats.unknown_method_calls) + " " +
-                             std::to_string(stats.calls_started) + " " +
-                             std::to_string(stats.calls_over_limit) + " " +
-                             std::to_string(stats.connections_refused) + " " +
-                             std::to_string(stats.peers_timed_out);
+    uint64_t pings = 0;
+    server.ForEachConnection([&](const transport::Connection& c) {
+      pings += c.stats().keepalive_pings;
+    });
+    const std::string text =
+        std::to_string(service.calls_started.load()) + " " +
+        std::to_string(service.cancels_observed.load()) + " " +
+        std::to_string(stats.connections) + " " +
+        std::to_string(stats.live_calls) + " " +
+        std::to_string(stats.responses_dropped) + " " +
+        std::to_string(stats.protocol_errors) + " " +
+        std::to_string(stats.unknown_method_calls) + " " +
+        std::to_string(stats.calls_started) + " " +
+        std::to_string(stats.calls_over_limit) + " " +
+        std::to_string(stats.connections_refused) + " " +
+        std::to_string(stats.peers_timed_out) + " " + std::to_string(pings);
     call->Finish(Status(), Buffer::CopyOf(text));
   });
   control.AddMethod("Shutdown", [&](std::shared_ptr<rpc::ServerCall> call) {

@@ -252,7 +252,7 @@ struct TestServer::Remote {
     std::vector<long long> values;
     std::istringstream in(result.response);
     for (long long v; in >> v;) values.push_back(v);
-    values.resize(11);
+    values.resize(12);
     return values;
   }
 };
@@ -350,6 +350,15 @@ rpc::ServerStats TestServer::stats() {
   stats.connections_refused = v[9];
   stats.peers_timed_out = v[10];
   return stats;
+}
+
+uint64_t TestServer::keepalive_pings() {
+  if (remote_) return remote_->Stats()[11];
+  uint64_t pings = 0;
+  server.ForEachConnection([&](const transport::Connection& c) {
+    pings += c.stats().keepalive_pings;
+  });
+  return pings;
 }
 
 bool TestServer::Logged(const LogCapture& log, std::string_view text,

@@ -113,6 +113,8 @@ struct TestServer {
   int cancels_observed();
   rpc::ServerStats stats();
   void Shutdown(std::chrono::milliseconds grace);
+  // Keepalive PINGs over the server's open connections.
+  uint64_t keepalive_pings();
   // Whether the server logged `text` (at `level`, if given): in `log`, this
   // process's capture, or in the remote server's output.
   bool Logged(const LogCapture& log, std::string_view text,
