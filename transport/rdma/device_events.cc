@@ -142,8 +142,8 @@ class Watcher {
         event.qp = raw.element.qp;
       }
       ibv_ack_async_event(&raw);
+      // Fatal for its own QP or CQ: any QP, CQ or device error.
       if (event.type == IBV_EVENT_PORT_ERR ||
-          event.type == IBV_EVENT_DEVICE_FATAL ||
           event.IsFatalFor(event.qp, event.cq)) {
         Log().warn("{}", event.Describe());
       } else {

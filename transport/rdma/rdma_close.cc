@@ -51,9 +51,7 @@ void RdmaConnection::ForceQpErrorForTesting() {
 void RdmaConnection::OnDeviceEvent(const DeviceEvent& event) {
   if (torn_down_) return;
   if (event.IsFatalFor(id_ ? id_->qp : nullptr, cq_.get())) {
-    return CloseNow(
-        Status(StatusCode::kUnavailable,
-               "connection to " + peer_ + " lost: " + event.Describe()));
+    return CloseNow(Lost(event.Describe()));
   }
   if (event.type == IBV_EVENT_PORT_ACTIVE) {
     port_down_.clear();
@@ -66,16 +64,20 @@ void RdmaConnection::OnDeviceEvent(const DeviceEvent& event) {
   // idle, rather than at the retries' or keepalive's end.
   port_down_ = event.Describe();
   port_down_timer_.expires_after(tunables::kRdmaPortDownGrace);
-  port_down_timer_.async_wait([weak = weak_from_this()](
-                                  const boost::system::error_code& e) {
-    auto self = weak.lock();
-    if (e || !self || self->torn_down_ || !self->id_) return;
-    const std::string down =
-        PortDownReason(self->id_->verbs, self->id_->port_num);
-    if (down.empty()) return;
-    self->CloseNow(Status(StatusCode::kUnavailable,
-                          "connection to " + self->peer_ + " lost: " + down));
-  });
+  port_down_timer_.async_wait(
+      [weak = weak_from_this()](const boost::system::error_code& e) {
+        auto self = weak.lock();
+        if (e || !self || self->torn_down_ || !self->id_) return;
+        const std::string down =
+            PortDownReason(self->id_->verbs, self->id_->port_num);
+        if (down.empty()) return;
+        self->CloseNow(self->Lost(down));
+      });
+}
+
+Status RdmaConnection::Lost(std::string_view why) const {
+  return Status(StatusCode::kUnavailable,
+                "connection to " + peer_ + " lost: " + std::string(why));
 }
 
 void RdmaConnection::ReleaseDevice() {

@@ -153,9 +153,7 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
           peer_);
     }
     // The port going down explains the failure better than the completion.
-    return CloseNow(Status(StatusCode::kUnavailable,
-                           "connection to " + peer_ + " lost: " + why +
-                               (port_down_.empty() ? "" : "; " + port_down_)));
+    return CloseNow(Lost(why + (port_down_.empty() ? "" : "; " + port_down_)));
   }
   switch (tag) {
     case kRecvTag:

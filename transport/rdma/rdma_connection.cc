@@ -311,9 +311,7 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       Log().warn("{}: RDMA device {} is being removed: closing", peer_, device);
       // CloseNow also answers a connect still under way, and releases the
       // device's resources.
-      return CloseNow(Status(StatusCode::kUnavailable,
-                             "connection to " + peer_ + " lost: RDMA device " +
-                                 device + " was removed"));
+      return CloseNow(Lost("RDMA device " + device + " was removed"));
     }
     case RDMA_CM_EVENT_DISCONNECTED:
       if (!established_) {

@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -184,6 +185,8 @@ class RdmaConnection final
   void MaybeFinishClose();
   void ProtocolError(const Status& error);
   void CloseNow(const Status& reason);
+  // UNAVAILABLE "connection to PEER lost: WHY", for a connection that dies.
+  Status Lost(std::string_view why) const;
   // A verbs async event of this connection's device (device_events.h): a
   // fatal one for its QP, CQ or device closes it; a port down for longer
   // than kRdmaPortDownGrace closes it too.
