@@ -20,7 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
-#include <stdexcept>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -28,15 +28,6 @@
 
 namespace rdmarpc::testing {
 namespace {
-
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') {
-    throw std::runtime_error(std::string(name) +
-                             " is unset: run under tools/softroce/run");
-  }
-  return value;
-}
 
 // Runs `command` in a thread of its own: `rdma link delete` blocks in the
 // kernel, unkillable, for as long as a process holds the device.
@@ -56,43 +47,70 @@ void Shell(const std::string& command) {
   REQUIRE(std::system(command.c_str()) == 0);
 }
 
-TEST_CASE("a port that goes down fails its calls, and works once it is up",
-          "[port]") {
-  const std::string ip = Env("RXE_IP");
-  const std::string device = Env("RXE_DEV");
-  const std::string netdev = Env("RXE_NETDEV");
+// A server listening on the device's address and on TCP loopback, a channel
+// to each (backing off briefly), and a first call on both.
+struct Served {
+  Served() {
+    server.RegisterService(&service);
+    const StatusOr<std::string> rdma_uri = server.Listen("rdma://" + ip + ":0");
+    REQUIRE(rdma_uri.ok());
+    const StatusOr<std::string> tcp_uri = server.Listen("tcp://127.0.0.1:0");
+    REQUIRE(tcp_uri.ok());
+    rpc::ChannelOptions quick;
+    quick.initial_backoff = std::chrono::milliseconds(200);
+    quick.max_backoff = std::chrono::milliseconds(500);
+    rdma = std::make_unique<rpc::Channel>(*rdma_uri, quick);
+    tcp = std::make_unique<rpc::Channel>(*tcp_uri);
+    REQUIRE(CallSync(*rdma, "Echo", "before").status.ok());
+    REQUIRE(CallSync(*tcp, "Echo", "before").status.ok());
+  }
 
+  // A call the server answers only after 20 s (60 s deadline), under way
+  // once this returns: nothing moves on its connection meanwhile.
+  std::future<CallResult> SleepingCall() {
+    auto promise = std::make_shared<std::promise<CallResult>>();
+    rdma->Call("test.Test", "SleepMs", Buffer::CopyOf("20000"),
+               rpc::CallOptions::WithTimeout(std::chrono::seconds(60)),
+               [promise](const Status& status, Buffer response) {
+                 promise->set_value({status, std::string(response.view())});
+               });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return promise->get_future();
+  }
+
+  // Once the device works again: the same channel's next call, waiting for
+  // the connection, succeeds.
+  void CheckRdmaBack() {
+    rpc::CallOptions patient =
+        rpc::CallOptions::WithTimeout(std::chrono::seconds(30));
+    patient.wait_for_ready = true;
+    const CallResult after = CallSync(*rdma, "Echo", "after", patient);
+    INFO(after.status.ToString());
+    CHECK(after.status.ok());
+    CHECK(after.response == "after");
+  }
+
+  const std::string ip = RequireEnv("RXE_IP");
+  const std::string device = RequireEnv("RXE_DEV");
+  const std::string netdev = RequireEnv("RXE_NETDEV");
   TestService service;
   rpc::Server server;
-  server.RegisterService(&service);
-  const StatusOr<std::string> rdma_uri = server.Listen("rdma://" + ip + ":0");
-  REQUIRE(rdma_uri.ok());
-  const StatusOr<std::string> tcp_uri = server.Listen("tcp://127.0.0.1:0");
-  REQUIRE(tcp_uri.ok());
-  rpc::ChannelOptions quick;
-  quick.initial_backoff = std::chrono::milliseconds(200);
-  quick.max_backoff = std::chrono::milliseconds(500);
-  rpc::Channel rdma(*rdma_uri, quick);
-  rpc::Channel tcp(*tcp_uri);
-  REQUIRE(CallSync(rdma, "Echo", "before").status.ok());
+  std::unique_ptr<rpc::Channel> rdma;
+  std::unique_ptr<rpc::Channel> tcp;
+};
 
-  // Nothing moves on the connection while the call sleeps on the server:
-  // only the port event can tell the connection its port is gone (the
-  // keepalive, 10 s by default, comes later).
-  std::promise<CallResult> in_flight;
-  rdma.Call("test.Test", "SleepMs", Buffer::CopyOf("20000"),
-            rpc::CallOptions::WithTimeout(std::chrono::seconds(60)),
-            [&](const Status& status, Buffer response) {
-              in_flight.set_value({status, std::string(response.view())});
-            });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+TEST_CASE("a port that goes down fails its calls, and works once it is up",
+          "[port]") {
+  Served served;
+  // Only the port event can tell the sleeping call's connection its port is
+  // gone (the keepalive, 10 s by default, comes later).
+  auto in_flight = served.SleepingCall();
 
   const auto start = std::chrono::steady_clock::now();
-  Shell("ip link set " + netdev + " down");
-  auto failed = in_flight.get_future();
-  REQUIRE(failed.wait_for(std::chrono::seconds(9)) ==
+  Shell("ip link set " + served.netdev + " down");
+  REQUIRE(in_flight.wait_for(std::chrono::seconds(9)) ==
           std::future_status::ready);
-  const CallResult result = failed.get();
+  const CallResult result = in_flight.get();
   INFO(result.status.ToString());
   CHECK(result.status.code() == StatusCode::kUnavailable);
   CHECK(result.status.message().find("port 1 of ") != std::string::npos);
@@ -100,89 +118,50 @@ TEST_CASE("a port that goes down fails its calls, and works once it is up",
 
   // While it is down: a new call fails fast, and TCP serves on.
   const auto call_start = std::chrono::steady_clock::now();
-  const CallResult down = CallSync(rdma, "Echo", "during");
+  const CallResult down = CallSync(*served.rdma, "Echo", "during");
   INFO(down.status.ToString());
   CHECK(down.status.code() == StatusCode::kUnavailable);
   CHECK(std::chrono::steady_clock::now() - call_start <
         std::chrono::seconds(3));
-  CHECK(CallSync(tcp, "Echo", "during").status.ok());
+  CHECK(CallSync(*served.tcp, "Echo", "during").status.ok());
 
-  Shell("ip link set " + netdev + " up");
-  Shell("rdma link delete " + device + " && rdma link add " + device +
-        " type rxe netdev " + netdev);
-  rpc::CallOptions patient =
-      rpc::CallOptions::WithTimeout(std::chrono::seconds(30));
-  patient.wait_for_ready = true;
-  const CallResult after = CallSync(rdma, "Echo", "after", patient);
-  INFO(after.status.ToString());
-  CHECK(after.status.ok());
-  CHECK(after.response == "after");
+  Shell("ip link set " + served.netdev + " up");
+  Shell("rdma link delete " + served.device + " && rdma link add " +
+        served.device + " type rxe netdev " + served.netdev);
+  served.CheckRdmaBack();
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
 }
 
 TEST_CASE("a removed device is let go of, and used again when it is back",
           "[removal]") {
-  const std::string ip = Env("RXE_IP");
-  const std::string device = Env("RXE_DEV");
-  const std::string netdev = Env("RXE_NETDEV");
-
-  TestService service;
-  rpc::Server server;
-  server.RegisterService(&service);
-  const StatusOr<std::string> rdma_uri = server.Listen("rdma://" + ip + ":0");
-  REQUIRE(rdma_uri.ok());
-  const StatusOr<std::string> tcp_uri = server.Listen("tcp://127.0.0.1:0");
-  REQUIRE(tcp_uri.ok());
-  rpc::ChannelOptions quick;
-  quick.initial_backoff = std::chrono::milliseconds(200);
-  quick.max_backoff = std::chrono::milliseconds(500);
-  rpc::Channel rdma(*rdma_uri, quick);
-  rpc::Channel tcp(*tcp_uri);
-  REQUIRE(CallSync(rdma, "Echo", "before").status.ok());
-  REQUIRE(CallSync(tcp, "Echo", "before").status.ok());
+  Served served;
   REQUIRE(RegisteredBytes() > 0);
-
-  // A call in flight that the server would answer only after 20 s.
-  std::promise<CallResult> in_flight;
-  rdma.Call("test.Test", "SleepMs", Buffer::CopyOf("20000"),
-            rpc::CallOptions::WithTimeout(std::chrono::seconds(60)),
-            [&](const Status& status, Buffer response) {
-              in_flight.set_value({status, std::string(response.view())});
-            });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto in_flight = served.SleepingCall();
 
   const auto start = std::chrono::steady_clock::now();
-  auto removed = RunDetached("rdma link delete " + device);
+  auto removed = RunDetached("rdma link delete " + served.device);
   // Without rdmarpc letting go of the device this never returns.
   REQUIRE(removed.wait_for(std::chrono::seconds(30)) ==
           std::future_status::ready);
   CHECK(removed.get() == 0);
 
-  auto failed = in_flight.get_future();
-  REQUIRE(failed.wait_for(std::chrono::seconds(10)) ==
+  REQUIRE(in_flight.wait_for(std::chrono::seconds(10)) ==
           std::future_status::ready);
-  const CallResult result = failed.get();
+  const CallResult result = in_flight.get();
   INFO(result.status.ToString());
   CHECK(result.status.code() == StatusCode::kUnavailable);
   CHECK(result.status.message().find("was removed") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 
   // The server serves on; nothing registered with the device is left.
-  CHECK(CallSync(tcp, "Echo", "during").status.ok());
+  CHECK(CallSync(*served.tcp, "Echo", "during").status.ok());
   CHECK(RegisteredBytes() == 0);
 
   // The device comes back: the listener listens again and the channel
   // reconnects.
-  REQUIRE(std::system(("rdma link add " + device + " type rxe netdev " + netdev)
-                          .c_str()) == 0);
-  rpc::CallOptions patient =
-      rpc::CallOptions::WithTimeout(std::chrono::seconds(30));
-  patient.wait_for_ready = true;
-  const CallResult after = CallSync(rdma, "Echo", "after", patient);
-  INFO(after.status.ToString());
-  CHECK(after.status.ok());
-  CHECK(after.response == "after");
-  CHECK(CallSync(tcp, "Echo", "after").status.ok());
+  Shell("rdma link add " + served.device + " type rxe netdev " + served.netdev);
+  served.CheckRdmaBack();
+  CHECK(CallSync(*served.tcp, "Echo", "after").status.ok());
 }
 
 }  // namespace

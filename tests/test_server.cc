@@ -1,12 +1,11 @@
 // A TestServer in a process of its own, for the two-host suite: the RPC
 // suites' server side on the other host (test_support.h, RDMARPC_TEST_PEER).
 //
-//   test_server --uri URI --control URI [--workers N] [--max-payload B]
-//       [--max-response B] [--max-calls N] [--max-connections N]
-//       [--max-grant-bytes B] [--max-queued-bytes B] [--poll-mode 0|1|2]
-//       [--keepalive-ms MS] [--keepalive-timeout-ms MS]
+//   test_server --uri URI --control URI [--NAME VALUE]...
 //
-// Serves test.Test on --uri with the options given, and test.Control on
+// Serves test.Test on --uri with the ServerOptions given as flags (named in
+// test_support.h's ServerOptionFlags(); defaults for the rest), and
+// test.Control on
 // --control (a server of its own, so that shutting the first one down does
 // not stop the control):
 //   Stats     "calls_started cancels_observed connections live_calls
@@ -31,25 +30,9 @@ int main(int argc, char** argv) {
   using namespace std::chrono;
   const examples::Flags flags(argc, argv);
   rpc::ServerOptions options;
-  options.workers = static_cast<int>(flags.GetInt("workers", options.workers));
-  options.transport.max_payload_size =
-      flags.GetInt("max-payload", options.transport.max_payload_size);
-  options.max_response_size =
-      flags.GetInt("max-response", options.max_response_size);
-  options.max_calls_per_connection =
-      flags.GetInt("max-calls", options.max_calls_per_connection);
-  options.max_connections =
-      flags.GetInt("max-connections", options.max_connections);
-  options.transport.max_grant_bytes =
-      flags.GetInt("max-grant-bytes", options.transport.max_grant_bytes);
-  options.transport.max_queued_bytes =
-      flags.GetInt("max-queued-bytes", options.transport.max_queued_bytes);
-  options.transport.poll_mode =
-      static_cast<transport::PollMode>(flags.GetInt("poll-mode", 0));
-  options.transport.keepalive_interval = milliseconds(flags.GetInt(
-      "keepalive-ms", options.transport.keepalive_interval.count()));
-  options.transport.keepalive_timeout = milliseconds(flags.GetInt(
-      "keepalive-timeout-ms", options.transport.keepalive_timeout.count()));
+  for (const testing::ServerOptionFlag& flag : testing::ServerOptionFlags()) {
+    flag.set(options, flags.GetInt(flag.name, flag.get(options)));
+  }
 
   testing::TestService service;
   rpc::Server server(options);

@@ -202,16 +202,78 @@ CallResult CallSync(rpc::Channel& channel, const rpc::MethodRef& method,
 
 bool RemoteServers() { return std::getenv("RDMARPC_TEST_PEER") != nullptr; }
 
-namespace {
+std::span<const ServerOptionFlag> ServerOptionFlags() {
+  using rpc::ServerOptions;
+  using std::chrono::milliseconds;
+  static constexpr ServerOptionFlag kFlags[] = {
+      {"workers", [](const ServerOptions& o) -> long long { return o.workers; },
+       [](ServerOptions& o, long long v) { o.workers = static_cast<int>(v); }},
+      {"max-payload",
+       [](const ServerOptions& o) -> long long {
+         return o.transport.max_payload_size;
+       },
+       [](ServerOptions& o, long long v) { o.transport.max_payload_size = v; }},
+      {"max-grant-bytes",
+       [](const ServerOptions& o) -> long long {
+         return o.transport.max_grant_bytes;
+       },
+       [](ServerOptions& o, long long v) { o.transport.max_grant_bytes = v; }},
+      {"max-queued-bytes",
+       [](const ServerOptions& o) -> long long {
+         return o.transport.max_queued_bytes;
+       },
+       [](ServerOptions& o, long long v) { o.transport.max_queued_bytes = v; }},
+      {"max-response",
+       [](const ServerOptions& o) -> long long { return o.max_response_size; },
+       [](ServerOptions& o, long long v) { o.max_response_size = v; }},
+      {"max-calls",
+       [](const ServerOptions& o) -> long long {
+         return o.max_calls_per_connection;
+       },
+       [](ServerOptions& o, long long v) {
+         o.max_calls_per_connection = static_cast<uint32_t>(v);
+       }},
+      {"max-connections",
+       [](const ServerOptions& o) -> long long { return o.max_connections; },
+       [](ServerOptions& o, long long v) {
+         o.max_connections = static_cast<uint32_t>(v);
+       }},
+      {"poll-mode",
+       [](const ServerOptions& o) -> long long {
+         return static_cast<long long>(o.transport.poll_mode);
+       },
+       [](ServerOptions& o, long long v) {
+         o.transport.poll_mode = static_cast<transport::PollMode>(v);
+       }},
+      {"keepalive-ms",
+       [](const ServerOptions& o) -> long long {
+         return o.transport.keepalive_interval.count();
+       },
+       [](ServerOptions& o, long long v) {
+         o.transport.keepalive_interval = milliseconds(v);
+       }},
+      {"keepalive-timeout-ms",
+       [](const ServerOptions& o) -> long long {
+         return o.transport.keepalive_timeout.count();
+       },
+       [](ServerOptions& o, long long v) {
+         o.transport.keepalive_timeout = milliseconds(v);
+       }},
+  };
+  return kFlags;
+}
 
 std::string RequireEnv(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') {
     throw std::runtime_error(std::string(name) +
-                             " is unset (the two-host suite sets it)");
+                             " is unset: tools/softroce/run (or run2, and the "
+                             "two-host suite for RDMARPC_TEST_*) sets it");
   }
   return value;
 }
+
+namespace {
 
 // `text` quoted for bash.
 std::string Quote(const std::string& text) {
@@ -275,22 +337,15 @@ TestServer::TestServer(rpc::ServerOptions options, std::string listen)
   remote_->peerctl = RequireEnv("RDMARPC_TEST_PEERCTL") + " " + dir;
   remote_->name =
       "test_server_" + std::to_string(getpid()) + "_" + std::to_string(count++);
-  const auto& t = options.transport;
-  const std::string command =
+  std::string command =
       "RDMARPC_LOG=info " + RequireEnv("RDMARPC_TEST_SERVER_BIN") + " --uri " +
       (listen.empty() ? (OverRdma() ? "rdma://" : "tcp://") + peer_ip + ":0"
                       : listen) +
-      " --control tcp://" + peer_ip + ":0 --workers " +
-      std::to_string(options.workers) + " --max-payload " +
-      std::to_string(t.max_payload_size) + " --max-grant-bytes " +
-      std::to_string(t.max_grant_bytes) + " --max-queued-bytes " +
-      std::to_string(t.max_queued_bytes) + " --max-response " +
-      std::to_string(options.max_response_size) + " --max-calls " +
-      std::to_string(options.max_calls_per_connection) + " --max-connections " +
-      std::to_string(options.max_connections) + " --poll-mode " +
-      std::to_string(static_cast<int>(t.poll_mode)) + " --keepalive-ms " +
-      std::to_string(t.keepalive_interval.count()) +
-      " --keepalive-timeout-ms " + std::to_string(t.keepalive_timeout.count());
+      " --control tcp://" + peer_ip + ":0";
+  for (const ServerOptionFlag& flag : ServerOptionFlags()) {
+    command += std::string(" --") + flag.name + " " +
+               std::to_string(flag.get(options));
+  }
   const std::string start =
       remote_->Peerctl("start") + " " + remote_->name + " " + Quote(command);
   if (std::system(start.c_str()) != 0) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -131,6 +132,17 @@ struct TestServer {
 };
 // True when TestServers run on the other host (RDMARPC_TEST_PEER).
 bool RemoteServers();
+// The ServerOptions a remote TestServer passes to tests/test_server, each
+// as `--NAME VALUE`: one list, read by both sides.
+struct ServerOptionFlag {
+  const char* name;
+  long long (*get)(const rpc::ServerOptions&);
+  void (*set)(rpc::ServerOptions&, long long);
+};
+std::span<const ServerOptionFlag> ServerOptionFlags();
+// The environment variable's value; throws std::runtime_error naming it if
+// it is unset or empty.
+std::string RequireEnv(const char* name);
 
 // Polls `condition` until true or `timeout`; returns its last value.
 template <typename F>
