@@ -218,6 +218,10 @@ static_assert(kMaxMethodNameSize + 64 <= kMaxCallHeaderSize);
 inline constexpr std::chrono::milliseconds kInitialReconnectBackoff{100};
 inline constexpr std::chrono::milliseconds kMaxReconnectBackoff{5000};
 inline constexpr double kReconnectBackoffMultiplier = 1.6;
+// Event-loop threads all of a process's Channels share (rpc/client_loops.h):
+// at most this many, and no more than the machine has hardware threads.
+inline constexpr size_t kMaxClientLoops = 4;
+static_assert(kMaxClientLoops >= 1);
 // A whole connect: TCP's, or rdma_cm's address and route resolution and
 // handshake. rdma_cm resends a connect request that got no answer after
 // about 4.3 s (4.096 us << CMA_CM_RESPONSE_TIMEOUT 20): room for one lost

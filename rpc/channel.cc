@@ -1,6 +1,7 @@
 #include "rpc/channel.h"
 
 #include <algorithm>
+#include <future>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/tunables.h"
+#include "rpc/client_loops.h"
 #include "rpc/event_loop.h"
 #include "rpc/wire_codec.h"
 #include "transport/factory/factory.h"
@@ -256,8 +258,12 @@ void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
     connection = std::move(connection_);
     state_ = ChannelState::kIdle;
   }
-  asio::post(context_,
-             [self = shared_from_this()] { self->reconnect_timer_.cancel(); });
+  // On the loop, which may be shared and stay up: the timers' waits hold
+  // this Impl, and must not keep it until a far deadline.
+  asio::post(context_, [self = shared_from_this()] {
+    self->reconnect_timer_.cancel();
+    self->timer_.cancel();
+  });
   // Breaks the connection <-> observer cycle even if the loop never runs again.
   if (connection) {
     connection->Close(Status(StatusCode::kCancelled, "channel shut down"));
@@ -452,8 +458,18 @@ void Channel::Impl::OnTimer(const boost::system::error_code& error) {
 
 // ---------------------------------------------------------------- Channel --
 
+namespace {
+// Polling connections spin their loop's thread: they get one of their own.
+bool NeedsOwnLoop(const ChannelOptions& options) {
+  return options.transport.poll_mode != transport::PollMode::kEvent;
+}
+}  // namespace
+
 Channel::Channel(std::string target, ChannelOptions options)
-    : loop_(std::make_unique<EventLoop>()),
+    : pool_(NeedsOwnLoop(options) ? nullptr : ClientLoops::Shared()),
+      own_loop_(NeedsOwnLoop(options) ? std::make_unique<EventLoop>()
+                                      : nullptr),
+      loop_(own_loop_ ? own_loop_.get() : &pool_->Next()),
       impl_(std::make_shared<Impl>(std::move(target), std::move(options),
                                    loop_->context())) {}
 
@@ -461,25 +477,44 @@ Channel::~Channel() {
   std::vector<CallTable::Entry> orphans;
   impl_->Shutdown(&orphans);
   const Status destroyed(StatusCode::kCancelled, "channel destroyed");
-  if (loop_->InLoopThread()) {
-    // Destroyed from one of its own callbacks (e.g. the last Stub dropped
-    // there): this thread is the loop's, so it cannot join itself. Complete
-    // the calls here, and let another thread stop and free the loop once
-    // this handler has returned.
+  const bool on_a_loop =
+      loop_->InLoopThread() || (pool_ && pool_->InLoopThread());
+  if (on_a_loop) {
+    // Destroyed from a callback (e.g. the last Stub dropped there): this
+    // thread runs a loop, so it can neither wait for one nor join itself.
+    // Complete the calls here; callbacks already posted run on the loop.
     for (auto& [id, done] : orphans) Impl::Invoke(done, destroyed, Buffer());
-    std::thread([loop = std::move(loop_), impl = std::move(impl_)]() mutable {
-      loop->Stop();
-      loop->RunPending();
-      impl.reset();
-      loop.reset();
-    }).detach();
+    if (own_loop_) {
+      std::thread([loop = std::move(own_loop_),
+                   impl = std::move(impl_)]() mutable {
+        loop->Stop();
+        loop->RunPending();
+        impl.reset();
+        loop.reset();
+      }).detach();
+    } else {
+      impl_.reset();
+      ClientLoops::Release(std::move(pool_));
+    }
     return;
   }
-  loop_->Stop();
-  // Completions already posted (cancels, early failures, typed callbacks
-  // dispatched to the loop) run now, on this thread: none is lost.
-  loop_->RunPending();
+  if (own_loop_) {
+    own_loop_->Stop();
+    // Completions already posted (cancels, early failures, typed callbacks
+    // dispatched to the loop) run now, on this thread: none is lost.
+    own_loop_->RunPending();
+  } else {
+    // The loop is shared and keeps running: wait until everything this
+    // channel posted before now has run there. A loop runs its handlers in
+    // the order they were posted, and Shutdown took every call, so nothing
+    // of this channel's is posted after this marker.
+    std::promise<void> drained;
+    asio::post(loop_->context(), [&drained] { drained.set_value(); });
+    drained.get_future().wait();
+  }
   for (auto& [id, done] : orphans) Impl::Invoke(done, destroyed, Buffer());
+  impl_.reset();
+  ClientLoops::Release(std::move(pool_));
 }
 
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,

@@ -14,7 +14,12 @@
 // Every callback runs exactly once, on the channel's event loop thread;
 // calls still outstanding when the Channel is destroyed complete CANCELLED on
 // the destroying thread instead (from inside one of the channel's own
-// callbacks too).
+// callbacks too), and callbacks already due run before the destructor
+// returns (unless it runs on a loop thread itself).
+//
+// Threads: a Channel owns none. The channels of a process share a few
+// event-loop threads (rpc/client_loops.h); a channel whose transport busy-
+// or hybrid-polls gets a loop of its own.
 #ifndef RDMARPC_RPC_CHANNEL_H_
 #define RDMARPC_RPC_CHANNEL_H_
 
@@ -35,6 +40,7 @@
 
 namespace rdmarpc::rpc {
 
+class ClientLoops;
 class EventLoop;
 
 struct ChannelOptions {
@@ -90,8 +96,11 @@ class Channel {
 
  private:
   class Impl;
-  // Declared first so it is destroyed last: the Impl's timer lives on it.
-  std::unique_ptr<EventLoop> loop_;
+  // Declared first so they are destroyed last: the Impl's timers live on
+  // the loop. The loop is the pool's, or own_loop_ for a polling channel.
+  std::shared_ptr<ClientLoops> pool_;
+  std::unique_ptr<EventLoop> own_loop_;
+  EventLoop* loop_;
   std::shared_ptr<Impl> impl_;
 };
 

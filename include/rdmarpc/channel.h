@@ -20,7 +20,9 @@
 //
 // Every completion runs exactly once: on the channel's event-loop thread, or,
 // for a call still outstanding when the channel is destroyed (CANCELLED), on
-// the destroying thread.
+// the destroying thread. Channels own no thread: a process's channels share
+// a few event loops (rpc/client_loops.h), so a blocking callback holds up
+// the other channels of its loop.
 #ifndef RDMARPC_CHANNEL_H_
 #define RDMARPC_CHANNEL_H_
 
