@@ -1,9 +1,9 @@
 #include "rpc/channel.h"
 
 #include <algorithm>
-#include <future>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>

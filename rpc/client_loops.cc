@@ -46,8 +46,7 @@ ClientLoops::~ClientLoops() {
 }
 
 EventLoop& ClientLoops::Next() {
-  return *loops_[next_.fetch_add(1, std::memory_order_relaxed) %
-                 loops_.size()];
+  return *loops_[next_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
 }
 
 bool ClientLoops::InLoopThread() const {
@@ -67,8 +66,7 @@ void ClientLoops::Release(std::shared_ptr<ClientLoops> pool) {
   CurrentPool().reset();  // The next Shared() starts a new pool.
   lock.unlock();
   if (pool->InLoopThread()) {
-    std::thread([pool = std::move(pool)]() mutable { pool.reset(); })
-        .detach();
+    std::thread([pool = std::move(pool)]() mutable { pool.reset(); }).detach();
   } else {
     pool.reset();
   }
