@@ -41,6 +41,15 @@ const void* LoopOf(const rpc::Channel& channel) {
                              boost::asio::execution::context);
 }
 
+// Keeps a channel's loop busy until the promise returned is set: whatever is
+// posted to the loop meanwhile waits behind it.
+std::promise<void> HoldLoop(const rpc::Channel& channel) {
+  std::promise<void> release;
+  boost::asio::post(channel.executor(),
+                    [held = release.get_future().share()] { held.wait(); });
+  return release;
+}
+
 TEST_CASE("client loops: many channels to one server add no thread") {
   // Each RDMA connection still pins MiBs on both ends (one process here).
   const int count = OverRdma() ? 16 : 64;
@@ -98,9 +107,7 @@ TEST_CASE(
   REQUIRE(CallSync(*channel, kEcho, "warm").status.ok());
   // Hold the channel's loop, then make a call whose failure is posted
   // behind the hold (its deadline has passed already).
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  boost::asio::post(channel->executor(), [released] { released.wait(); });
+  std::promise<void> release = HoldLoop(*channel);
   bool completed = false;
   channel->Call(kEcho, Buffer::CopyOf("late"),
                 rpc::CallOptions::WithDeadline(rpc::Clock::now() - 1s),
@@ -122,9 +129,7 @@ TEST_CASE("client loops: the last channel destroyed in its own callback") {
   REQUIRE(CallSync(*channel, kEcho, "warm").status.ok());
   // Hold the loop until this thread has let go, so the callback's copy is
   // the last, and the pool is released on one of its own threads.
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  boost::asio::post(channel->executor(), [released] { released.wait(); });
+  std::promise<void> release = HoldLoop(*channel);
   std::promise<void> done;
   channel->Call(kEcho, Buffer::CopyOf("bye"), rpc::CallOptions{},
                 [&, channel](const Status& status, Buffer) mutable {
