@@ -1,9 +1,10 @@
 // A TestServer in a process of its own, for the two-host suite: the RPC
 // suites' server side on the other host (test_support.h, RDMARPC_TEST_PEER).
 //
-//   test_server --uri URI --control URI [--NAME VALUE]...
+//   test_server --uri URI --control URI [--hosts N] [--NAME VALUE]...
 //
-// Serves test.Test on --uri with the ServerOptions given as flags (named in
+// Serves test.Test, and the services --hosts names (test_support.h's
+// TestServerHosts), on --uri with the ServerOptions given as flags (named in
 // test_support.h's ServerOptionFlags(); defaults for the rest), and
 // test.Control on
 // --control (a server of its own, so that shutting the first one down does
@@ -21,6 +22,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "examples/common/flags.h"
 #include "tests/test_support.h"
@@ -35,8 +37,10 @@ int main(int argc, char** argv) {
   }
 
   testing::TestService service;
+  std::vector<std::unique_ptr<rpc::Service>> hosted;
   rpc::Server server(options);
-  server.RegisterService(&service);
+  testing::HostServices(
+      server, service, static_cast<unsigned>(flags.GetInt("hosts", 0)), hosted);
   const StatusOr<std::string> uri = server.Listen(flags.Get("uri", ""));
 
   rpc::Service control("test.Control");

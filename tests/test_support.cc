@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "base/log.h"
+#include "rpc/introspection.h"
+#include "tests/typed_services.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::testing {
@@ -319,10 +321,20 @@ struct TestServer::Remote {
   }
 };
 
-TestServer::TestServer(rpc::ServerOptions options, std::string listen)
+void HostServices(rpc::Server& server, TestService& service, unsigned hosts,
+                  std::vector<std::unique_ptr<rpc::Service>>& keep) {
+  server.RegisterService(&service);
+  if (hosts & kHostCalculator) keep.push_back(MakeCalculator());
+  if (hosts & kHostClock) keep.push_back(MakeClock());
+  for (const auto& hosted : keep) server.RegisterService(hosted.get());
+  if (hosts & kHostIntrospection) rpc::EnableIntrospection(server);
+}
+
+TestServer::TestServer(rpc::ServerOptions options, std::string listen,
+                       unsigned hosts)
     : server(RemoteServers() ? rpc::ServerOptions{} : options) {
   if (!RemoteServers()) {
-    server.RegisterService(&service);
+    HostServices(server, service, hosts, hosted);
     auto bound = server.Listen(listen.empty() ? ListenUri() : listen);
     if (!bound.ok()) {
       throw std::runtime_error("listen failed: " + bound.status().ToString());
@@ -341,7 +353,7 @@ TestServer::TestServer(rpc::ServerOptions options, std::string listen)
       "RDMARPC_LOG=info " + RequireEnv("RDMARPC_TEST_SERVER_BIN") + " --uri " +
       (listen.empty() ? (OverRdma() ? "rdma://" : "tcp://") + peer_ip + ":0"
                       : listen) +
-      " --control tcp://" + peer_ip + ":0";
+      " --control tcp://" + peer_ip + ":0 --hosts " + std::to_string(hosts);
   for (const ServerOptionFlag& flag : ServerOptionFlags()) {
     command += std::string(" --") + flag.name + " " +
                std::to_string(flag.get(options));

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "rpc/channel.h"
 #include "rpc/event_loop.h"
@@ -97,15 +98,29 @@ CallResult CallSync(rpc::Channel& channel, const rpc::MethodRef& method,
                     std::string request,
                     rpc::CallOptions options = rpc::CallOptions{});
 
+// Services a TestServer may host besides test.Test.
+enum TestServerHosts : unsigned {
+  kHostCalculator = 1,     // rdmarpc.test.Calculator (typed_services.h)
+  kHostClock = 2,          // rdmarpc.test.Clock (typed_services.h)
+  kHostIntrospection = 4,  // rdmarpc.Introspection (rpc/introspection.h)
+};
+// Registers `service` and what `hosts` names with `server`, before it
+// listens; the services it makes are kept in `keep`.
+void HostServices(rpc::Server& server, TestService& service, unsigned hosts,
+                  std::vector<std::unique_ptr<rpc::Service>>& keep);
+
 // A started server with a TestService: in this process, or, when
 // RDMARPC_TEST_PEER names a tools/softroce/peerctl directory (the two-host
 // suite), a tests/test_server process on the other host (PEER_IP), started
 // through peerctl and asked about its state over a control connection. The
 // accessors below work either way; `service` and `server` are this
 // process's own, used only in-process.
+//
+// Besides test.Test it hosts what `hosts` names (TestServerHosts, or'ed).
 struct TestServer {
   // Listens on `listen`, or on ListenUri() (its remote equivalent) if empty.
-  explicit TestServer(rpc::ServerOptions options = {}, std::string listen = "");
+  explicit TestServer(rpc::ServerOptions options = {}, std::string listen = "",
+                      unsigned hosts = 0);
   ~TestServer();
   TestServer(const TestServer&) = delete;
   TestServer& operator=(const TestServer&) = delete;
@@ -123,6 +138,7 @@ struct TestServer {
   bool remote() const { return remote_ != nullptr; }
 
   TestService service;
+  std::vector<std::unique_ptr<rpc::Service>> hosted;  // As `hosts` says.
   rpc::Server server;
   std::string uri;
 

@@ -1,10 +1,10 @@
 // Generated services and stubs (tests/proto/multi.proto), end to end, in all
-// three completion styles.
+// three completion styles. The server is a TestServer: the two-host suite
+// runs these cases against one on the other host.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <future>
-#include <thread>
 
 #include "rpc/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
@@ -14,56 +14,15 @@ namespace rdmarpc::test {
 namespace {
 
 namespace asio = boost::asio;
-using rpc::TypedCall;
 using namespace std::chrono_literals;
 
-class CalculatorImpl : public Calculator::Service {
- public:
-  void Add(std::shared_ptr<TypedCall<Pair, Number>> call) override {
-    call->response().set_value(call->request().a() + call->request().b());
-    call->Finish();
-  }
-  // Finishes later, from another thread.
-  void Negate(std::shared_ptr<TypedCall<Number, Number>> call) override {
-    std::thread([call] {
-      std::this_thread::sleep_for(5ms);
-      call->response().set_value(-call->request().value());
-      call->Finish();
-    }).detach();
-  }
-  // Divide is left to the generated default: UNIMPLEMENTED.
-};
-
-class ClockImpl : public Clock::Service {
- public:
-  void Echo(std::shared_ptr<TypedCall<Stamp, Stamp>> call) override {
-    call->response() = call->request();
-    call->response().set_label(call->request().label() + " (seen)");
-    call->Finish();
-  }
-  void Describe(
-      std::shared_ptr<TypedCall<Pair_Note, Pair_Note>> call) override {
-    if (call->request().text().empty()) {
-      return call->Finish(
-          Status(StatusCode::kInvalidArgument, "note text is empty"));
-    }
-    call->response().set_text("note: " + call->request().text());
-    call->Finish();
-  }
-};
-
+// The services (typed_services.h) on a TestServer: in this process, or on
+// the other host in the two-host suite.
 struct Fixture {
-  Fixture() {
-    server.RegisterService(&calculator);
-    server.RegisterService(&clock);
-    uri = *server.Listen(testing::ListenUri());
-    channel = std::make_shared<rpc::Channel>(uri);
-  }
-  CalculatorImpl calculator;
-  ClockImpl clock;
-  rpc::Server server;
-  std::string uri;
-  std::shared_ptr<rpc::Channel> channel;
+  testing::TestServer server{
+      {}, "", testing::kHostCalculator | testing::kHostClock};
+  std::shared_ptr<rpc::Channel> channel =
+      std::make_shared<rpc::Channel>(server.uri);
 };
 
 Pair MakePair(int64_t a, int64_t b) {
@@ -143,12 +102,8 @@ TEST_CASE("typed: an unimplemented method answers UNIMPLEMENTED") {
 // Stubs call by method id, so the server's answer for a service it does
 // not have names only the id; the stub puts the method's names in front.
 TEST_CASE("typed: a service the server lacks is UNIMPLEMENTED, named") {
-  rpc::Server server;
-  ClockImpl clock;
-  server.RegisterService(&clock);
-  const auto uri = server.Listen(testing::ListenUri());
-  REQUIRE(uri.ok());
-  Calculator::Stub stub(std::make_shared<rpc::Channel>(*uri));
+  testing::TestServer server({}, "", testing::kHostClock);
+  Calculator::Stub stub(std::make_shared<rpc::Channel>(server.uri));
   auto [status, ignored] =
       stub.async_Add(MakePair(1, 2), asio::use_future).get();
   CHECK(status.code() == StatusCode::kUnimplemented);
