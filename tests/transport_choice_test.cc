@@ -1,8 +1,15 @@
 // Choosing a transport: rdma:// needs a usable device and says so at once
 // when there is none; auto:// takes rdma when it can and tcp otherwise.
-// Runs natively (no device) and in the Soft-RoCE VM (a device).
+// Runs natively (no device) and in the Soft-RoCE VM (a device). A process
+// out of file descriptors hears that, not "no device".
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <catch2/catch_test_macros.hpp>
 #include <cstdlib>
+#include <vector>
 
 #include "rpc/event_loop.h"
 #include "tests/test_support.h"
@@ -45,6 +52,33 @@ TEST_CASE("transport choice: rdma:// and auto:// follow the device") {
     CHECK((*chosen)->uri().rfind("rdma://", 0) == 0);
   }
   loop.Stop();
+}
+
+// A process out of file descriptors is told so, with the limit to raise,
+// not that the machine has no RDMA device (rdma-core reports its failure to
+// open sysfs as "no devices").
+TEST_CASE("transport choice: out of file descriptors is said as such") {
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
+  rlimit low = old;
+  low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 256);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> taken;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
+    taken.push_back(fd);
+  }
+  const Status status = rdma::CheckRdmaAvailable();
+  for (const int fd : taken) close(fd);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0);
+  INFO(status.ToString());
+  CHECK(status.code() == StatusCode::kResourceExhausted);
+  CHECK(status.message().find("Too many open files") != std::string::npos);
+  CHECK(status.message().find("limit is " + std::to_string(low.rlim_cur)) !=
+        std::string::npos);
+  CHECK(status.message().find("ulimit -n") != std::string::npos);
+  // With descriptors free again, the answer is the machine's.
+  const Status again = rdma::CheckRdmaAvailable();
+  CHECK(again.code() != StatusCode::kResourceExhausted);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "transport/rdma/verbs.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -55,11 +56,41 @@ StatusOr<RegisteredMemory> RegisteredMemory::Allocate(ibv_pd* pd, size_t size,
   return memory;
 }
 
+namespace {
+
+// RESOURCE_EXHAUSTED when this process cannot open one more file. Looking
+// for devices opens sysfs, and rdma-core reports a failure there as "no
+// devices" (ENOSYS), so a process out of descriptors would be told that the
+// machine has no RDMA device.
+Status OutOfDescriptors() {
+  const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    close(fd);
+    return Status();
+  }
+  const int error = errno;
+  if (error != EMFILE && error != ENFILE) return Status();
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  return Status(
+      StatusCode::kResourceExhausted,
+      std::string("cannot look for RDMA devices: ") + std::strerror(error) +
+          (error == EMFILE
+               ? " (this process's limit is " + std::to_string(limit.rlim_cur) +
+                     " open files; raise it with ulimit -n)"
+               : " (the system's file table is full)"));
+}
+
+}  // namespace
+
 Status CheckRdmaAvailable() {
   int count = 0;
   ibv_device** devices = ibv_get_device_list(&count);
   if (devices == nullptr || count == 0) {
     if (devices != nullptr) ibv_free_device_list(devices);
+    if (Status exhausted = OutOfDescriptors(); !exhausted.ok()) {
+      return exhausted;
+    }
     return Status(StatusCode::kFailedPrecondition,
                   "no RDMA device found (no RDMA NIC, or its driver or "
                   "rdma_rxe is not loaded; ibv_devices lists none)");
@@ -68,7 +99,13 @@ Status CheckRdmaAvailable() {
   bool usable = false;
   for (int i = 0; i < count && !usable; ++i) {
     ibv_context* context = ibv_open_device(devices[i]);
-    if (context == nullptr) continue;
+    if (context == nullptr) {
+      if (Status exhausted = OutOfDescriptors(); !exhausted.ok()) {
+        ibv_free_device_list(devices);
+        return exhausted;
+      }
+      continue;
+    }
     ibv_device_attr device{};
     if (ibv_query_device(context, &device) == 0) {
       for (uint8_t port = 1; port <= device.phys_port_cnt; ++port) {
