@@ -6,6 +6,9 @@
 //   rpc call URI SERVICE/METHOD 'TEXT'     one call; TEXT is the request in
 //                                          protobuf text format
 //   rpc stats URI                          per-method and per-connection table
+//   rpc devices                            this host's RDMA devices: limits,
+//                                          ports, GIDs (for ?device= and
+//                                          gid choices), as ibv_devinfo -v
 // Options: --timeout MS (default 30000).
 //
 // Exit status: 0 on success; a failed call exits with its status code (5 for
@@ -30,6 +33,7 @@
 #include "examples/common/flags.h"
 #include "proto/introspection.rdmarpc.h"
 #include "rpc/channel.h"
+#include "transport/rdma/device_info.h"
 
 namespace rdmarpc {
 namespace {
@@ -45,6 +49,7 @@ int Usage() {
                "       rpc describe URI SERVICE\n"
                "       rpc call URI SERVICE/METHOD 'TEXT-FORMAT REQUEST'\n"
                "       rpc stats URI\n"
+               "       rpc devices\n"
                "options: --timeout MS (default 30000)\n");
   return kUsage;
 }
@@ -269,6 +274,13 @@ int Stats(Client& client) {
   return 0;
 }
 
+int Devices() {
+  const auto devices = transport::rdma::ListDevices();
+  if (!devices.ok()) return Fail(devices.status());
+  std::fputs(transport::rdma::FormatDevices(*devices).c_str(), stdout);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   // Connection chatter would mix with the output: warnings only, unless
   // RDMARPC_LOG asks for more.
@@ -277,6 +289,7 @@ int Main(int argc, char** argv) {
   }
   const examples::Flags flags(argc, argv);
   const auto& args = flags.positional();
+  if (args.size() == 1 && args[0] == "devices") return Devices();
   if (args.size() < 2) return Usage();
   const std::string& command = args[0];
   Client client(args[1],

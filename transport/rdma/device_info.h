@@ -1,0 +1,57 @@
+// What this host's RDMA devices are and can do: what `tools/rpc devices`
+// prints, as `ibv_devinfo -v` or `ucx_info -d` would, for choosing a device,
+// port and GID index and for sizing queues against the device's limits.
+#ifndef RDMARPC_TRANSPORT_RDMA_DEVICE_INFO_H_
+#define RDMARPC_TRANSPORT_RDMA_DEVICE_INFO_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status_or.h"
+
+namespace rdmarpc::transport::rdma {
+
+struct GidInfo {
+  uint32_t index = 0;
+  std::string gid;     // As an IPv6 address: "::ffff:10.0.0.1" for RoCEv2.
+  std::string type;    // "IB", "RoCE v1" or "RoCE v2".
+  std::string netdev;  // The network interface it belongs to, if any.
+};
+
+struct PortInfo {
+  uint32_t number = 0;
+  std::string state;          // "ACTIVE", "DOWN", ...
+  std::string link_layer;     // "Ethernet" (RoCE) or "InfiniBand".
+  uint32_t active_mtu = 0;    // Bytes.
+  std::vector<GidInfo> gids;  // The valid entries of its GID table.
+};
+
+struct DeviceInfo {
+  std::string name;  // "rxe0", "mlx5_0".
+  std::string node_guid;
+  std::string firmware;
+  // Limits (ibv_device_attr).
+  uint32_t max_qp = 0;
+  uint32_t max_qp_wr = 0;
+  uint32_t max_sge = 0;
+  uint32_t max_cq = 0;
+  uint32_t max_cqe = 0;
+  uint32_t max_mr = 0;
+  uint64_t max_mr_size = 0;
+  uint32_t max_srq = 0;
+  uint32_t max_srq_wr = 0;
+  uint32_t max_mw = 0;
+  std::vector<PortInfo> ports;
+};
+
+// Every device and port; the reason (CheckRdmaAvailable's) when there is
+// none or they cannot be opened.
+StatusOr<std::vector<DeviceInfo>> ListDevices();
+
+// A human-readable listing, one block per device.
+std::string FormatDevices(const std::vector<DeviceInfo>& devices);
+
+}  // namespace rdmarpc::transport::rdma
+
+#endif  // RDMARPC_TRANSPORT_RDMA_DEVICE_INFO_H_
