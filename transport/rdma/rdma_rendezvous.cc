@@ -112,7 +112,8 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
       pd_.get(), transfer.block.data(), std::max<size_t>(length, 1),
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!transfer.region) {
-    return CloseNow(ErrnoStatus("ibv_reg_mr (grant)", errno));
+    return CloseNow(RegistrationFailed("ibv_reg_mr (grant)",
+                                       std::max<size_t>(length, 1), errno));
   }
   transfer.charge = GrantCharge(transfer.region->length);
   transfer.granted = true;
@@ -186,10 +187,10 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
     if (!registration) continue;  // Staged: copied through the bounce pool.
     source.lkey = registrations_->Lkey(*registration);
     if (!source.lkey) {
-      Log().warn(
-          "{}: ibv_reg_mr of a {}-byte registration failed ({}); "
-          "copying its payload instead",
-          peer_, registration->size(), std::strerror(errno));
+      Log().warn("{}: {}; copying its payload instead", peer_,
+                 RegistrationFailed("ibv_reg_mr of a registration",
+                                    registration->size(), errno)
+                     .message());
       continue;
     }
     transfer.pins.push_back(std::move(registration));

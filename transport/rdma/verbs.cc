@@ -1,7 +1,9 @@
 #include "transport/rdma/verbs.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -46,13 +48,39 @@ Status ErrnoStatus(std::string_view what, int error) {
                 std::string(what) + ": " + std::strerror(error));
 }
 
+namespace {
+bool CanLockAnyMemory() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))) != 0;
+}
+}  // namespace
+
+Status RegistrationFailed(std::string_view what, size_t length, int error) {
+  rlimit limit{};
+  if ((error != ENOMEM && error != EAGAIN && error != EPERM) ||
+      CanLockAnyMemory() || getrlimit(RLIMIT_MEMLOCK, &limit) != 0 ||
+      limit.rlim_cur == RLIM_INFINITY) {
+    return ErrnoStatus(what, error);
+  }
+  return Status(
+      StatusCode::kResourceExhausted,
+      std::string(what) + ": " + std::strerror(error) + " registering " +
+          std::to_string(length) + " bytes: this process may lock " +
+          std::to_string(limit.rlim_cur) + " bytes (RLIMIT_MEMLOCK) and has " +
+          std::to_string(LiveRegisteredBytes()) +
+          " registered; raise `ulimit -l` (limits.conf memlock, systemd "
+          "LimitMEMLOCK) or give it CAP_IPC_LOCK");
+}
+
 StatusOr<RegisteredMemory> RegisteredMemory::Allocate(ibv_pd* pd, size_t size,
                                                       int access) {
   RegisteredMemory memory;
   memory.memory_.reset(new std::byte[size]);
   memory.size_ = size;
   memory.mr_ = RegisterRegion(pd, memory.memory_.get(), size, access);
-  if (!memory.mr_) return ErrnoStatus("ibv_reg_mr", errno);
+  if (!memory.mr_) return RegistrationFailed("ibv_reg_mr", size, errno);
   return memory;
 }
 

@@ -69,6 +69,12 @@ uint64_t LiveRegisteredBytes();
 // "WHAT: strerror(errno)" as UNAVAILABLE.
 Status ErrnoStatus(std::string_view what, int error);
 
+// Why registering `length` bytes failed with `error`. When the cause is the
+// locked-memory limit (a process without CAP_IPC_LOCK may pin only
+// RLIMIT_MEMLOCK bytes: Debian's default is 8 MiB), RESOURCE_EXHAUSTED naming
+// the limit, what is registered, and how to raise it; else ErrnoStatus.
+Status RegistrationFailed(std::string_view what, size_t length, int error);
+
 // Owned, registered memory.
 class RegisteredMemory {
  public:
