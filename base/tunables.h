@@ -108,8 +108,30 @@ static_assert(kKeepaliveTimeout + kKeepaliveInterval <=
               "a dead peer is noticed within 10 s by default");
 
 // --- RDMA transport --------------------------------------------------------
-// Receives each side keeps posted: the peer's credits.
+// Receive credits. A connection's receives come from its completion group's
+// shared receive queue (transport/rdma/completion_group.h): a peer starts
+// with kRdmaInitialCredits of them reserved for it, and is lent more, up to
+// kRdmaReceiveDepth, while it keeps them busy and the pool has buffers to
+// spare. An idle connection therefore pins kRdmaInitialCredits receive
+// buffers, not kRdmaReceiveDepth.
 inline constexpr uint32_t kRdmaReceiveDepth = 64;
+inline constexpr uint32_t kRdmaInitialCredits = 4;
+// A completion group's receive pool (and its send-staging pool) grows by
+// chunks of this many buffers, registered at once.
+inline constexpr uint32_t kRdmaPoolChunkBuffers = 64;
+// A process that may lock (pin) less than kRdmaSmallPinnedBudget bytes
+// (RLIMIT_MEMLOCK without CAP_IPC_LOCK: Debian's default is 8 MiB) receives
+// into buffers of kRdmaSmallReceiveBufferSize: an idle connection then pins
+// 16 KiB, not 64 KiB, and frames over 4 KiB travel by rendezvous.
+inline constexpr uint64_t kRdmaSmallPinnedBudget = 64ull << 20;
+inline constexpr uint32_t kRdmaSmallReceiveBufferSize = 4096;
+// Connections whose QPs share one CQ, one completion channel and one shared
+// receive queue; a loop with more connections opens another group. The CQ
+// holds every completion its QPs can produce at once (each QP's whole send
+// queue, flushed when the link dies, plus every posted shared receive), so
+// this also bounds its size: 128 * (128 + 64) + slack = 24,640 entries,
+// under rxe's 32,767 and any hardware device's limit.
+inline constexpr uint32_t kRdmaConnectionsPerGroup = 128;
 // Frames up to this size (prefix included) travel as one SEND; larger ones
 // by rendezvous and RDMA WRITE WITH IMMEDIATE.
 inline constexpr uint32_t kRdmaReceiveBufferSize = 16 * 1024;
@@ -118,8 +140,6 @@ inline constexpr uint32_t kRdmaSendDepth = 128;
 // Selective signaling: every Nth send is signaled; its completion frees the
 // slots of all sends before it (RC completes a send queue in order).
 inline constexpr uint32_t kRdmaSignalEvery = 32;
-// Receives are re-posted in chains of this many.
-inline constexpr uint32_t kRdmaRepostBatch = 8;
 // Busy and hybrid polling: empty CQ polls between trips through the event
 // loop. A trip (the scheduler's locks and a non-blocking epoll_wait, so
 // timers and other handlers run) costs far more than an empty poll, and adds
@@ -173,10 +193,22 @@ inline constexpr uint32_t kRdmaMaxWriteSize = 1u << 30;
 
 static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
               "credits travel in a u16; one is held back for CREDIT");
+static_assert(kRdmaInitialCredits >= 2 &&
+                  kRdmaInitialCredits <= kRdmaReceiveDepth,
+              "a peer needs one credit to send with and one held back for "
+              "CREDIT");
+static_assert(kRdmaSmallReceiveBufferSize >= kFramePrefixSize + 64 &&
+                  kRdmaSmallReceiveBufferSize <= kRdmaReceiveBufferSize,
+              "a small receive buffer still holds any control message");
+static_assert(kRdmaPoolChunkBuffers >= kRdmaReceiveDepth,
+              "one chunk holds any single connection's receives");
+static_assert(kRdmaConnectionsPerGroup *
+                          (uint64_t{kRdmaSendDepth} + kRdmaReceiveDepth) +
+                      kRdmaPoolChunkBuffers <
+                  32767,
+              "a group's CQ fits rxe's largest (32,767 entries)");
 static_assert(kRdmaBusyPollsPerYield >= 1 && kRdmaBusyPollsPerYield <= 4096,
               "a busy loop must still yield to timers and other handlers");
-static_assert(kRdmaRepostBatch <= kRdmaReceiveDepth / 4,
-              "batched re-posts must not starve the peer of credits");
 static_assert(kRdmaSignalEvery <= kRdmaSendDepth / 2,
               "every window of the send queue must hold a signaled send");
 static_assert(kRdmaMaxInline >= kFramePrefixSize &&

@@ -165,6 +165,8 @@ ServerMetrics GetMetrics(const Server& server) {
     out->set_rnr_errors(s.rnr_errors);
     out->set_cq_events(s.cq_events);
     out->set_cq_polls(s.cq_polls);
+    out->set_credits_lent(s.credits_lent);
+    out->set_credits_withheld(s.credits_withheld);
   });
   return metrics;
 }

@@ -36,6 +36,7 @@
 #include "rpc/wire_codec.h"
 #include "tests/test_support.h"
 #include "transport/frame.h"
+#include "transport/rdma/completion_group.h"
 #include "transport/rdma/protocol.h"
 #include "transport/rdma/verbs.h"
 
@@ -170,6 +171,7 @@ class HostilePeer {
 
     ConnParams local;
     local.receive_depth = kReceiveDepth;
+    local.initial_credits = kReceiveDepth;  // Every receive is posted.
     local.receive_buffer_size = kBufferSize;
     rdma_conn_param param{};
     param.private_data = &local;
@@ -185,8 +187,9 @@ class HostilePeer {
     established_ = true;
     REQUIRE(server_params_.magic == transport::rdma::kConnMagic);
     REQUIRE(server_params_.version == transport::rdma::kConnVersion);
-    REQUIRE(server_params_.receive_depth >= 2);
-    credits_ = server_params_.receive_depth;
+    REQUIRE(server_params_.initial_credits >= 2);
+    REQUIRE(server_params_.initial_credits <= server_params_.receive_depth);
+    credits_ = server_params_.initial_credits;
 
     const sockaddr* self = rdma_get_local_addr(id_.get());
     REQUIRE(self->sa_family == AF_INET);
@@ -203,7 +206,7 @@ class HostilePeer {
 
   // SENDs `bytes` as they are, well formed or not; the SEND's completion.
   std::string PostSend(std::span<const std::byte> bytes) {
-    REQUIRE(bytes.size() <= kBufferSize);
+    REQUIRE(bytes.size() <= server_params_.receive_buffer_size);
     std::memcpy(send_buffer_->bytes.data(), bytes.data(), bytes.size());
     ibv_sge sge{send_buffer_->addr(), static_cast<uint32_t>(bytes.size()),
                 send_buffer_->mr->lkey};
@@ -282,6 +285,45 @@ class HostilePeer {
     return *control;
   }
 
+  // `count` CREDIT messages (returning nothing) as one chain of SENDs,
+  // whatever this peer's credits; the last one's completion.
+  std::string SendBurst(uint32_t count) {
+    REQUIRE(count <= kSendDepth);
+    ControlMessage credit;
+    credit.kind = ControlKind::kCredit;
+    const auto prefix =
+        EncodeFramePrefix({FrameType::kControl, 0, sizeof(ControlMessage), 0});
+    Bytes message(prefix.begin(), prefix.end());
+    const auto body = AsBytes(credit);
+    message.insert(message.end(), body.begin(), body.end());
+    std::memcpy(send_buffer_->bytes.data(), message.data(), message.size());
+    ibv_sge sge{send_buffer_->addr(), static_cast<uint32_t>(message.size()),
+                send_buffer_->mr->lkey};
+    std::vector<ibv_send_wr> wrs(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      wrs[i].opcode = IBV_WR_SEND;
+      wrs[i].sg_list = &sge;
+      wrs[i].num_sge = 1;
+      wrs[i].next = i + 1 < count ? &wrs[i + 1] : nullptr;
+    }
+    // Only the last is signaled and waited for.
+    wrs.back().next = nullptr;
+    ibv_send_wr last = wrs.back();
+    wrs.pop_back();
+    if (!wrs.empty()) {
+      wrs.back().next = nullptr;
+      ibv_send_wr* bad = nullptr;
+      const int error = ibv_post_send(id_->qp, wrs.data(), &bad);
+      if (error != 0) return std::string("ibv_post_send: ") + strerror(error);
+    }
+    return PostAndWait(last, sge);
+  }
+
+  bool disconnected() {
+    Poll();
+    return disconnected_;
+  }
+
   // RDMA WRITE of `data` to the server's addr/rkey; its completion.
   std::string Write(uint64_t addr, uint32_t rkey,
                     std::span<const std::byte> data) {
@@ -330,12 +372,15 @@ class HostilePeer {
   }
 
  private:
-  static constexpr uint32_t kSendDepth = 16;
+  static constexpr uint32_t kSendDepth = 128;
   static constexpr uint64_t kRecvFlag = uint64_t{1} << 63;
 
-  // Every attack stays within its credits: the server always has a receive
-  // posted for what this peer sends, so nothing here is an RNR.
+  // Every attack but one stays within its credits: the server always has a
+  // receive posted for what this peer sends, so nothing here is an RNR. The
+  // one (OverrunCredits) sends beyond them, into receives the server's
+  // shared queue holds for its other peers.
   void TakeCredit() {
+    if (overrun_) return;
     REQUIRE(credits_ >= 1);
     --credits_;
   }
@@ -482,6 +527,7 @@ class HostilePeer {
   uint32_t receive_errors_ = 0;
   std::string first_receive_error_;
   int64_t credits_ = 0;    // Receives the server has posted for this peer.
+  bool overrun_ = false;   // Send beyond them (OverrunCredits).
   uint32_t reposted_ = 0;  // Receives re-posted, not yet returned as credits.
 };
 
@@ -508,7 +554,14 @@ struct Fixture {
     ExpectEcho("before the attack");
     REQUIRE(WaitFor([&] { return server.stats().connections == 1; }, kWait));
     protocol_errors_before = server.stats().protocol_errors;
-    registered_before = transport::rdma::LiveRegisteredBytes();
+    registered_before = ConnectionBytes();
+  }
+
+  // Bytes registered now, but for the shared pools (which a connection may
+  // grow, and which outlive it).
+  static uint64_t ConnectionBytes() {
+    return transport::rdma::LiveRegisteredBytes() -
+           transport::rdma::PooledRegisteredBytes();
   }
 
   void ExpectEcho(const std::string& text) {
@@ -559,14 +612,12 @@ struct Fixture {
     if (protocol_error) {
       CHECK(stats.protocol_errors == protocol_errors_before + 1);
     }
-    CHECK(WaitFor(
-        [&] {
-          return transport::rdma::LiveRegisteredBytes() == registered_before;
-        },
-        kWait));
-    INFO("registered bytes " << transport::rdma::LiveRegisteredBytes()
-                             << " (before: " << registered_before << ")");
-    CHECK(transport::rdma::LiveRegisteredBytes() == registered_before);
+    CHECK(
+        WaitFor([&] { return ConnectionBytes() == registered_before; }, kWait));
+    INFO("registered bytes " << ConnectionBytes()
+                             << " (before: " << registered_before << "), pools "
+                             << transport::rdma::PooledRegisteredBytes());
+    CHECK(ConnectionBytes() == registered_before);
     // (c) Still serving others, on the same connection as before.
     ExpectEcho("after the attack from " + peer.name());
     CHECK(channel->stats().connects == 1);
@@ -746,6 +797,25 @@ TEST_CASE("hostile: more credits returned than the server ever used") {
   INFO("the SEND: " << sent);
   CHECK((sent == kSuccess || sent == kClosedFirst));
   fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true, "credit");
+}
+
+// The server's receives are a queue shared by all its peers: a peer that
+// sends beyond the credits it was lent takes receives held for others. The
+// server closes it at the first such message.
+TEST_CASE("hostile: SENDs beyond the credits it was lent") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  // Bursts of twice the most a peer is ever lent: the server would have to
+  // return credits faster than the messages arrive for one not to overrun.
+  std::string last;
+  for (int burst = 0; burst < 20 && !peer.disconnected(); ++burst) {
+    last = peer.SendBurst(2 * tunables::kRdmaReceiveDepth);
+  }
+  INFO("the last burst's SEND: " << last);
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
+                               "no credit left");
 }
 
 TEST_CASE("hostile: a SEND with bad magic bytes") {

@@ -1,19 +1,28 @@
-// A process without CAP_IPC_LOCK may pin only RLIMIT_MEMLOCK bytes (8 MiB by
-// Debian's default), and each RDMA connection still pins MiBs: when a
-// registration fails for that, the error names the limit and how to raise it
-// instead of a bare "Cannot allocate memory". Needs a device, and a process
-// started the way a non-root server is (the capability must be gone before
-// it opens the device: verbs refuse a file opened under other credentials):
-// tools/softroce/suite runs it under `setpriv --bounding-set -ipc_lock` and
-// `prlimit --memlock=8388608`.
-#include <linux/capability.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
+// A server as deployments run it: a user without CAP_IPC_LOCK, under
+// Debian's default locked-memory limit (RLIMIT_MEMLOCK, 8 MiB), which is all
+// the memory it may register (pin) for RDMA. Its connections share their
+// receive and send pools (transport/rdma/completion_group.h), so it holds
+// hundreds of them; past the limit it refuses the next one, says why in its
+// log (naming the limit and how to raise it), and keeps serving the others.
+//
+// The server is tests/test_server, run by this test as `nobody` under
+// `prlimit --memlock=8388608`; the clients are this process. What the
+// server pins is read from the kernel (/proc/PID/status VmPin). Needs a
+// device and root (to start the server as another user): tools/test runs it
+// in the Soft-RoCE VM.
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/test_support.h"
@@ -21,43 +30,145 @@
 namespace rdmarpc::testing {
 namespace {
 
+using namespace std::chrono_literals;
 constexpr rpc::MethodRef kEcho("test.Test", "Echo");
+constexpr uint64_t kLimit = 8ull << 20;
 
-bool HasIpcLock() {
-  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2] = {};
-  REQUIRE(syscall(SYS_capget, &header, data) == 0);
-  return (data[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))) != 0;
+// A field of /proc/PID/status ("VmPin", "Threads"), in its own unit.
+long long StatusField(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::atoll(line.c_str() + field.size() + 1);
+    }
+  }
+  return -1;
 }
 
-TEST_CASE("memlock: a registration over the limit names it") {
-  REQUIRE(OverRdma());
-  REQUIRE_FALSE(HasIpcLock());
-  rlimit limit{};
-  REQUIRE(getrlimit(RLIMIT_MEMLOCK, &limit) == 0);
-  REQUIRE(limit.rlim_cur <= 64ull << 20);
-  TestServer server;
-  // Each connection pins its rings on both ends, both in this process: the
-  // limit is reached within a few.
-  std::vector<std::unique_ptr<rpc::Channel>> channels;
-  Status failed;
-  int connected = 0;
-  for (int i = 0; i < 32 && failed.ok(); ++i) {
-    channels.push_back(std::make_unique<rpc::Channel>(server.uri));
-    failed = CallSync(*channels.back(), kEcho, "hi").status;
-    if (failed.ok()) ++connected;
+long long OpenFiles(pid_t pid) {
+  long long count = 0;
+  std::error_code error;
+  for (auto it = std::filesystem::directory_iterator(
+           "/proc/" + std::to_string(pid) + "/fd", error);
+       !error && it != std::filesystem::directory_iterator(); ++it) {
+    ++count;
   }
-  INFO(connected << " connections, then: " << failed.ToString());
-  REQUIRE_FALSE(failed.ok());
-  CHECK(connected >= 1);
-  CHECK(failed.message().find("RLIMIT_MEMLOCK") != std::string::npos);
-  CHECK(failed.message().find("may lock " + std::to_string(limit.rlim_cur)) !=
-        std::string::npos);
-  CHECK(failed.message().find("ulimit -l") != std::string::npos);
-  CHECK(failed.message().find("CAP_IPC_LOCK") != std::string::npos);
-  // The connections made before the limit still work.
-  channels.pop_back();
-  CHECK(CallSync(*channels.front(), kEcho, "still").status.ok());
+  return count;
+}
+
+// tests/test_server as `nobody`, without capabilities, under kLimit.
+class LimitedServer {
+ public:
+  LimitedServer() {
+    REQUIRE(geteuid() == 0);
+    char dir_template[] = "/tmp/memlock_test.XXXXXX";
+    REQUIRE(mkdtemp(dir_template) != nullptr);
+    dir_ = dir_template;
+    REQUIRE(chmod(dir_.c_str(), 0755) == 0);
+    // A copy nobody can read (the build tree may be under /root).
+    const auto self = std::filesystem::read_symlink("/proc/self/exe");
+    const std::string binary = dir_ + "/test_server";
+    std::filesystem::copy_file(self.parent_path() / "test_server", binary);
+    REQUIRE(chmod(binary.c_str(), 0755) == 0);
+    const std::string ip = RequireEnv("RXE_IP");
+    const std::string command =
+        "RDMARPC_LOG=info setpriv --reuid=nobody --regid=nogroup "
+        "--clear-groups --inh-caps=-all prlimit --memlock=" +
+        std::to_string(kLimit) + ":" + std::to_string(kLimit) + " " + binary +
+        " --uri rdma://" + ip + ":0 --control tcp://127.0.0.1:0 > " + dir_ +
+        "/log 2>&1 & echo $! > " + dir_ + "/pid";
+    REQUIRE(std::system(command.c_str()) == 0);
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (uri.empty() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(50ms);
+      std::ifstream log(dir_ + "/log");
+      for (std::string line; std::getline(log, line);) {
+        if (line.rfind("uri ", 0) == 0) uri = line.substr(4);
+      }
+    }
+    INFO(Log());
+    REQUIRE(!uri.empty());
+    std::ifstream(dir_ + "/pid") >> pid;
+    REQUIRE(pid > 0);
+    // The server, not the shell or setpriv, once it has exec'd.
+    REQUIRE(StatusField(pid, "CapEff") == 0);
+  }
+  ~LimitedServer() {
+    if (pid > 0) kill(pid, SIGKILL);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  std::string Log() const {
+    std::ifstream log(dir_ + "/log");
+    std::stringstream text;
+    text << log.rdbuf();
+    return text.str();
+  }
+
+  std::string uri;
+  pid_t pid = 0;
+
+ private:
+  std::string dir_;
+};
+
+TEST_CASE("memlock: a server without CAP_IPC_LOCK under 8 MiB") {
+  REQUIRE(OverRdma());
+  LimitedServer server;
+  REQUIRE(StatusField(server.pid, "VmPin") == 0);
+  const long long files_before = OpenFiles(server.pid);
+  const long long threads_before = StatusField(server.pid, "Threads");
+
+  // 256 connections, each with a call answered.
+  constexpr int kHeld = 256;
+  std::vector<std::unique_ptr<rpc::Channel>> channels;
+  for (int i = 0; i < kHeld; ++i) {
+    channels.push_back(std::make_unique<rpc::Channel>(server.uri));
+    const CallResult result = CallSync(*channels.back(), kEcho, "hi");
+    INFO("connection " << i << ": " << result.status.ToString() << "\n"
+                       << server.Log());
+    REQUIRE(result.status.ok());
+  }
+  const long long pinned_kib = StatusField(server.pid, "VmPin");
+  const long long files = OpenFiles(server.pid) - files_before;
+  const long long threads = StatusField(server.pid, "Threads") - threads_before;
+  std::printf(
+      "memlock: a server as nobody under an 8 MiB limit holds %d connections: "
+      "%lld KiB pinned (%.1f KiB each), %lld more open files, %lld more "
+      "threads\n",
+      kHeld, pinned_kib, double(pinned_kib) / kHeld, files, threads);
+  CHECK(pinned_kib * 1024 <= static_cast<long long>(kLimit));
+  CHECK(pinned_kib <= kHeld * 64);  // At most 64 KiB per idle connection.
+
+  SECTION("past the limit: refused, the limit named, the others served") {
+    Status refused;
+    int more = 0;
+    while (more < 4000 && refused.ok()) {
+      channels.push_back(std::make_unique<rpc::Channel>(server.uri));
+      refused = CallSync(*channels.back(), kEcho, "hi").status;
+      if (refused.ok()) ++more;
+    }
+    INFO(kHeld + more << " connections, then: " << refused.ToString());
+    std::printf("memlock: refused after %d connections (%lld KiB pinned)\n",
+                kHeld + more, StatusField(server.pid, "VmPin"));
+    REQUIRE_FALSE(refused.ok());
+    // The call fails as any call whose connection cannot be made does
+    // (UNAVAILABLE: another server may take it), saying why.
+    CHECK(refused.code() == StatusCode::kUnavailable);
+    CHECK(refused.message().find("refused: the server cannot register "
+                                 "memory") != std::string::npos);
+    // The server's log says why, and what to do.
+    const std::string log = server.Log();
+    INFO(log.substr(log.size() > 4000 ? log.size() - 4000 : 0));
+    CHECK(log.find("RLIMIT_MEMLOCK") != std::string::npos);
+    CHECK(log.find("may lock " + std::to_string(kLimit)) != std::string::npos);
+    CHECK(log.find("ulimit -l") != std::string::npos);
+    CHECK(log.find("CAP_IPC_LOCK") != std::string::npos);
+    // The connections it holds still work, the first and the last.
+    channels.pop_back();
+    CHECK(CallSync(*channels.front(), kEcho, "still").status.ok());
+    CHECK(CallSync(*channels.back(), kEcho, "still").status.ok());
+  }
 }
 
 }  // namespace

@@ -215,6 +215,16 @@ TEST_CASE("version: RDMA connection parameters are checked, version first",
     std::memcpy(bytes.data(), &shallow, sizeof(shallow));
     CHECK(Has(CheckConnParams(bytes).status().message(), "receive depth 1"));
   }
+  SECTION("initial credits beyond the depth, or too few to send with") {
+    for (const uint16_t initial :
+         {uint16_t{1}, static_cast<uint16_t>(ours.receive_depth + 1)}) {
+      ConnParams odd = ours;
+      odd.initial_credits = initial;
+      std::memcpy(bytes.data(), &odd, sizeof(odd));
+      CHECK(Has(CheckConnParams(bytes).status().message(),
+                "initial credits " + std::to_string(initial)));
+    }
+  }
 }
 
 struct CmChannelDeleter {

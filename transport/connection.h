@@ -171,9 +171,15 @@ struct ConnectionStats {
   std::atomic<uint64_t> registrations{0};
   std::atomic<uint64_t> credit_stalls{0};    // Flushes held back by credits.
   std::atomic<uint64_t> credit_messages{0};  // Explicit CREDIT messages sent.
+  // Receive credits lent the peer beyond its initial ones (it was busy), and
+  // kept back from it (the shared receive pool was short).
+  std::atomic<uint64_t> credits_lent{0};
+  std::atomic<uint64_t> credits_withheld{0};
   std::atomic<uint64_t> rnr_errors{0};
-  std::atomic<uint64_t> cq_events{0};  // Completion-channel wake-ups.
-  std::atomic<uint64_t> cq_polls{0};   // ibv_poll_cq calls.
+  // Completion-channel wake-ups, and batches of completions drained, that
+  // had completions of this connection's.
+  std::atomic<uint64_t> cq_events{0};
+  std::atomic<uint64_t> cq_polls{0};
 };
 
 class ConnectionObserver {

@@ -42,13 +42,15 @@ StatusOr<ConnParams> CheckConnParams(std::span<const std::byte> private_data) {
                       std::to_string(private_data.size()) + " bytes)");
   }
   std::memcpy(&params, private_data.data(), sizeof(params));
-  if (params.receive_depth < 2 ||
+  if (params.receive_depth < 2 || params.initial_credits < 2 ||
+      params.initial_credits > params.receive_depth ||
       params.receive_buffer_size < tunables::kFramePrefixSize + 64) {
-    return Status(StatusCode::kUnavailable,
-                  "unusable rdmarpc connection parameters (receive depth " +
-                      std::to_string(params.receive_depth) +
-                      ", receive buffers of " +
-                      std::to_string(params.receive_buffer_size) + " bytes)");
+    return Status(
+        StatusCode::kUnavailable,
+        "unusable rdmarpc connection parameters (receive depth " +
+            std::to_string(params.receive_depth) + ", initial credits " +
+            std::to_string(params.initial_credits) + ", receive buffers of " +
+            std::to_string(params.receive_buffer_size) + " bytes)");
   }
   return params;
 }

@@ -7,11 +7,21 @@
 // `magic` and `version` open ConnParams in every version.
 //
 // Every message a side SENDs is a frame whose prefix's credits field
-// (transport/frame.h) carries `credits`: receive buffers the sender has
-// re-posted since its last message. A side may SEND only while it holds a
-// credit (the peer has a receive posted for it), so the receiver never runs
-// out of receives and RNR never happens; one credit is held back for a
-// CREDIT message, so credits can always flow back.
+// (transport/frame.h) carries `credits`: receives the sender lends the peer
+// anew since its last message. A side may SEND (or WRITE WITH IMMEDIATE)
+// only while it holds a credit, so the receiver never runs out of receives
+// and RNR never happens; one credit is held back for a CREDIT message, so
+// credits can always flow back.
+//
+// The receiver's receives are buffers posted to a shared receive queue
+// (completion_group.h) that many connections draw from: the credits it has
+// lent all its peers never exceed the buffers posted there. A peer starts
+// with `initial_credits`; each message it sends uses one, which the receiver
+// returns once the buffer is re-posted, returns with one more while the peer
+// keeps most of its credits in use and the pool has buffers to spare (never
+// past `receive_depth`), or keeps (one fewer) while the pool is short and
+// the peer holds more than it started with. A message beyond the peer's
+// credits is a protocol error that closes its connection.
 //
 // Frames up to the receive buffer size travel as one SEND (inline when they
 // fit max_inline_data). A larger frame travels by rendezvous:
@@ -56,18 +66,24 @@
 namespace rdmarpc::transport::rdma {
 
 inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
-inline constexpr uint16_t kConnVersion = 2;
+// 3: receives come from a shared receive queue; a peer starts with
+// initial_credits and may be lent up to receive_depth.
+inline constexpr uint16_t kConnVersion = 3;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
   uint32_t magic = kConnMagic;
   uint16_t version = kConnVersion;
-  uint16_t receive_depth = 0;        // Receives posted: the peer's credits.
+  // The most credits the peer may ever hold (a credit return beyond it is a
+  // protocol error).
+  uint16_t receive_depth = 0;
   uint32_t receive_buffer_size = 0;  // Largest SEND the peer may post.
   // Transfers the peer may have under way to this side at once; zero means
   // one.
   uint16_t max_open_grants = 0;
-  uint16_t reserved = 0;
+  // Credits the peer holds once connected (receives reserved for it);
+  // between 2 and receive_depth.
+  uint16_t initial_credits = 0;
 };
 // ConnParams and ControlMessage travel in host byte order: both ends are
 // little-endian (the frame prefix is little-endian by definition).
@@ -79,9 +95,22 @@ static_assert(offsetof(ConnParams, version) == 4);
 inline ConnParams LocalConnParams() {
   ConnParams params;
   params.receive_depth = tunables::kRdmaReceiveDepth;
+  params.initial_credits = tunables::kRdmaInitialCredits;
   params.receive_buffer_size = tunables::kRdmaReceiveBufferSize;
   params.max_open_grants = tunables::kRdmaMaxOpenGrants;
   return params;
+}
+
+// A listener out of resources for another connection (it could not
+// register its share of memory) rejects it with these: its own version, and
+// no receives at all.
+inline ConnParams RefusalConnParams() {
+  ConnParams params;
+  return params;  // receive_depth and initial_credits 0.
+}
+inline bool IsRefusal(const ConnParams& params) {
+  return params.magic == kConnMagic && params.version == kConnVersion &&
+         params.receive_depth == 0 && params.initial_credits == 0;
 }
 
 inline uint32_t OpenGrantsAllowed(const ConnParams& params) {

@@ -50,7 +50,8 @@ void RdmaConnection::ForceQpErrorForTesting() {
 
 void RdmaConnection::OnDeviceEvent(const DeviceEvent& event) {
   if (torn_down_) return;
-  if (event.IsFatalFor(id_ ? id_->qp : nullptr, cq_.get())) {
+  if (event.IsFatalFor(id_ ? id_->qp : nullptr,
+                       group_ ? group_->cq() : nullptr)) {
     return CloseNow(Lost(event.Describe()));
   }
   if (event.type == IBV_EVENT_PORT_ACTIVE) {
@@ -83,27 +84,26 @@ Status RdmaConnection::Lost(std::string_view why) const {
 void RdmaConnection::ReleaseDevice() {
   // No async event may reach this connection once its QP is gone.
   device_events_.Reset();
-  // The completion channel's descriptor belongs to rdma-core, not to Asio.
-  if (cq_fd_.is_open()) cq_fd_.release();
   // No DMA may touch memory that is about to be freed: the QP goes first.
   if (id_ && id_->qp != nullptr) rdma_destroy_qp(id_.get());
-  // ibv_destroy_cq waits for every event taken from the channel to be acked.
-  if (cq_ && unacked_cq_events_ > 0) {
-    ibv_ack_cq_events(cq_.get(), unacked_cq_events_);
-    unacked_cq_events_ = 0;
-  }
-  // Then what is registered with the PD, the CQ, the PD, and the id.
+  // Then what this connection holds of the shared pools and registrations;
+  // the group and the domain go when their last connection does.
   outgoing_.clear();
   incoming_.clear();
   bounce_chunks_.clear();
   bounce_pool_.reset();
-  if (registrations_) registrations_->Clear();
-  send_ring_.reset();
-  receive_ring_.reset();
-  cq_.reset();
-  completion_channel_.reset();
-  pd_.reset();
+  if (group_) {
+    if (attached_) group_->Detach(qp_num_, this);
+    attached_ = false;
+    ReleaseStaging(UINT64_MAX);
+    group_->Unlend(lent_);
+    lent_ = 0;
+    group_->Leave();
+    group_.reset();
+  }
+  domain_.reset();
   device_hold_.Release();
+  if (id_ && cm_) cm_->Forget(id_.get());
   id_.reset();
 }
 
@@ -129,16 +129,11 @@ void RdmaConnection::CloseNow(const Status& reason) {
   }
   if (id_ && established_) rdma_disconnect(id_.get());
   if (auto done = std::move(on_established_)) done(reason);
-  boost::system::error_code ignored;
-  if (cq_fd_.is_open()) cq_fd_.cancel(ignored);
-  if (cm_fd_.is_open()) cm_fd_.cancel(ignored);
   NotifyClosed(std::move(observer_), reason, in_observer_,
                context_.get_executor());
   // The device's resources go as soon as this handler is done (its callers
   // may still look at them), not when the last holder of this object lets
-  // go: a device being removed waits for them, and the DEVICE_REMOVAL event
-  // of a connection already closed (its peer disconnected first) is never
-  // read.
+  // go: a device being removed waits for them.
   asio::post(context_, [self = shared_from_this()] { self->ReleaseDevice(); });
 }
 

@@ -13,8 +13,6 @@
 namespace rdmarpc::transport::rdma {
 
 namespace asio = boost::asio;
-using tunables::kRdmaReceiveBufferSize;
-using tunables::kRdmaReceiveDepth;
 using tunables::kRdmaSendDepth;
 
 namespace {
@@ -58,29 +56,21 @@ RdmaConnection::RdmaConnection(asio::io_context& context,
                                const TransportOptions& options)
     : context_(context),
       options_(options),
-      cm_fd_(context),
-      cq_fd_(context),
       close_timer_(context),
       keepalive_timer_(context),
       keepalive_(options.keepalive_interval, options.keepalive_timeout),
       port_down_timer_(context) {}
 
-RdmaConnection::~RdmaConnection() {
-  // The descriptor belongs to rdma-core, not to Asio.
-  if (cm_fd_.is_open()) cm_fd_.release();
-  ReleaseDevice();
-}
+RdmaConnection::~RdmaConnection() { ReleaseDevice(); }
 
 asio::any_io_executor RdmaConnection::executor() const {
   return context_.get_executor();
 }
 
 Status RdmaConnection::OpenEventChannel() {
-  events_.reset(rdma_create_event_channel());
-  if (!events_) return ErrnoStatus("rdma_create_event_channel", errno);
-  Status status = SetNonBlocking(events_->fd);
-  if (!status.ok()) return status;
-  cm_fd_.assign(events_->fd);
+  auto channel = CmChannel::For(context_);
+  if (!channel.ok()) return channel.status();
+  cm_ = std::move(*channel);
   return Status();
 }
 
@@ -95,11 +85,12 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
   asio::post(context, [self] {
     Status status = self->OpenEventChannel();
     rdma_cm_id* raw = nullptr;
-    if (status.ok() && rdma_create_id(self->events_.get(), &raw, self.get(),
-                                      RDMA_PS_TCP) != 0) {
+    if (status.ok() &&
+        rdma_create_id(self->cm_->get(), &raw, self.get(), RDMA_PS_TCP) != 0) {
       status = ErrnoStatus("rdma_create_id", errno);
     }
     self->id_.reset(raw);
+    if (raw != nullptr) self->cm_->Register(raw, self);
     rdma_addrinfo hints{};
     hints.ai_port_space = RDMA_PS_TCP;
     rdma_addrinfo* resolved = nullptr;
@@ -118,7 +109,6 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
     }
     if (resolved != nullptr) rdma_freeaddrinfo(resolved);
     if (!status.ok()) return self->Established(status);
-    self->WatchCm();
   });
   return self;
 }
@@ -134,30 +124,35 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
   asio::post(context, [self, shared_id] {
     Status status = self->OpenEventChannel();
     if (status.ok() &&
-        rdma_migrate_id(shared_id->get(), self->events_.get()) != 0) {
+        rdma_migrate_id(shared_id->get(), self->cm_->get()) != 0) {
       status = ErrnoStatus("rdma_migrate_id", errno);
     }
     self->id_ = std::move(*shared_id);
     if (status.ok()) {
+      self->cm_->Register(self->id_.get(), self);
       self->id_->context = self.get();
       status = self->CreateResources();
     }
     if (status.ok()) {
-      const ConnParams local = LocalConnParams();
+      ConnParams local = LocalConnParams();
+      local.receive_buffer_size = self->group_->receive_buffer_size();
       rdma_conn_param param = ConnParam(local, self->options_.rdma_retry_count);
       if (rdma_accept(self->id_.get(), &param) != 0) {
         status = ErrnoStatus("rdma_accept", errno);
       }
+    } else if (status.code() == StatusCode::kResourceExhausted && self->id_) {
+      // The peer learns why, not just that it was rejected.
+      const ConnParams refusal = RefusalConnParams();
+      rdma_reject(self->id_.get(), &refusal, sizeof(refusal));
     }
     if (!status.ok()) return self->Established(status);
-    self->WatchCm();
   });
   return self;
 }
 
 void RdmaConnection::AdoptPeerParams(const ConnParams& params) {
   peer_params_ = params;
-  credits_ = params.receive_depth;
+  credits_ = params.initial_credits;
   max_transfers_ =
       std::min(OpenGrantsAllowed(params), tunables::kRdmaMaxOpenGrants);
 }
@@ -188,73 +183,43 @@ Status RdmaConnection::CreateResources() {
     Log().debug("{}: cannot set the ACK timeout: {}", peer_,
                 std::strerror(errno));
   }
-  pd_.reset(ibv_alloc_pd(verbs));
-  if (!pd_) return ErrnoStatus("ibv_alloc_pd", errno);
-  registrations_.emplace(pd_.get());
-  completion_channel_.reset(ibv_create_comp_channel(verbs));
-  if (!completion_channel_)
-    return ErrnoStatus("ibv_create_comp_channel", errno);
-  Status status = SetNonBlocking(completion_channel_->fd);
-  if (!status.ok()) return status;
-  cq_.reset(ibv_create_cq(verbs, kRdmaReceiveDepth + kRdmaSendDepth + 16, this,
-                          completion_channel_.get(), 0));
-  if (!cq_) return ErrnoStatus("ibv_create_cq", errno);
-  if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
-    return ErrnoStatus("ibv_req_notify_cq", errno);
+  auto domain = DeviceDomain::For(verbs);
+  if (!domain.ok()) return domain.status();
+  domain_ = std::move(*domain);
+  auto group = CompletionGroup::Join(context_, domain_, options_);
+  if (!group.ok()) return group.status();
+  group_ = std::move(*group);
+  // The peer's initial credits: receives of the group's pool, reserved now.
+  if (Status reserved = group_->Reserve(tunables::kRdmaInitialCredits);
+      !reserved.ok()) {
+    return Status(reserved.code(), "no receive buffers for " + peer_ + ": " +
+                                       reserved.message());
   }
+  lent_ = peer_holds_ = tunables::kRdmaInitialCredits;
   ibv_qp_init_attr attr{};
-  attr.send_cq = cq_.get();
-  attr.recv_cq = cq_.get();
+  attr.send_cq = group_->cq();
+  attr.recv_cq = group_->cq();
+  attr.srq = group_->srq();
   attr.qp_type = IBV_QPT_RC;
   attr.cap.max_send_wr = kRdmaSendDepth;
-  attr.cap.max_recv_wr = kRdmaReceiveDepth;
   attr.cap.max_send_sge = tunables::kRdmaMaxSendSge;
-  attr.cap.max_recv_sge = 1;
   attr.cap.max_inline_data = tunables::kRdmaMaxInline;
-  if (rdma_create_qp(id_.get(), pd_.get(), &attr) != 0) {
+  if (rdma_create_qp(id_.get(), domain_->pd(), &attr) != 0) {
     attr.cap.max_inline_data = 0;  // The device may not inline at all.
-    if (rdma_create_qp(id_.get(), pd_.get(), &attr) != 0) {
+    if (rdma_create_qp(id_.get(), domain_->pd(), &attr) != 0) {
       return ErrnoStatus("rdma_create_qp", errno);
     }
   }
+  qp_num_ = id_->qp->qp_num;
+  group_->Attach(qp_num_, this);
+  attached_ = true;
   // A device may grant more than asked; the staging area holds what we asked.
   max_inline_ = std::min(attr.cap.max_inline_data, tunables::kRdmaMaxInline);
   inline_staging_.resize(size_t{kRdmaSendDepth} * max_inline_);
-
-  auto receive = RegisteredMemory::Allocate(
-      pd_.get(), size_t{kRdmaReceiveDepth} * kRdmaReceiveBufferSize,
-      IBV_ACCESS_LOCAL_WRITE);
-  if (!receive.ok()) return receive.status();
-  receive_ring_ = std::move(*receive);
-  auto send = RegisteredMemory::Allocate(
-      pd_.get(), size_t{kRdmaSendDepth} * kRdmaReceiveBufferSize,
-      IBV_ACCESS_LOCAL_WRITE);
-  if (!send.ok()) return send.status();
-  send_ring_ = std::move(*send);
   send_wrs_.resize(kRdmaSendDepth);
   send_sges_.resize(size_t{kRdmaSendDepth} * tunables::kRdmaMaxSendSge);
   send_wrs_.clear();
-
-  repost_wrs_.reserve(kRdmaReceiveDepth);
-  repost_sges_.reserve(kRdmaReceiveDepth);
-  for (uint32_t slot = 0; slot < kRdmaReceiveDepth; ++slot) Repost(slot);
-  FlushReposts();
-  credits_to_return_ = 0;  // The initial receives are the peer's credits.
-  cq_fd_.assign(completion_channel_->fd);
   return torn_down_ ? close_reason_ : Status();
-}
-
-void RdmaConnection::WatchCm() {
-  cm_fd_.async_wait(
-      asio::posix::stream_descriptor::wait_read,
-      [self = shared_from_this()](const boost::system::error_code& e) {
-        if (e || !self->events_) return;
-        rdma_cm_event* event = nullptr;
-        while (rdma_get_cm_event(self->events_.get(), &event) == 0) {
-          self->OnCmEvent(event);
-        }
-        if (!self->torn_down_) self->WatchCm();
-      });
 }
 
 void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
@@ -263,14 +228,22 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
   const int status = event->status;
   // The listener's parameters: with its accept, or with its reject.
   std::optional<StatusOr<ConnParams>> params;
+  bool refused = false;  // For lack of resources.
   if (!host_.empty() &&
       (type == RDMA_CM_EVENT_ESTABLISHED || type == RDMA_CM_EVENT_REJECTED)) {
-    params = CheckConnParams(
-        std::span(static_cast<const std::byte*>(event->param.conn.private_data),
-                  event->param.conn.private_data_len));
+    const std::span private_data(
+        static_cast<const std::byte*>(event->param.conn.private_data),
+        event->param.conn.private_data_len);
+    params = CheckConnParams(private_data);
+    ConnParams raw;
+    refused =
+        type == RDMA_CM_EVENT_REJECTED && private_data.size() >= sizeof(raw) &&
+        (std::memcpy(&raw, private_data.data(), sizeof(raw)), IsRefusal(raw));
   }
   rdma_ack_cm_event(event);
   const std::string what = rdma_event_str(type);
+  // Closed: only a device removal still matters (the id holds the device).
+  if (torn_down_ && type != RDMA_CM_EVENT_DEVICE_REMOVAL) return;
 
   switch (type) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -287,7 +260,8 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       }
       Status created = CreateResources();
       if (!created.ok()) return Established(created);
-      const ConnParams local = LocalConnParams();
+      ConnParams local = LocalConnParams();
+      local.receive_buffer_size = group_->receive_buffer_size();
       rdma_conn_param param = ConnParam(local, options_.rdma_retry_count);
       if (rdma_connect(id_.get(), &param) != 0) {
         Established(ErrnoStatus("rdma_connect " + peer_, errno));
@@ -324,6 +298,13 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
       return;
     default:  // REJECTED, UNREACHABLE, ADDR_ERROR, ROUTE_ERROR, ...
+      if (!established_ && refused) {
+        return Established(Status(
+            StatusCode::kResourceExhausted,
+            "connect to " + peer_ +
+                " refused: the server cannot register memory for another "
+                "connection (its log names the limit)"));
+      }
       if (!established_ && params &&
           params->status().code() == StatusCode::kUnimplemented) {
         // Rejected by rdmarpc of another version, which sent its own.
@@ -348,20 +329,27 @@ void RdmaConnection::Established(const Status& status) {
 }
 
 void RdmaConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
-  asio::post(
-      context_, [self = shared_from_this(), observer = std::move(observer)] {
-        if (self->torn_down_) {
-          observer->OnClose(self->close_reason_);
-          return;
-        }
-        self->observer_ = observer;
-        self->ArmKeepalive();
-        if (self->options_.poll_mode == PollMode::kBusy) {
-          self->PollLoop();
-        } else {
-          self->OnCqReady();  // Drains what arrived before Start, then waits.
-        }
-      });
+  asio::post(context_,
+             [self = shared_from_this(), observer = std::move(observer)] {
+               if (self->torn_down_) {
+                 observer->OnClose(self->close_reason_);
+                 return;
+               }
+               self->observer_ = observer;
+               self->started_ = true;
+               self->ArmKeepalive();
+               // What arrived before Start, in order.
+               auto early = std::move(self->early_);
+               for (auto& [wc, data] : early) {
+                 if (self->torn_down_) return;
+                 if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+                   self->OnWriteLanded(ntohl(wc.imm_data), wc.byte_len);
+                 } else {
+                   self->OnReceive(data.data(), wc.byte_len);
+                 }
+               }
+               if (!self->torn_down_) self->Flush();
+             });
 }
 
 void RdmaConnection::ArmKeepalive() {

@@ -1,21 +1,24 @@
 // A Connection over one reliable-connected queue pair (librdmacm + verbs).
 //
 // See protocol.h for the wire protocol (credits, rendezvous). Resources, all
-// RAII, per connection: its own rdma_cm event channel and id, a PD, a CQ with
-// a completion channel, one QP, a registered receive ring and a registered
-// send ring. Both channels' file descriptors are watched by the connection's
-// Asio executor, so completions, timers and sockets share one event loop.
+// RAII: per connection, its rdma_cm id and one QP; shared, its loop's
+// rdma_cm event channel (cm_channel.h), and (completion_group.h) the
+// device's PD and its loop's completion group: the CQ and completion channel
+// its completions arrive on, the shared receive queue its receives come from,
+// and the pool its sends are staged in. The group hands the connection its
+// completions on its Asio executor, so completions, timers and sockets share
+// one event loop.
 //
-// Receive: small frames are copied out of the receive ring (and the buffer
-// re-posted at once, so a slow handler never starves the peer of credits);
-// a large frame lands by WRITE WITH IMMEDIATE in a block granted for it and
-// is delivered without a copy.
-// Send: small frames are copied into the send ring (or, when they fit
-// inline, into a small staging area the device copies from) and posted as
-// one chain per flush (a single doorbell). Large frames are
+// Receive: small frames are copied out of the shared receive buffer (which
+// the group re-posts at once, so a slow handler never starves a peer of
+// credits); a large frame lands by WRITE WITH IMMEDIATE in a block granted
+// for it and is delivered without a copy.
+// Send: small frames are copied into a staging slot of the group's send pool
+// (or, when they fit inline, into a small area the device copies from) and
+// posted as one chain per flush (a single doorbell). Large frames are
 // written (write_plan.h) straight from the caller's memory when it lies in a
-// MemoryRegistration (its memory region cached per connection), and through
-// a registered bounce pool when it does not.
+// MemoryRegistration (its memory region cached per device), and through a
+// registered bounce pool when it does not.
 //
 // The implementation is split by concern: rdma_connection.cc (setup and the
 // rdma_cm handshake), rdma_completions.cc (completion polling, receives),
@@ -43,6 +46,8 @@
 #include "transport/connection.h"
 #include "transport/keepalive.h"
 #include "transport/memory.h"
+#include "transport/rdma/cm_channel.h"
+#include "transport/rdma/completion_group.h"
 #include "transport/rdma/device_events.h"
 #include "transport/rdma/grant_memory.h"
 #include "transport/rdma/peer_checks.h"
@@ -80,9 +85,9 @@ class RdmaConnection final
   const std::string& peer() const override { return peer_; }
   const ConnectionStats& stats() const override { return stats_; }
 
-  // Memory regions this connection holds for MemoryRegistrations.
+  // Memory regions its device's domain holds for MemoryRegistrations.
   size_t cached_registrations() const {
-    return registrations_ ? registrations_->size() : 0;
+    return domain_ ? domain_->registrations().size() : 0;
   }
 
   // Test hook: moves the QP to the error state, as a fabric failure would.
@@ -92,6 +97,9 @@ class RdmaConnection final
                  const TransportOptions& options);  // Use Connect/Accept.
 
  private:
+  friend class CmChannel;
+  friend class CompletionGroup;
+
   // A large frame of ours waiting for its grant, then being written.
   struct OutgoingTransfer {
     uint32_t id = 0;
@@ -123,35 +131,36 @@ class RdmaConnection final
   };
 
   // Connection setup (rdma_cm events).
-  Status OpenEventChannel();
-  void WatchCm();
+  Status OpenEventChannel();  // Joins the loop's CmChannel.
   void OnCmEvent(rdma_cm_event* event);
   Status CreateResources();
   void AdoptPeerParams(const ConnParams& params);  // Credits and grants.
   void Established(const Status& status);
 
-  // Completions.
-  void WatchCq();
-  void OnCqReady();
-  void PollLoop();  // Busy and hybrid modes.
-  bool Drain();     // True when it saw a completion.
+  // Completions, from the group (or, for those that came before Start,
+  // replayed by Start).
   void OnCompletion(const ibv_wc& wc);
-  void OnReceive(uint32_t slot, uint32_t bytes);
-  void OnWriteLanded(uint32_t slot, uint32_t imm, uint32_t bytes);
+  void OnReceive(const std::byte* data, uint32_t bytes);
+  void OnWriteLanded(uint32_t imm, uint32_t bytes);
+  // Receive-credit accounting for one message received from the peer (a
+  // SEND or WRITE WITH IMMEDIATE): false (closed) when it had no credit.
+  bool UseCredit();
+  // The group ended a batch that had completions of ours: return the
+  // credits its re-posts earned, and flush.
+  void AfterBatch(bool woken);
   void OnControl(const ControlMessage& message);
   void OnRts(const ControlMessage& rts);
   // PlanGrant for `rts` with `ahead` of the peer's transfers before it.
   StatusOr<GrantPlan> PlanGrantFor(const ControlMessage& rts, size_t ahead);
   void Grant(IncomingTransfer& transfer, const GrantPlan& plan);
   void GrantWaiting();  // Grants RTSs that waited for memory, in order.
-  void Repost(uint32_t slot);
-  void FlushReposts();
 
   // Sending.
   void Flush();
-  void PostSmall(const OutgoingFrame& frame, FrameType type,
+  // False, with nothing posted, when no staging slot is free.
+  bool PostSmall(const OutgoingFrame& frame, FrameType type,
                  std::span<const std::byte> body);
-  void PostControl(const ControlMessage& message);
+  bool PostControl(const ControlMessage& message);
   // True while a large frame of ours has WRITEs left to post: frames queued
   // behind it wait (the peer receives frames in the order they are posted).
   bool WritesPending();
@@ -174,6 +183,10 @@ class RdmaConnection final
   bool SendSlotFree() const {
     return posted_ - completed_ < tunables::kRdmaSendDepth;
   }
+  // A staging slot for work request `seq`, held until it completes; null
+  // when the group's pool has none (Flush runs again once one is free).
+  std::byte* AcquireStaging(uint64_t seq, uint32_t* lkey);
+  void ReleaseStaging(uint64_t completed);
   void Post();  // Posts the chain built by PostSmall/PostWrite.
 
   // For RDMARPC_TRACE: 0 on the connecting side, 1 on the accepting side.
@@ -214,29 +227,35 @@ class RdmaConnection final
   uint16_t port_ = 0;
 
   // Declared in dependency order: destroyed bottom-up (QP first).
-  EventChannel events_;
-  ProtectionDomain pd_;
-  CompletionChannel completion_channel_;
-  CompletionQueue cq_;
-  std::optional<RegisteredMemory> receive_ring_;
-  std::optional<RegisteredMemory> send_ring_;
-  std::optional<RegistrationCache> registrations_;
+  std::shared_ptr<CmChannel> cm_;  // Outlives id_.
+  std::shared_ptr<DeviceDomain> domain_;
+  std::shared_ptr<CompletionGroup> group_;       // Holds one of its places.
   std::optional<RegisteredMemory> bounce_pool_;  // Allocated on first use.
   std::vector<BounceChunk> bounce_chunks_;
   DeviceHold device_hold_;  // Once the resources exist.
   DeviceEventSubscription device_events_;
   CmId id_;  // Owns the QP.
-  boost::asio::posix::stream_descriptor cm_fd_;
-  boost::asio::posix::stream_descriptor cq_fd_;
-  uint32_t unacked_cq_events_ = 0;
+  uint32_t qp_num_ = 0;
+  bool attached_ = false;  // group_ delivers the QP's completions to us.
   uint32_t max_inline_ = 0;
+  // Set by the group while this connection is in its batch.
+  bool touched_ = false;
+  // Completions that came before Start, with a copy of their data.
+  bool started_ = false;
+  std::vector<std::pair<ibv_wc, Buffer>> early_;
 
-  // Credits: receives the peer has posted for us, and receives we re-posted
-  // and have not yet told the peer about.
+  // Credits we hold: receives the peer has lent us.
   uint32_t credits_ = 0;
+  // Credits we lent the peer: `lent_` receives of the group's pool are ours,
+  // of which the peer holds (or has in flight) `peer_holds_`; the rest are
+  // earned back by messages received (returned once the group has
+  // re-posted their buffers) or waiting to be returned.
+  uint32_t lent_ = 0;
+  uint32_t peer_holds_ = 0;
+  uint32_t credits_earned_ = 0;
   uint32_t credits_to_return_ = 0;
-  std::vector<ibv_recv_wr> repost_wrs_;
-  std::vector<ibv_sge> repost_sges_;
+  // Staging slots of the group's send pool in use, by work request.
+  RingQueue<std::pair<uint64_t, uint32_t>> staging_;
 
   // Send queue accounting: work requests posted and known complete.
   uint64_t posted_ = 0;
@@ -270,7 +289,6 @@ class RdmaConnection final
   // The peer's, oldest first: granted ones, then any waiting for memory.
   RingQueue<IncomingTransfer> incoming_;
   uint32_t next_transfer_id_ = 1;
-  std::chrono::steady_clock::time_point spin_until_;
   std::optional<Status> close_after_drain_;
   boost::asio::steady_timer close_timer_;
   boost::asio::steady_timer keepalive_timer_;

@@ -109,7 +109,7 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   transfer.block.Truncate(length);
   // Remote write into this block only, for this connection only.
   transfer.region = RegisterRegion(
-      pd_.get(), transfer.block.data(), std::max<size_t>(length, 1),
+      domain_->pd(), transfer.block.data(), std::max<size_t>(length, 1),
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!transfer.region) {
     return CloseNow(RegistrationFailed("ibv_reg_mr (grant)",
@@ -127,8 +127,7 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   control_queue_.push_back(grant);
 }
 
-void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
-                                   uint32_t bytes) {
+void RdmaConnection::OnWriteLanded(uint32_t imm, uint32_t bytes) {
   // `bytes` counts the last WRITE only (the grant bounds the others).
   std::optional<OpenGrant> open;
   if (!incoming_.empty() && incoming_.front().granted) {
@@ -138,8 +137,6 @@ void RdmaConnection::OnWriteLanded(uint32_t slot, uint32_t imm,
   if (Status s = CheckLanding(imm, bytes, open); !s.ok()) {
     return ProtocolError(s);
   }
-  Repost(slot);
-  if (torn_down_) return;  // The repost failed: observer_ is gone.
   IncomingTransfer transfer = std::move(incoming_.front());
   incoming_.pop_front();
   transfer.region.reset();  // No remote access once the data has landed.
@@ -177,7 +174,8 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
   std::array<WriteSource, 1 + tunables::kMaxPayloadSlices> sources;
   size_t count = 0;
   sources[count++] = {transfer.frame.header.span(), std::nullopt};
-  const uint64_t registrations_before = registrations_->registrations();
+  RegistrationCache& registrations = domain_->registrations();
+  const uint64_t registrations_before = registrations.registrations();
   for (size_t i = 0;
        !transfer.grant.dropped && i < transfer.frame.payload_slices; ++i) {
     const Buffer& slice = transfer.frame.payload[i];
@@ -185,7 +183,7 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
     source.bytes = slice.span();
     auto registration = MemoryRegistration::Find(slice.span());
     if (!registration) continue;  // Staged: copied through the bounce pool.
-    source.lkey = registrations_->Lkey(*registration);
+    source.lkey = registrations.Lkey(*registration);
     if (!source.lkey) {
       Log().warn("{}: {}; copying its payload instead", peer_,
                  RegistrationFailed("ibv_reg_mr of a registration",
@@ -196,7 +194,7 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
     transfer.pins.push_back(std::move(registration));
   }
   Bump(stats_.registrations,
-       registrations_->registrations() - registrations_before);
+       registrations.registrations() - registrations_before);
   transfer.plan =
       PlanWrites(std::span(sources.data(), count), tunables::kRdmaMaxSendSge,
                  tunables::kRdmaBounceChunkSize, tunables::kRdmaMaxWriteSize);
@@ -217,10 +215,8 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   bool chunk = false;
   if (write.staged_bytes > 0) {
     if (write.staged_bytes <= kRdmaReceiveBufferSize) {
-      // This work request's own send-ring slot is free (SendSlotFree).
-      staging = send_ring_->data() +
-                size_t(seq % kRdmaSendDepth) * kRdmaReceiveBufferSize;
-      staging_lkey = send_ring_->lkey();
+      staging = AcquireStaging(seq, &staging_lkey);
+      if (staging == nullptr) return false;  // Flush runs again once free.
     } else {
       staging = AcquireBounceChunk(seq);
       if (staging == nullptr) return false;  // Wait for a WRITE to complete.
@@ -279,7 +275,7 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
 std::byte* RdmaConnection::AcquireBounceChunk(uint64_t seq) {
   if (!bounce_pool_) {
     auto pool = RegisteredMemory::Allocate(
-        pd_.get(),
+        domain_->pd(),
         size_t{tunables::kRdmaBounceChunks} * tunables::kRdmaBounceChunkSize,
         IBV_ACCESS_LOCAL_WRITE);
     if (!pool.ok()) {

@@ -36,10 +36,12 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
     if (closing_.load(std::memory_order_acquire)) return ClosedError(peer_);
     // The receives freed so far are re-posted after it, when the drain
     // ends: off the reply's path. Their credits ride on the next frame.
-    PostSmall(frame, frame.type, {});
-    Bump(stats_.frames_written_directly);
-    Post();
-    return Status();
+    if (PostSmall(frame, frame.type, {})) {
+      Bump(stats_.frames_written_directly);
+      Post();
+      return Status();
+    }
+    // No staging slot free: it waits in the queue like any other.
   }
   bool post = false;
   {
@@ -56,7 +58,6 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
     post = !flush_pending_.exchange(true, std::memory_order_relaxed);
   }
   if (post && delivering_last == this) {
-    FlushReposts();  // Their credits ride on this frame.
     Flush();
     return Status();
   }
@@ -81,8 +82,8 @@ void RdmaConnection::Flush() {
   }
   if (torn_down_ || !established_) return;
   // Grants first: the peer's large frame waits on them.
-  while (!control_queue_.empty() && credits_ >= 1 && SendSlotFree()) {
-    PostControl(control_queue_.front());
+  while (!control_queue_.empty() && credits_ >= 1 && SendSlotFree() &&
+         PostControl(control_queue_.front())) {
     control_queue_.pop_front();
   }
   if (!outgoing_.empty()) PostWrites();  // Large frames only: no call else.
@@ -102,12 +103,13 @@ void RdmaConnection::Flush() {
       // A small frame follows the WRITEs of the large ones ahead of it; a
       // large one may ask for its grant while those are under way.
       if (small ? WritesPending() : outgoing_.size() >= max_transfers_) break;
-      queued_bytes_ -= total;  // Leaves the queue now, one way or the other.
       if (small) {
-        PostSmall(frame, frame.type, {});
+        if (!PostSmall(frame, frame.type, {})) break;  // No staging slot.
+        queued_bytes_ -= total;
         queue_.pop_front();
         continue;
       }
+      queued_bytes_ -= total;
       if (!outgoing_.empty()) Bump(stats_.pipelined_transfers);
       OutgoingTransfer transfer;
       transfer.id = next_transfer_id_++;
@@ -126,26 +128,45 @@ void RdmaConnection::Flush() {
     }
     queued_frames_.store(queue_.size(), std::memory_order_relaxed);
   }
-  // Return credits explicitly when no traffic has carried them back.
-  if (credits_to_return_ >= kRdmaReceiveDepth / 2 && credits_ >= 1 &&
+  // Return credits explicitly when no traffic has carried them back and the
+  // peer is down to half of what it was lent.
+  if (credits_to_return_ > 0 &&
+      credits_to_return_ >= std::max<uint32_t>(1, lent_ / 2) && credits_ >= 1 &&
       SendSlotFree()) {
     ControlMessage credit;
     credit.kind = ControlKind::kCredit;
-    PostControl(credit);
-    Bump(stats_.credit_messages);
+    if (PostControl(credit)) Bump(stats_.credit_messages);
   }
   Post();
 }
 
-void RdmaConnection::PostControl(const ControlMessage& message) {
+bool RdmaConnection::PostControl(const ControlMessage& message) {
   OutgoingFrame frame;
   frame.type = FrameType::kControl;
-  PostSmall(frame, FrameType::kControl, std::as_bytes(std::span(&message, 1)));
+  return PostSmall(frame, FrameType::kControl,
+                   std::as_bytes(std::span(&message, 1)));
 }
 
-void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
+std::byte* RdmaConnection::AcquireStaging(uint64_t seq, uint32_t* lkey) {
+  auto slot = group_->AcquireSendSlot(this);
+  if (!slot) {
+    Bump(stats_.credit_stalls);
+    return nullptr;
+  }
+  staging_.push_back({seq, slot->index});
+  *lkey = slot->lkey;
+  return slot->data;
+}
+
+void RdmaConnection::ReleaseStaging(uint64_t completed) {
+  while (!staging_.empty() && staging_.front().first <= completed) {
+    group_->ReleaseSendSlot(staging_.front().second);
+    staging_.pop_front();
+  }
+}
+
+bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
                                std::span<const std::byte> body) {
-  const uint64_t seq = ++posted_;
   const size_t index = send_wrs_.size();  // In the chain.
   const uint32_t header_size =
       static_cast<uint32_t>(body.empty() ? frame.header.size() : body.size());
@@ -153,15 +174,15 @@ void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
       static_cast<uint32_t>(body.empty() ? frame.payload_size() : 0);
   // The device copies an inline send into its work request when it is
   // posted, so it is staged in a dense area (entry `index`, free again once
-  // the chain is posted) rather than in its ring slot. The slots lie 16 KiB
-  // apart: writing to another one each time misses the TLB under emulation
-  // and lands in one cache set on hardware.
+  // the chain is posted) rather than in a slot of the group's send pool,
+  // which is held until the send completes.
   const bool inline_send =
       uint64_t{kFramePrefixSize} + header_size + payload_size <= max_inline_;
-  std::byte* slot = inline_send
-                        ? inline_staging_.data() + index * max_inline_
-                        : send_ring_->data() + size_t(seq % kRdmaSendDepth) *
-                                                   kRdmaReceiveBufferSize;
+  uint32_t lkey = 0;
+  std::byte* slot = inline_send ? inline_staging_.data() + index * max_inline_
+                                : AcquireStaging(posted_ + 1, &lkey);
+  if (slot == nullptr) return false;
+  const uint64_t seq = ++posted_;
   const auto credits =
       static_cast<uint16_t>(std::min<uint32_t>(credits_to_return_, 0xffff));
   credits_to_return_ -= credits;
@@ -187,7 +208,7 @@ void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   ibv_sge& sge = send_sges_[index * tunables::kRdmaMaxSendSge];
   sge.addr = reinterpret_cast<uint64_t>(slot);
   sge.length = length;
-  sge.lkey = send_ring_->lkey();  // Not checked for an inline send.
+  sge.lkey = lkey;  // Not checked for an inline send.
   ibv_send_wr wr{};
   wr.wr_id = WrId(kSendTag, seq);
   wr.opcode = IBV_WR_SEND;
@@ -202,8 +223,10 @@ void RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   }
   send_wrs_.push_back(wr);
   --credits_;
+  peer_holds_ += credits;
   Bump(stats_.bytes_sent, length);
   if (type == FrameType::kRpc) Bump(stats_.frames_sent);
+  return true;
 }
 
 void RdmaConnection::Post() {

@@ -192,6 +192,11 @@ class RdmaListener final : public Listener {
          uri = state->uri](const Status& status) {
           auto connection = std::move(*holder);
           if (!connection) return;
+          if (status.code() == StatusCode::kResourceExhausted) {
+            Log().warn("{}: refused a connection from {}: {}", uri,
+                       connection->peer(), status.message());
+            return;
+          }
           if (!status.ok()) {
             Log().info("{}: connection from {} failed: {}", uri,
                        connection->peer(), status.message());

@@ -57,6 +57,15 @@ bool CanLockAnyMemory() {
 }
 }  // namespace
 
+std::optional<uint64_t> LockedMemoryLimit() {
+  rlimit limit{};
+  if (CanLockAnyMemory() || getrlimit(RLIMIT_MEMLOCK, &limit) != 0 ||
+      limit.rlim_cur == RLIM_INFINITY) {
+    return std::nullopt;
+  }
+  return limit.rlim_cur;
+}
+
 Status RegistrationFailed(std::string_view what, size_t length, int error) {
   rlimit limit{};
   if ((error != ENOMEM && error != EAGAIN && error != EPERM) ||

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -65,6 +66,10 @@ using MemoryRegion = std::unique_ptr<ibv_mr, MrDeleter>;
 // Null with errno set on failure, like ibv_reg_mr.
 MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length, int access);
 uint64_t LiveRegisteredBytes();
+
+// The bytes this process may register (pin), when it is limited: its
+// RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK or the limit is infinite.
+std::optional<uint64_t> LockedMemoryLimit();
 
 // "WHAT: strerror(errno)" as UNAVAILABLE.
 Status ErrnoStatus(std::string_view what, int error);

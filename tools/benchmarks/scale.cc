@@ -1,0 +1,412 @@
+// The scale benchmark (tools/bench --mode scale): one server in this
+// process, N connections to it from P client processes, and the same total
+// load (K calls of B bytes outstanding, spread over all N connections) at
+// each N. For each N it reports:
+//   - calls/s, and p50/p99 call latency over every client;
+//   - the server's CPU time per call (this process does nothing else);
+//   - per connection, what the server holds for it once every connection is
+//     open and idle: pinned bytes (the kernel's VmPin), file descriptors,
+//     threads, and queue pairs (`rdma resource show qp` for this pid).
+//
+//   scale --uri rdma://IP:0 [--connections 8,64,256,1000] [--processes 4]
+//         [--outstanding 256] [--size 16] [--seconds 5] [--json FILE]
+//
+// The clients are this binary again (`scale --client URI ...`): each opens
+// its share of the connections, makes one call on each, says "ready", and
+// on "go" keeps its share of the load going for --seconds, then prints its
+// calls, errors and latency histogram.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/log.h"
+#include "examples/common/flags.h"
+#include "rpc/channel.h"
+#include "rpc/server.h"
+#include "rpc/service.h"
+
+namespace rdmarpc::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr rpc::MethodRef kEcho("rdmarpc.bench.Scale", "Echo");
+
+// Latency in 1/8-octave buckets of nanoseconds: bucket b holds [2^(b/8),
+// 2^((b+1)/8)) ns; quantiles are read as a bucket's upper bound (+9 %).
+constexpr int kBuckets = 64 * 8;
+int Bucket(double ns) {
+  return std::clamp(static_cast<int>(std::log2(std::max(ns, 1.0)) * 8), 0,
+                    kBuckets - 1);
+}
+double BucketUpperUs(int b) { return std::exp2((b + 1) / 8.0) / 1000; }
+
+double Quantile(const std::vector<uint64_t>& histogram, double q) {
+  uint64_t total = 0;
+  for (uint64_t n : histogram) total += n;
+  if (total == 0) return 0;
+  const auto rank = static_cast<uint64_t>(std::ceil(q * total));
+  uint64_t seen = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    seen += histogram[b];
+    if (seen >= rank) return BucketUpperUs(b);
+  }
+  return BucketUpperUs(kBuckets - 1);
+}
+
+// --- client process ----------------------------------------------------------
+
+int Client(const examples::Flags& flags) {
+  const std::string uri = flags.Get("client", "");
+  const int connections = static_cast<int>(flags.GetInt("connections", 1));
+  const int outstanding = static_cast<int>(flags.GetInt("outstanding", 1));
+  const auto size = static_cast<size_t>(flags.GetInt("size", 16));
+  const double seconds = std::atof(flags.Get("seconds", "5").c_str());
+  std::vector<std::unique_ptr<rpc::Channel>> channels;
+  for (int i = 0; i < connections; ++i) {
+    channels.push_back(std::make_unique<rpc::Channel>(uri));
+  }
+  // One call on each: every connection is open before "ready".
+  std::string payload(size, 'x');
+  uint64_t failed_connects = 0;
+  for (auto& channel : channels) {
+    std::promise<Status> done;
+    channel->Call(
+        kEcho, Buffer::CopyOf(payload), {},
+        [&](const Status& status, Buffer) { done.set_value(status); });
+    const Status status = done.get_future().get();
+    if (!status.ok()) {
+      if (failed_connects++ == 0) {
+        std::fprintf(stderr, "scale client: %s\n", status.ToString().c_str());
+      }
+    }
+  }
+  std::printf("ready %llu\n", static_cast<unsigned long long>(failed_connects));
+  std::fflush(stdout);
+  std::string go;
+  std::getline(std::cin, go);
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0}, errors{0};
+  std::atomic<int> running{outstanding};
+  std::promise<void> drained;
+  std::vector<std::atomic<uint64_t>> histogram(kBuckets);
+  std::atomic<uint64_t> next{0};
+  // Each of the K outstanding calls, once answered, starts the next one on
+  // the next connection in turn: every connection carries its share.
+  std::function<void()> issue = [&] {
+    rpc::Channel& channel = *channels[next.fetch_add(1) % channels.size()];
+    const auto start = Clock::now();
+    channel.Call(
+        kEcho, Buffer::CopyOf(payload), {},
+        [&, start](const Status& status, Buffer) {
+          const double ns =
+              std::chrono::duration<double, std::nano>(Clock::now() - start)
+                  .count();
+          histogram[Bucket(ns)].fetch_add(1, std::memory_order_relaxed);
+          (status.ok() ? calls : errors)
+              .fetch_add(1, std::memory_order_relaxed);
+          if (!stop.load(std::memory_order_relaxed)) return issue();
+          if (running.fetch_sub(1) == 1) drained.set_value();
+        });
+  };
+  const auto start = Clock::now();
+  for (int k = 0; k < outstanding; ++k) issue();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const uint64_t counted = calls.load();
+  const double elapsed =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  stop = true;
+  drained.get_future().wait();
+  std::printf("result %llu %llu %.6f", static_cast<unsigned long long>(counted),
+              static_cast<unsigned long long>(errors.load()), elapsed);
+  for (auto& n : histogram) {
+    std::printf(" %llu", static_cast<unsigned long long>(n.load()));
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+// --- server process ----------------------------------------------------------
+
+long long StatusField(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::atoll(line.c_str() + field.size() + 1);
+    }
+  }
+  return -1;
+}
+
+long long OpenFiles() {
+  long long count = -1;  // The iterator's own descriptor.
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)entry;
+    ++count;
+  }
+  return count;
+}
+
+// Queue pairs of this process, from the kernel (rdma tool), or -1.
+long long QueuePairs() {
+  const std::string command = "rdma resource show qp 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  const std::string pid = "pid " + std::to_string(getpid()) + " ";
+  long long count = 0;
+  char line[1024];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    if (std::strstr(line, pid.c_str()) != nullptr) ++count;
+  }
+  return pclose(pipe) == 0 ? count : -1;
+}
+
+double CpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
+         usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+}
+
+struct Child {
+  pid_t pid = 0;
+  FILE* in = nullptr;   // Its stdin.
+  FILE* out = nullptr;  // Its stdout.
+};
+
+Child Spawn(const std::vector<std::string>& args) {
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0 || pipe(from_child) != 0) std::abort();
+  // Built before fork: the child may only exec (this process has threads).
+  std::vector<char*> argv;
+  for (const std::string& arg : args) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  }
+  argv.push_back(nullptr);
+  Child child;
+  child.pid = fork();
+  if (child.pid == 0) {
+    dup2(to_child[0], STDIN_FILENO);
+    dup2(from_child[1], STDOUT_FILENO);
+    close(to_child[1]);
+    close(from_child[0]);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  child.in = fdopen(to_child[1], "w");
+  child.out = fdopen(from_child[0], "r");
+  return child;
+}
+
+std::string ReadLine(FILE* in) {
+  std::string line;
+  for (int c; (c = std::fgetc(in)) != EOF && c != '\n';) line += char(c);
+  return line;
+}
+
+struct Row {
+  int connections = 0;
+  double calls_per_s = 0;
+  uint64_t errors = 0;
+  uint64_t failed_connects = 0;
+  double p50_us = 0, p99_us = 0;
+  double cpu_us_per_call = 0;
+  double pinned_kib_per_conn = 0, fds_per_conn = 0, threads_per_conn = 0;
+  double qps_per_conn = -1;
+};
+
+Row Measure(const examples::Flags& flags, const std::string& listen,
+            int connections) {
+  const int processes = std::min<int>(
+      connections, static_cast<int>(flags.GetInt("processes", 4)));
+  const int outstanding = static_cast<int>(flags.GetInt("outstanding", 256));
+  const std::string seconds = flags.Get("seconds", "5");
+  const std::string size = flags.Get("size", "16");
+
+  struct Echo : rpc::Service {
+    Echo() : rpc::Service("rdmarpc.bench.Scale") {
+      AddMethod("Echo", [](std::shared_ptr<rpc::ServerCall> call) {
+        call->Finish(Status(), Buffer::Borrow(call->request().span()));
+      });
+    }
+  } service;
+  rpc::Server server;
+  server.RegisterService(&service);
+  const StatusOr<std::string> uri = server.Listen(listen);
+  if (!uri.ok()) {
+    std::fprintf(stderr, "scale: %s\n", uri.status().ToString().c_str());
+    std::exit(1);
+  }
+  const long long pinned0 = StatusField("VmPin");
+  const long long fds0 = OpenFiles();
+  const long long threads0 = StatusField("Threads");
+  const long long qps0 = QueuePairs();
+
+  std::vector<Child> children;
+  for (int p = 0; p < processes; ++p) {
+    const int share = connections / processes + (p < connections % processes);
+    const int load = outstanding / processes + (p < outstanding % processes);
+    children.push_back(Spawn({"scale", "--client", *uri, "--connections",
+                              std::to_string(share), "--outstanding",
+                              std::to_string(std::max(load, 1)), "--seconds",
+                              seconds, "--size", size}));
+  }
+  Row row;
+  row.connections = connections;
+  for (Child& child : children) {
+    const std::string ready = ReadLine(child.out);
+    if (ready.rfind("ready ", 0) != 0) {
+      std::fprintf(stderr, "scale: a client said '%s'\n", ready.c_str());
+      std::exit(1);
+    }
+    row.failed_connects += std::strtoull(ready.c_str() + 6, nullptr, 10);
+  }
+  std::this_thread::sleep_for(200ms);  // Let the last completions settle.
+  row.pinned_kib_per_conn =
+      double(StatusField("VmPin") - pinned0) / connections;
+  row.fds_per_conn = double(OpenFiles() - fds0) / connections;
+  row.threads_per_conn =
+      double(StatusField("Threads") - threads0) / connections;
+  if (qps0 >= 0) row.qps_per_conn = double(QueuePairs() - qps0) / connections;
+
+  const double cpu0 = CpuSeconds();
+  for (Child& child : children) {
+    std::fputs("go\n", child.in);
+    std::fflush(child.in);
+  }
+  std::vector<uint64_t> histogram(kBuckets);
+  uint64_t calls = 0;
+  double elapsed = 0;
+  for (Child& child : children) {
+    std::istringstream result(ReadLine(child.out));
+    std::string word;
+    uint64_t child_calls = 0, child_errors = 0;
+    double child_elapsed = 0;
+    result >> word >> child_calls >> child_errors >> child_elapsed;
+    if (word != "result") {
+      std::fprintf(stderr, "scale: a client did not report\n");
+      std::exit(1);
+    }
+    for (uint64_t& n : histogram) {
+      uint64_t v = 0;
+      result >> v;
+      n += v;
+    }
+    calls += child_calls;
+    row.errors += child_errors;
+    elapsed = std::max(elapsed, child_elapsed);
+  }
+  const double cpu = CpuSeconds() - cpu0;
+  for (Child& child : children) {
+    std::fclose(child.in);
+    std::fclose(child.out);
+    int status = 0;
+    waitpid(child.pid, &status, 0);
+  }
+  row.calls_per_s = calls / elapsed;
+  row.cpu_us_per_call = calls > 0 ? cpu * 1e6 / calls : 0;
+  row.p50_us = Quantile(histogram, 0.50);
+  row.p99_us = Quantile(histogram, 0.99);
+  return row;
+}
+
+int Main(int argc, char** argv) {
+  const examples::Flags flags(argc, argv);
+  // Thousands of connections open and close: their info lines are noise.
+  if (std::getenv("RDMARPC_LOG") == nullptr) {
+    Log().set_level(spdlog::level::warn);
+  }
+  if (!flags.Get("client", "").empty()) return Client(flags);
+  const std::string listen = flags.Get("uri", "tcp://127.0.0.1:0");
+  std::vector<int> counts;
+  std::stringstream list(flags.Get("connections", "8,64,256,1000"));
+  for (std::string item; std::getline(list, item, ',');) {
+    counts.push_back(std::atoi(item.c_str()));
+  }
+  std::printf(
+      "# scale: %s, %lld calls of %lld B outstanding in all, %lld client "
+      "processes, %s s per row\n",
+      listen.c_str(), flags.GetInt("outstanding", 256),
+      flags.GetInt("size", 16), flags.GetInt("processes", 4),
+      flags.Get("seconds", "5").c_str());
+  std::printf("%-11s %10s %8s %8s %9s %14s %8s %8s %6s %7s\n", "connections",
+              "calls/s", "p50 us", "p99 us", "cpu/call", "pinned KiB/conn",
+              "fds/conn", "thr/conn", "QPs", "errors");
+  std::vector<Row> rows;
+  for (int n : counts) {
+    const Row row = Measure(flags, listen, n);
+    rows.push_back(row);
+    char qps[32] = "-";
+    if (row.qps_per_conn >= 0) {
+      std::snprintf(qps, sizeof(qps), "%.2f", row.qps_per_conn);
+    }
+    std::printf(
+        "%-11d %10.0f %8.1f %8.1f %7.1fus %14.1f %8.2f %8.2f %6s %7llu\n",
+        row.connections, row.calls_per_s, row.p50_us, row.p99_us,
+        row.cpu_us_per_call, row.pinned_kib_per_conn, row.fds_per_conn,
+        row.threads_per_conn, qps,
+        static_cast<unsigned long long>(row.errors + row.failed_connects));
+    std::fflush(stdout);
+  }
+  if (rows.size() >= 2) {
+    const Row& first = rows.front();
+    const Row& last = rows.back();
+    std::printf(
+        "# %d vs %d connections: %.2fx the calls/s, %.2fx the server CPU per "
+        "call\n",
+        last.connections, first.connections,
+        last.calls_per_s / first.calls_per_s,
+        last.cpu_us_per_call / first.cpu_us_per_call);
+  }
+  if (const std::string json = flags.Get("json", ""); !json.empty()) {
+    std::ofstream out(json);
+    out << "[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      out << (i ? ",\n " : "") << "{\"connections\":" << r.connections
+          << ",\"calls_per_s\":" << r.calls_per_s << ",\"p50_us\":" << r.p50_us
+          << ",\"p99_us\":" << r.p99_us
+          << ",\"cpu_us_per_call\":" << r.cpu_us_per_call
+          << ",\"pinned_kib_per_conn\":" << r.pinned_kib_per_conn
+          << ",\"fds_per_conn\":" << r.fds_per_conn
+          << ",\"threads_per_conn\":" << r.threads_per_conn
+          << ",\"qps_per_conn\":" << r.qps_per_conn
+          << ",\"errors\":" << r.errors + r.failed_connects << "}";
+    }
+    out << "]\n";
+  }
+  for (const Row& r : rows) {
+    if (r.errors + r.failed_connects > 0) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace rdmarpc::bench
+
+int main(int argc, char** argv) { return rdmarpc::bench::Main(argc, argv); }

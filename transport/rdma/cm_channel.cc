@@ -1,0 +1,87 @@
+#include "transport/rdma/cm_channel.h"
+
+#include <cerrno>
+#include <map>
+#include <mutex>
+
+#include "transport/rdma/rdma_connection.h"
+
+namespace rdmarpc::transport::rdma {
+
+namespace asio = boost::asio;
+
+namespace {
+
+std::mutex registry_mu;
+// Guarded by registry_mu.
+std::map<asio::io_context*, std::weak_ptr<CmChannel>>& Channels() {
+  static auto* channels =
+      new std::map<asio::io_context*, std::weak_ptr<CmChannel>>;
+  return *channels;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<CmChannel>> CmChannel::For(asio::io_context& context) {
+  std::lock_guard lock(registry_mu);
+  auto& channels = Channels();
+  if (auto it = channels.find(&context); it != channels.end()) {
+    if (auto channel = it->second.lock()) return channel;
+  }
+  auto channel = std::make_shared<CmChannel>(context);
+  if (Status opened = channel->Open(); !opened.ok()) return opened;
+  channels[&context] = channel;
+  return channel;
+}
+
+CmChannel::CmChannel(asio::io_context& context)
+    : context_(context), fd_(context) {}
+
+CmChannel::~CmChannel() {
+  // The descriptor belongs to rdma-core, not to Asio.
+  if (fd_.is_open()) fd_.release();
+  std::lock_guard lock(registry_mu);
+  auto& channels = Channels();
+  if (auto it = channels.find(&context_);
+      it != channels.end() && it->second.expired()) {
+    channels.erase(it);
+  }
+}
+
+Status CmChannel::Open() {
+  events_.reset(rdma_create_event_channel());
+  if (!events_) return ErrnoStatus("rdma_create_event_channel", errno);
+  if (Status s = SetNonBlocking(events_->fd); !s.ok()) return s;
+  fd_.assign(events_->fd);
+  Watch();
+  return Status();
+}
+
+void CmChannel::Register(rdma_cm_id* id,
+                         std::weak_ptr<RdmaConnection> connection) {
+  ids_[id] = std::move(connection);
+}
+
+void CmChannel::Forget(rdma_cm_id* id) { ids_.erase(id); }
+
+void CmChannel::Watch() {
+  fd_.async_wait(asio::posix::stream_descriptor::wait_read,
+                 [weak = weak_from_this()](const boost::system::error_code& e) {
+                   auto self = weak.lock();
+                   if (e || !self) return;
+                   rdma_cm_event* event = nullptr;
+                   while (rdma_get_cm_event(self->events_.get(), &event) == 0) {
+                     auto it = self->ids_.find(event->id);
+                     std::shared_ptr<RdmaConnection> connection;
+                     if (it != self->ids_.end()) connection = it->second.lock();
+                     if (connection) {
+                       connection->OnCmEvent(event);  // Acknowledges it.
+                     } else {
+                       rdma_ack_cm_event(event);
+                     }
+                   }
+                   self->Watch();
+                 });
+}
+
+}  // namespace rdmarpc::transport::rdma

@@ -1,0 +1,468 @@
+#include "transport/rdma/completion_group.h"
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "base/log.h"
+#include "base/pooled_handler.h"
+#include "transport/rdma/connection_internal.h"
+
+namespace rdmarpc::transport::rdma {
+
+namespace asio = boost::asio;
+using tunables::kRdmaConnectionsPerGroup;
+using tunables::kRdmaPoolChunkBuffers;
+using tunables::kRdmaReceiveBufferSize;
+using tunables::kRdmaReceiveDepth;
+using tunables::kRdmaSendDepth;
+
+namespace {
+
+uint32_t ReceiveBufferSize() {
+  const std::optional<uint64_t> limit = LockedMemoryLimit();
+  return limit && *limit < tunables::kRdmaSmallPinnedBudget
+             ? tunables::kRdmaSmallReceiveBufferSize
+             : kRdmaReceiveBufferSize;
+}
+
+// Spare receive buffers below which a busy peer is lent no more without
+// growing the pool first.
+constexpr uint32_t kSpareLow = kRdmaPoolChunkBuffers / 4;
+
+std::atomic<uint64_t> pooled_bytes{0};
+
+std::mutex registry_mu;
+// Guarded by registry_mu.
+std::map<ibv_context*, std::weak_ptr<DeviceDomain>>& Domains() {
+  static auto* domains =
+      new std::map<ibv_context*, std::weak_ptr<DeviceDomain>>;
+  return *domains;
+}
+using GroupKey = std::tuple<asio::io_context*, ibv_context*, PollMode>;
+std::map<GroupKey, std::vector<std::weak_ptr<CompletionGroup>>>& Groups() {
+  static auto* groups =
+      new std::map<GroupKey, std::vector<std::weak_ptr<CompletionGroup>>>;
+  return *groups;
+}
+
+}  // namespace
+
+// --- DeviceDomain ------------------------------------------------------------
+
+StatusOr<std::shared_ptr<DeviceDomain>> DeviceDomain::For(ibv_context* verbs) {
+  std::lock_guard lock(registry_mu);
+  auto& domains = Domains();
+  if (auto it = domains.find(verbs); it != domains.end()) {
+    if (auto domain = it->second.lock()) return domain;
+  }
+  auto domain = std::make_shared<DeviceDomain>(verbs);
+  if (!domain->pd_) return ErrnoStatus("ibv_alloc_pd", errno);
+  domains[verbs] = domain;
+  return domain;
+}
+
+DeviceDomain::DeviceDomain(ibv_context* verbs)
+    : verbs_(verbs), hold_(verbs), pd_(ibv_alloc_pd(verbs)) {
+  if (pd_) registrations_.emplace(pd_.get());
+}
+
+DeviceDomain::~DeviceDomain() {
+  registrations_.reset();  // Its regions, before the PD.
+  pd_.reset();
+  std::lock_guard lock(registry_mu);
+  auto& domains = Domains();
+  if (auto it = domains.find(verbs_);
+      it != domains.end() && it->second.expired()) {
+    domains.erase(it);
+  }
+}
+
+uint64_t PooledRegisteredBytes() {
+  return pooled_bytes.load(std::memory_order_relaxed);
+}
+
+// --- SlotPool ----------------------------------------------------------------
+
+SlotPool::~SlotPool() {
+  pooled_bytes.fetch_sub(uint64_t{size_} * slot_size_,
+                         std::memory_order_relaxed);
+}
+
+Status SlotPool::Grow(ibv_pd* pd, const char* what) {
+  if (size_ + kRdmaPoolChunkBuffers > max_slots_) {
+    return Status(StatusCode::kResourceExhausted,
+                  std::string(what) + ": the pool holds its most (" +
+                      std::to_string(max_slots_) + " buffers)");
+  }
+  auto chunk = RegisteredMemory::Allocate(
+      pd, size_t{kRdmaPoolChunkBuffers} * slot_size_, IBV_ACCESS_LOCAL_WRITE);
+  if (!chunk.ok()) return chunk.status();
+  chunks_.push_back(std::move(*chunk));
+  size_ += kRdmaPoolChunkBuffers;
+  pooled_bytes.fetch_add(uint64_t{kRdmaPoolChunkBuffers} * slot_size_,
+                         std::memory_order_relaxed);
+  return Status();
+}
+
+std::byte* SlotPool::data(uint32_t slot) const {
+  return chunks_[slot / kRdmaPoolChunkBuffers].data() +
+         size_t{slot % kRdmaPoolChunkBuffers} * slot_size_;
+}
+
+uint32_t SlotPool::lkey(uint32_t slot) const {
+  return chunks_[slot / kRdmaPoolChunkBuffers].lkey();
+}
+
+// --- CompletionGroup ---------------------------------------------------------
+
+StatusOr<std::shared_ptr<CompletionGroup>> CompletionGroup::Join(
+    asio::io_context& context, const std::shared_ptr<DeviceDomain>& domain,
+    const TransportOptions& options) {
+  const GroupKey key{&context, domain->verbs(), options.poll_mode};
+  {
+    std::lock_guard lock(registry_mu);
+    auto& groups = Groups()[key];
+    std::erase_if(groups, [](const auto& weak) { return weak.expired(); });
+    for (const auto& weak : groups) {
+      auto group = weak.lock();
+      if (group && !group->failed_ &&
+          group->members_ < kRdmaConnectionsPerGroup) {
+        ++group->members_;
+        return group;
+      }
+    }
+  }
+  auto group = std::make_shared<CompletionGroup>(context, domain, options);
+  if (Status opened = group->Open(); !opened.ok()) return opened;
+  std::lock_guard lock(registry_mu);
+  ++group->members_;
+  Groups()[key].push_back(group);
+  return group;
+}
+
+CompletionGroup::CompletionGroup(asio::io_context& context,
+                                 std::shared_ptr<DeviceDomain> domain,
+                                 const TransportOptions& options)
+    : context_(context),
+      domain_(std::move(domain)),
+      poll_mode_(options.poll_mode),
+      hybrid_spin_(options.hybrid_spin),
+      receives_(ReceiveBufferSize(),
+                kRdmaConnectionsPerGroup * kRdmaReceiveDepth),
+      sends_(kRdmaReceiveBufferSize, kRdmaConnectionsPerGroup * kRdmaSendDepth),
+      fd_(context) {}
+
+CompletionGroup::~CompletionGroup() {
+  // The descriptor belongs to rdma-core, not to Asio.
+  if (fd_.is_open()) fd_.release();
+  if (srq_ != nullptr) ibv_destroy_srq(srq_);
+  if (cq_ && unacked_events_ > 0) ibv_ack_cq_events(cq_.get(), unacked_events_);
+}
+
+Status CompletionGroup::Open() {
+  ibv_context* verbs = domain_->verbs();
+  ibv_device_attr device{};
+  if (ibv_query_device(verbs, &device) != 0) {
+    return ErrnoStatus("ibv_query_device", errno);
+  }
+  channel_.reset(ibv_create_comp_channel(verbs));
+  if (!channel_) return ErrnoStatus("ibv_create_comp_channel", errno);
+  if (Status s = SetNonBlocking(channel_->fd); !s.ok()) return s;
+  // Room for every completion the group's QPs can produce at once: each
+  // one's whole send queue (flushed, signaled or not, when its link dies)
+  // and every receive the shared queue can hold.
+  max_receives_ =
+      std::min<uint32_t>(kRdmaConnectionsPerGroup * kRdmaReceiveDepth,
+                         static_cast<uint32_t>(std::max(device.max_srq_wr, 1)));
+  const int entries = std::min<int>(
+      kRdmaConnectionsPerGroup * kRdmaSendDepth + max_receives_ + 16,
+      device.max_cqe);
+  cq_.reset(ibv_create_cq(verbs, entries, this, channel_.get(), 0));
+  if (!cq_) return ErrnoStatus("ibv_create_cq", errno);
+  ibv_srq_init_attr attr{};
+  attr.attr.max_wr = max_receives_;
+  attr.attr.max_sge = 1;
+  receives_.set_max_slots(max_receives_);
+  srq_ = ibv_create_srq(domain_->pd(), &attr);
+  if (srq_ == nullptr) return ErrnoStatus("ibv_create_srq", errno);
+  repost_wrs_.reserve(kRdmaPoolChunkBuffers);
+  repost_sges_.reserve(kRdmaPoolChunkBuffers);
+  fd_.assign(channel_->fd);
+  if (poll_mode_ == PollMode::kBusy) {
+    asio::post(context_, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->PollLoop();
+    });
+  } else {
+    if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
+      return ErrnoStatus("ibv_req_notify_cq", errno);
+    }
+    WatchCq();
+  }
+  return Status();
+}
+
+void CompletionGroup::Attach(uint32_t qp_num, RdmaConnection* connection) {
+  connections_[qp_num] = connection;
+}
+
+void CompletionGroup::Detach(uint32_t qp_num, RdmaConnection* connection) {
+  if (auto it = connections_.find(qp_num);
+      it != connections_.end() && it->second == connection) {
+    connections_.erase(it);
+  }
+  std::erase(send_waiters_, connection);
+}
+
+void CompletionGroup::Leave() {
+  std::lock_guard lock(registry_mu);
+  --members_;
+}
+
+// --- Receive credits ---------------------------------------------------------
+
+Status CompletionGroup::GrowReceives() {
+  const uint32_t first = receives_.size();
+  if (Status grown = receives_.Grow(domain_->pd(), "receive buffers");
+      !grown.ok()) {
+    receives_exhausted_ = true;
+    return grown;
+  }
+  for (uint32_t slot = first; slot < receives_.size(); ++slot) Repost(slot);
+  FlushReposts();
+  return failed_ ? Status(StatusCode::kUnavailable, "ibv_post_srq_recv failed")
+                 : Status();
+}
+
+Status CompletionGroup::Reserve(uint32_t count) {
+  while (receives_.size() - lent_ < count) {
+    if (Status grown = GrowReceives(); !grown.ok()) return grown;
+  }
+  lent_ += count;
+  return Status();
+}
+
+bool CompletionGroup::LendOne() {
+  if (receives_.size() - lent_ <= kSpareLow &&
+      (receives_exhausted_ || !GrowReceives().ok())) {
+    return false;
+  }
+  ++lent_;
+  return true;
+}
+
+bool CompletionGroup::Short() const {
+  return receives_exhausted_ && receives_.size() - lent_ <= kSpareLow;
+}
+
+void CompletionGroup::Repost(uint32_t slot) {
+  repost_sges_.push_back({reinterpret_cast<uint64_t>(receives_.data(slot)),
+                          receives_.slot_size(), receives_.lkey(slot)});
+  ibv_recv_wr wr{};
+  wr.wr_id = WrId(kRecvTag, slot);
+  wr.num_sge = 1;
+  repost_wrs_.push_back(wr);
+}
+
+void CompletionGroup::FlushReposts() {
+  if (repost_wrs_.empty() || failed_) return;
+  for (size_t i = 0; i < repost_wrs_.size(); ++i) {
+    repost_wrs_[i].sg_list = &repost_sges_[i];
+    repost_wrs_[i].next =
+        i + 1 < repost_wrs_.size() ? &repost_wrs_[i + 1] : nullptr;
+  }
+  ibv_recv_wr* bad = nullptr;
+  const int error = ibv_post_srq_recv(srq_, repost_wrs_.data(), &bad);
+  repost_wrs_.clear();
+  repost_sges_.clear();
+  if (error != 0) FailAll(ErrnoStatus("ibv_post_srq_recv", error));
+}
+
+// --- Send staging ------------------------------------------------------------
+
+std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireSendSlot(
+    RdmaConnection* waiter) {
+  if (free_send_slots_.empty()) {
+    const uint32_t first = sends_.size();
+    if (Status grown = sends_.Grow(domain_->pd(), "send buffers");
+        !grown.ok()) {
+      if (std::find(send_waiters_.begin(), send_waiters_.end(), waiter) ==
+          send_waiters_.end()) {
+        send_waiters_.push_back(waiter);
+      }
+      return std::nullopt;
+    }
+    for (uint32_t slot = sends_.size(); slot-- > first;) {
+      free_send_slots_.push_back(slot);
+    }
+  }
+  const uint32_t index = free_send_slots_.back();
+  free_send_slots_.pop_back();
+  return SendSlot{index, sends_.data(index), sends_.lkey(index)};
+}
+
+uint64_t CompletionGroup::registered_bytes() const {
+  return uint64_t{receives_.size()} * receives_.slot_size() +
+         uint64_t{sends_.size()} * sends_.slot_size();
+}
+
+// --- Polling -----------------------------------------------------------------
+
+void CompletionGroup::WatchCq() {
+  fd_.async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      Pooled([weak = weak_from_this()](const boost::system::error_code& e) {
+        auto self = weak.lock();
+        if (e || !self) return;
+        self->OnCqReady();
+      }));
+}
+
+void CompletionGroup::OnCqReady() {
+  ibv_cq* cq = nullptr;
+  void* context = nullptr;
+  while (ibv_get_cq_event(channel_.get(), &cq, &context) == 0) {
+    ++unacked_events_;
+  }
+  if (unacked_events_ >= tunables::kRdmaCqEventAckBatch) {
+    ibv_ack_cq_events(cq_.get(), unacked_events_);
+    unacked_events_ = 0;
+  }
+  woken_ = true;
+  Drain();
+  woken_ = false;
+  if (failed_) return;
+  if (poll_mode_ == PollMode::kHybrid) {
+    // Activity: spin for a while before waiting for the next event.
+    spin_until_ = std::chrono::steady_clock::now() + hybrid_spin_;
+    return PollLoop();
+  }
+  // Arm, then drain again: a completion that arrived between the first
+  // drain and the arm would otherwise raise no event.
+  if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
+    return FailAll(ErrnoStatus("ibv_req_notify_cq", errno));
+  }
+  Drain();
+  if (!failed_) WatchCq();
+}
+
+void CompletionGroup::PollLoop() {
+  if (failed_) return;
+  // Several polls per trip through the event loop: a trip (the scheduler's
+  // locks, a non-blocking epoll_wait) costs far more than an empty poll.
+  // Stop at the first completions, so what they started runs next. A frame
+  // queued meanwhile (by a handler that ran before this one, or by another
+  // thread) is posted at once: its Flush, queued behind this loop, would
+  // otherwise wait out every poll of it.
+  bool any = false;
+  for (uint32_t i = 0; i < tunables::kRdmaBusyPollsPerYield; ++i) {
+    for (const auto& [qp, connection] : connections_) {
+      if (connection->flush_pending_.load(std::memory_order_relaxed)) {
+        Touch(connection);
+      }
+    }
+    if (!touched_.empty()) FinishBatch();
+    any = Drain();
+    if (any || failed_) break;
+  }
+  if (failed_) return;
+  if (poll_mode_ == PollMode::kHybrid) {  // One clock read per trip.
+    const auto now = std::chrono::steady_clock::now();
+    if (any) {
+      spin_until_ = now + hybrid_spin_;
+    } else if (now >= spin_until_) {
+      // Quiet for hybrid_spin: arm, drain the race, wait for an event.
+      if (ibv_req_notify_cq(cq_.get(), 0) != 0) {
+        return FailAll(ErrnoStatus("ibv_req_notify_cq", errno));
+      }
+      Drain();
+      if (!failed_) WatchCq();
+      return;
+    }
+  }
+  // Poll again from the loop, so timers and other handlers still run.
+  asio::post(context_, Pooled([weak = weak_from_this()] {
+               if (auto self = weak.lock()) self->PollLoop();
+             }));
+}
+
+void CompletionGroup::Touch(RdmaConnection* connection) {
+  if (connection->touched_) return;
+  connection->touched_ = true;
+  touched_.push_back(connection->shared_from_this());
+}
+
+bool CompletionGroup::Drain() {
+  ibv_wc wcs[32];
+  bool any = false;
+  while (!failed_) {
+    const int n = ibv_poll_cq(cq_.get(), 32, wcs);
+    if (n < 0) {
+      FailAll(Status(StatusCode::kUnavailable, "ibv_poll_cq failed"));
+      break;
+    }
+    if (n == 0) break;
+    any = true;
+    // The last completion that can deliver a frame: send completions
+    // polled after it carry none, so a reply need not wait for them.
+    int last = n - 1;
+    while (last > 0 && (wcs[last].status != IBV_WC_SUCCESS ||
+                        (wcs[last].opcode & IBV_WC_RECV) == 0)) {
+      --last;
+    }
+    for (int i = 0; i < n; ++i) {
+      const ibv_wc& wc = wcs[i];
+      const bool receive = (wc.wr_id >> kTagShift) == kRecvTag;
+      auto it = connections_.find(wc.qp_num);
+      if (it != connections_.end() && !it->second->torn_down_) {
+        RdmaConnection* connection = it->second;
+        Touch(connection);
+        // Reset even if a handler throws (the event loop logs and goes on).
+        struct Last {
+          explicit Last(RdmaConnection* c) { delivering_last = c; }
+          ~Last() { delivering_last = nullptr; }
+        } guard(i == last ? connection : nullptr);
+        connection->OnCompletion(wc);
+      }
+      // The connection has copied out what it needs (or is gone): the
+      // buffer takes the next message, whoever it is from.
+      if (receive) Repost(static_cast<uint32_t>(wc.wr_id & kValueMask));
+    }
+    FlushReposts();
+  }
+  if (!touched_.empty()) FinishBatch();
+  return any;
+}
+
+void CompletionGroup::FinishBatch() {
+  // Slots came free: the connections that waited for one try again.
+  if (!free_send_slots_.empty() && !send_waiters_.empty()) {
+    std::vector<RdmaConnection*> waiters;
+    waiters.swap(send_waiters_);
+    for (RdmaConnection* waiter : waiters) Touch(waiter);
+  }
+  // AfterBatch may start another batch (a Flush that closes): it fills
+  // touched_ anew while this one is finished.
+  finishing_.swap(touched_);
+  for (const auto& connection : finishing_) connection->touched_ = false;
+  for (const auto& connection : finishing_) connection->AfterBatch(woken_);
+  finishing_.clear();
+}
+
+void CompletionGroup::FailAll(const Status& status) {
+  if (failed_) return;
+  failed_ = true;
+  Log().error("RDMA completion group on {} failed: {}",
+              DeviceName(domain_->verbs()), status.message());
+  std::vector<std::shared_ptr<RdmaConnection>> all;
+  for (const auto& [qp, connection] : connections_) {
+    all.push_back(connection->shared_from_this());
+  }
+  for (const auto& connection : all) connection->CloseNow(status);
+}
+
+}  // namespace rdmarpc::transport::rdma

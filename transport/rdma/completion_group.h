@@ -1,0 +1,211 @@
+// What RDMA connections share, so that a connection costs a queue pair and
+// little else.
+//
+// DeviceDomain, one per device per process: the protection domain every QP
+// and memory region on the device belongs to, and the memory regions of the
+// user's MemoryRegistrations (registered once per PD, whichever connection
+// sends from them first).
+//
+// CompletionGroup, one per event loop per device (and more when a loop has
+// over kRdmaConnectionsPerGroup connections): one CQ with one completion
+// channel watched by the loop's io_context, one shared receive queue, and
+// the registered pools its connections' receives and send staging come from.
+// The group polls the CQ and hands each completion to the connection whose
+// QP produced it (by qp_num); a completion of a QP that is gone is dropped,
+// its receive buffer re-posted.
+//
+// Receive credits (protocol.h). The group lends receive buffers to its
+// connections' peers: a connection Reserves kRdmaInitialCredits when it
+// joins, asks LendOne for more while its peer is busy, and gives back what
+// it no longer needs. The lent total never exceeds the buffers registered,
+// all of which are posted to the shared receive queue or about to be again,
+// so no peer that honours its credits can find it empty. The pool grows by
+// chunks of kRdmaPoolChunkBuffers as connections need it, never per call,
+// and a connection that cannot get its initial credits is refused.
+//
+// Everything here runs on the group's loop thread, except DeviceDomain's
+// registration cache, which any thread may use.
+#ifndef RDMARPC_TRANSPORT_RDMA_COMPLETION_GROUP_H_
+#define RDMARPC_TRANSPORT_RDMA_COMPLETION_GROUP_H_
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status_or.h"
+#include "transport/connection.h"
+#include "transport/rdma/registration_cache.h"
+#include "transport/rdma/verbs.h"
+
+namespace rdmarpc::transport::rdma {
+
+class RdmaConnection;
+
+// Bytes registered for completion groups' pools, process-wide: part of
+// LiveRegisteredBytes() that stays registered while any group lives (tests
+// subtract it to see what one connection registered).
+uint64_t PooledRegisteredBytes();
+
+class DeviceDomain {
+ public:
+  // This process's domain on `verbs`'s device, created on first use; it
+  // lives while a connection or group holds it.
+  static StatusOr<std::shared_ptr<DeviceDomain>> For(ibv_context* verbs);
+
+  explicit DeviceDomain(ibv_context* verbs);  // Use For.
+  ~DeviceDomain();
+  DeviceDomain(const DeviceDomain&) = delete;
+  DeviceDomain& operator=(const DeviceDomain&) = delete;
+
+  ibv_context* verbs() const { return verbs_; }
+  ibv_pd* pd() const { return pd_.get(); }
+  RegistrationCache& registrations() { return *registrations_; }
+
+ private:
+  ibv_context* const verbs_;
+  DeviceHold hold_;  // Released last: after the PD and its regions.
+  ProtectionDomain pd_;
+  std::optional<RegistrationCache> registrations_;
+};
+
+// Registered memory in equal slots, grown by chunks (never shrunk).
+class SlotPool {
+ public:
+  SlotPool(uint32_t slot_size, uint32_t max_slots)
+      : slot_size_(slot_size), max_slots_(max_slots) {}
+  ~SlotPool();
+  SlotPool(const SlotPool&) = delete;
+  SlotPool& operator=(const SlotPool&) = delete;
+  // Registers one more chunk of kRdmaPoolChunkBuffers slots; its slots are
+  // numbered from size(). RESOURCE_EXHAUSTED past max_slots or the
+  // locked-memory limit.
+  Status Grow(ibv_pd* pd, const char* what);
+  uint32_t size() const { return size_; }
+  void set_max_slots(uint32_t max_slots) { max_slots_ = max_slots; }
+  std::byte* data(uint32_t slot) const;
+  uint32_t lkey(uint32_t slot) const;
+  uint32_t slot_size() const { return slot_size_; }
+
+ private:
+  const uint32_t slot_size_;
+  uint32_t max_slots_;
+  uint32_t size_ = 0;
+  std::vector<RegisteredMemory> chunks_;
+};
+
+class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
+ public:
+  // A group of `context`'s loop on `domain`'s device, polled as `options`
+  // say, with room for one more connection: an existing one, or a new one.
+  // The caller holds one of its places until Leave.
+  static StatusOr<std::shared_ptr<CompletionGroup>> Join(
+      boost::asio::io_context& context,
+      const std::shared_ptr<DeviceDomain>& domain,
+      const TransportOptions& options);
+
+  CompletionGroup(boost::asio::io_context& context,
+                  std::shared_ptr<DeviceDomain> domain,
+                  const TransportOptions& options);  // Use Join.
+  ~CompletionGroup();
+  CompletionGroup(const CompletionGroup&) = delete;
+  CompletionGroup& operator=(const CompletionGroup&) = delete;
+
+  DeviceDomain& domain() const { return *domain_; }
+  ibv_cq* cq() const { return cq_.get(); }
+  ibv_srq* srq() const { return srq_; }
+
+  // A connection's QP: its completions go to `connection` until Detach
+  // (which ReleaseDevice calls after destroying the QP).
+  void Attach(uint32_t qp_num, RdmaConnection* connection);
+  void Detach(uint32_t qp_num, RdmaConnection* connection);
+  // Gives back the place Join took.
+  void Leave();
+
+  // Receive credits (see the file comment).
+  Status Reserve(uint32_t count);
+  bool LendOne();  // One more buffer for a busy peer, when one is spare.
+  void Unlend(uint32_t count) { lent_ -= count; }
+  // The pool has few buffers to spare and cannot grow: peers holding more
+  // than their initial credits should give some back.
+  bool Short() const;
+  // A received message in receive slot `slot`.
+  const std::byte* ReceiveData(uint32_t slot) const {
+    return receives_.data(slot);
+  }
+  // The size of its receive buffers: kRdmaReceiveBufferSize, or
+  // kRdmaSmallReceiveBufferSize in a process with little lockable memory.
+  uint32_t receive_buffer_size() const { return receives_.slot_size(); }
+
+  // A registered staging buffer of kRdmaReceiveBufferSize bytes for a SEND
+  // or a small staged WRITE, or nullopt when none is free and the pool
+  // cannot grow (`waiter` is then flushed once one is released).
+  struct SendSlot {
+    uint32_t index = 0;
+    std::byte* data = nullptr;
+    uint32_t lkey = 0;
+  };
+  std::optional<SendSlot> AcquireSendSlot(RdmaConnection* waiter);
+  void ReleaseSendSlot(uint32_t index) { free_send_slots_.push_back(index); }
+
+  // Registered bytes (receive and send pools) and ibv_reg_mr calls, for
+  // tests and metrics.
+  uint64_t registered_bytes() const;
+  uint32_t receive_buffers() const { return receives_.size(); }
+  uint32_t lent() const { return lent_; }
+
+ private:
+  Status Open();
+  Status GrowReceives();
+  void Repost(uint32_t slot);
+  void FlushReposts();
+  void WatchCq();
+  void OnCqReady();
+  void PollLoop();
+  bool Drain();
+  void Touch(RdmaConnection* connection);
+  void FinishBatch();
+  void FailAll(const Status& status);
+
+  boost::asio::io_context& context_;
+  const std::shared_ptr<DeviceDomain> domain_;
+  const PollMode poll_mode_;
+  const std::chrono::microseconds hybrid_spin_;
+  uint32_t members_ = 0;  // Places taken (guarded by the registry's lock).
+  bool failed_ = false;
+
+  // Declared in dependency order: destroyed bottom-up (SRQ before its
+  // memory; the CQ before its channel).
+  CompletionChannel channel_;
+  CompletionQueue cq_;
+  SlotPool receives_;
+  SlotPool sends_;
+  ibv_srq* srq_ = nullptr;  // Destroyed by the destructor, first.
+  boost::asio::posix::stream_descriptor fd_;
+  uint32_t unacked_events_ = 0;
+  bool woken_ = false;  // The drain under way was started by a CQ event.
+  std::chrono::steady_clock::time_point spin_until_;
+
+  uint32_t lent_ = 0;
+  uint32_t max_receives_ = 0;
+  bool receives_exhausted_ = false;  // The last growth failed.
+  std::vector<ibv_recv_wr> repost_wrs_;
+  std::vector<ibv_sge> repost_sges_;
+  std::vector<uint32_t> free_send_slots_;
+  std::vector<RdmaConnection*> send_waiters_;
+
+  std::unordered_map<uint32_t, RdmaConnection*> connections_;
+  // Connections that had completions in the batch being drained, and the
+  // batch being finished (kept, so their capacity is reused).
+  std::vector<std::shared_ptr<RdmaConnection>> touched_;
+  std::vector<std::shared_ptr<RdmaConnection>> finishing_;
+};
+
+}  // namespace rdmarpc::transport::rdma
+
+#endif  // RDMARPC_TRANSPORT_RDMA_COMPLETION_GROUP_H_
