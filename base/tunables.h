@@ -115,14 +115,14 @@ static_assert(kKeepaliveTimeout + kKeepaliveInterval <=
 // spare. An idle connection therefore pins kRdmaInitialCredits receive
 // buffers, not kRdmaReceiveDepth.
 inline constexpr uint32_t kRdmaReceiveDepth = 64;
-inline constexpr uint32_t kRdmaInitialCredits = 4;
+inline constexpr uint32_t kRdmaInitialCredits = 3;
 // A completion group's receive pool (and its send-staging pool) grows by
 // chunks of this many buffers, registered at once.
 inline constexpr uint32_t kRdmaPoolChunkBuffers = 64;
 // A process that may lock (pin) less than kRdmaSmallPinnedBudget bytes
 // (RLIMIT_MEMLOCK without CAP_IPC_LOCK: Debian's default is 8 MiB) receives
 // into buffers of kRdmaSmallReceiveBufferSize: an idle connection then pins
-// 16 KiB, not 64 KiB, and frames over 4 KiB travel by rendezvous.
+// 12 KiB, not 48 KiB, and frames over 4 KiB travel by rendezvous.
 inline constexpr uint64_t kRdmaSmallPinnedBudget = 64ull << 20;
 inline constexpr uint32_t kRdmaSmallReceiveBufferSize = 4096;
 // Connections whose QPs share one CQ, one completion channel and one shared

@@ -275,6 +275,24 @@ TEST_CASE("rdma: busy poll posts a frame sent from a handler at once") {
   }
 }
 
+// A peer starts with kRdmaInitialCredits receives; one that keeps them busy
+// is lent more, up to kRdmaReceiveDepth, so a stream is not held to a window
+// of two frames (one credit is held back for CREDIT).
+TEST_CASE("rdma: a busy peer is lent more credits") {
+  Pair pair(PollMode::kEvent);
+  constexpr int kFrames = 2000;
+  for (int i = 0; i < kFrames; ++i) {
+    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
+  }
+  REQUIRE(pair.WaitFor(kFrames));
+  const uint64_t lent = pair.server->stats().credits_lent;
+  INFO("the server lent " << lent << " credits beyond the initial "
+                          << tunables::kRdmaInitialCredits);
+  CHECK(lent >= 8);
+  CHECK(lent <= tunables::kRdmaReceiveDepth - tunables::kRdmaInitialCredits);
+  CHECK(pair.server->stats().credits_withheld == 0);  // The pool had room.
+}
+
 // Answers every frame from inside OnFrame, and notes whether the answer had
 // been posted when Send returned.
 struct Answerer : ConnectionObserver {

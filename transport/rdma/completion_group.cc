@@ -33,8 +33,14 @@ uint32_t ReceiveBufferSize() {
 // Spare receive buffers below which a busy peer is lent no more without
 // growing the pool first.
 constexpr uint32_t kSpareLow = kRdmaPoolChunkBuffers / 4;
+// Completions taken per ibv_poll_cq; their receive buffers are re-posted
+// after each poll. Connections return a message's credit as soon as it
+// arrives, before its buffer is re-posted, so the pool keeps this many
+// buffers beyond those lent.
+constexpr int kPollBatch = 32;
 
 std::atomic<uint64_t> pooled_bytes{0};
+std::atomic<uint64_t> live_qps{0};
 
 std::mutex registry_mu;
 // Guarded by registry_mu.
@@ -81,6 +87,8 @@ DeviceDomain::~DeviceDomain() {
     domains.erase(it);
   }
 }
+
+uint64_t LiveQueuePairs() { return live_qps.load(std::memory_order_relaxed); }
 
 uint64_t PooledRegisteredBytes() {
   return pooled_bytes.load(std::memory_order_relaxed);
@@ -208,12 +216,14 @@ Status CompletionGroup::Open() {
 
 void CompletionGroup::Attach(uint32_t qp_num, RdmaConnection* connection) {
   connections_[qp_num] = connection;
+  live_qps.fetch_add(1, std::memory_order_relaxed);
 }
 
 void CompletionGroup::Detach(uint32_t qp_num, RdmaConnection* connection) {
   if (auto it = connections_.find(qp_num);
       it != connections_.end() && it->second == connection) {
     connections_.erase(it);
+    live_qps.fetch_sub(1, std::memory_order_relaxed);
   }
   std::erase(send_waiters_, connection);
 }
@@ -238,8 +248,13 @@ Status CompletionGroup::GrowReceives() {
                  : Status();
 }
 
+uint32_t CompletionGroup::Spare() const {
+  const uint32_t committed = lent_ + kPollBatch;
+  return receives_.size() > committed ? receives_.size() - committed : 0;
+}
+
 Status CompletionGroup::Reserve(uint32_t count) {
-  while (receives_.size() - lent_ < count) {
+  while (Spare() < count) {
     if (Status grown = GrowReceives(); !grown.ok()) return grown;
   }
   lent_ += count;
@@ -247,8 +262,7 @@ Status CompletionGroup::Reserve(uint32_t count) {
 }
 
 bool CompletionGroup::LendOne() {
-  if (receives_.size() - lent_ <= kSpareLow &&
-      (receives_exhausted_ || !GrowReceives().ok())) {
+  if (Spare() <= kSpareLow && (receives_exhausted_ || !GrowReceives().ok())) {
     return false;
   }
   ++lent_;
@@ -256,7 +270,7 @@ bool CompletionGroup::LendOne() {
 }
 
 bool CompletionGroup::Short() const {
-  return receives_exhausted_ && receives_.size() - lent_ <= kSpareLow;
+  return receives_exhausted_ && Spare() <= kSpareLow;
 }
 
 void CompletionGroup::Repost(uint32_t slot) {
@@ -397,10 +411,10 @@ void CompletionGroup::Touch(RdmaConnection* connection) {
 }
 
 bool CompletionGroup::Drain() {
-  ibv_wc wcs[32];
+  ibv_wc wcs[kPollBatch];
   bool any = false;
   while (!failed_) {
-    const int n = ibv_poll_cq(cq_.get(), 32, wcs);
+    const int n = ibv_poll_cq(cq_.get(), kPollBatch, wcs);
     if (n < 0) {
       FailAll(Status(StatusCode::kUnavailable, "ibv_poll_cq failed"));
       break;

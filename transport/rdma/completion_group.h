@@ -51,6 +51,8 @@ class RdmaConnection;
 // LiveRegisteredBytes() that stays registered while any group lives (tests
 // subtract it to see what one connection registered).
 uint64_t PooledRegisteredBytes();
+// Queue pairs of this process's RDMA connections, process-wide.
+uint64_t LiveQueuePairs();
 
 class DeviceDomain {
  public:
@@ -162,6 +164,8 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
  private:
   Status Open();
   Status GrowReceives();
+  // Receive buffers neither lent nor kept for those being re-posted.
+  uint32_t Spare() const;
   void Repost(uint32_t slot);
   void FlushReposts();
   void WatchCq();

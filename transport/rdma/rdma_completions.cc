@@ -22,8 +22,6 @@ void RdmaConnection::AfterBatch(bool woken) {
   if (torn_down_) return;
   Bump(stats_.cq_polls);
   if (woken) Bump(stats_.cq_events);
-  // The group has re-posted the buffers these messages used.
-  credits_to_return_ += std::exchange(credits_earned_, 0);
   Flush();
 }
 
@@ -43,13 +41,16 @@ bool RdmaConnection::UseCredit() {
     Bump(stats_.credits_withheld);
     return true;
   }
-  ++credits_earned_;
-  // A peer using most of what it was lent is busy: lend it one more, so its
-  // window grows by one for each message while it stays busy.
-  if (lent_ < tunables::kRdmaReceiveDepth && peer_holds_ < lent_ / 2 &&
+  // Returned at once (the reply to this message carries it): the group keeps
+  // a poll batch of buffers beyond those lent, so the ones not yet
+  // re-posted never leave a lent credit without a posted receive.
+  ++credits_to_return_;
+  // A peer using half or more of what it was lent is busy: lend it one more,
+  // so its window grows by one for each message while it stays busy.
+  if (lent_ < tunables::kRdmaReceiveDepth && peer_holds_ * 2 <= lent_ &&
       group_->LendOne()) {
     ++lent_;
-    ++credits_earned_;
+    ++credits_to_return_;
     Bump(stats_.credits_lent);
   }
   return true;

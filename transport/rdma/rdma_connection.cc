@@ -79,6 +79,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
     const TransportOptions& options, EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
+  self->setup_self_ = self;
   self->host_ = host;
   self->port_ = port;
   self->peer_ = "rdma://" + host + ":" + std::to_string(port);
@@ -118,6 +119,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     const TransportOptions& options, EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
+  self->setup_self_ = self;
   self->AdoptPeerParams(peer);
   self->peer_ = "rdma://" + AddressString(rdma_get_peer_addr(id.get()));
   auto shared_id = std::make_shared<CmId>(std::move(id));
@@ -324,8 +326,9 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
 }
 
 void RdmaConnection::Established(const Status& status) {
+  auto self = std::move(setup_self_);  // This call's reference, if the last.
   if (!status.ok()) CloseNow(status);
-  if (auto done = std::move(on_established_)) done(status);
+  if (auto done = std::move(on_established_)) done(status, shared_from_this());
 }
 
 void RdmaConnection::Start(std::shared_ptr<ConnectionObserver> observer) {

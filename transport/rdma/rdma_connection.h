@@ -62,8 +62,10 @@ class RdmaConnection final
     : public Connection,
       public std::enable_shared_from_this<RdmaConnection> {
  public:
-  // Runs once: OK when the connection is established, else why not.
-  using EstablishedHandler = std::function<void(const Status&)>;
+  // Runs once: OK when the connection is established, else why not; with
+  // the connection (which keeps itself alive until then).
+  using EstablishedHandler =
+      std::function<void(const Status&, std::shared_ptr<RdmaConnection>)>;
 
   // Active side: resolves `host:port` and connects.
   static std::shared_ptr<RdmaConnection> Connect(
@@ -145,8 +147,7 @@ class RdmaConnection final
   // Receive-credit accounting for one message received from the peer (a
   // SEND or WRITE WITH IMMEDIATE): false (closed) when it had no credit.
   bool UseCredit();
-  // The group ended a batch that had completions of ours: return the
-  // credits its re-posts earned, and flush.
+  // The group ended a batch that had completions of ours: flush.
   void AfterBatch(bool woken);
   void OnControl(const ControlMessage& message);
   void OnRts(const ControlMessage& rts);
@@ -217,6 +218,10 @@ class RdmaConnection final
   ConnectionStats stats_;
   std::shared_ptr<ConnectionObserver> observer_;
   EstablishedHandler on_established_;
+  // Set by Connect and Accept, released when on_established_ runs: nothing
+  // else holds a connection under way (its rdma_cm events come through the
+  // loop's CmChannel, which holds it weakly).
+  std::shared_ptr<RdmaConnection> setup_self_;
   bool established_ = false;
   // Inside observer_->OnFrame (loop thread): CloseNow defers OnClose.
   bool in_observer_ = false;
@@ -247,12 +252,10 @@ class RdmaConnection final
   // Credits we hold: receives the peer has lent us.
   uint32_t credits_ = 0;
   // Credits we lent the peer: `lent_` receives of the group's pool are ours,
-  // of which the peer holds (or has in flight) `peer_holds_`; the rest are
-  // earned back by messages received (returned once the group has
-  // re-posted their buffers) or waiting to be returned.
+  // of which the peer holds (or has in flight) `peer_holds_`; the rest were
+  // used by messages received and wait to be returned.
   uint32_t lent_ = 0;
   uint32_t peer_holds_ = 0;
-  uint32_t credits_earned_ = 0;
   uint32_t credits_to_return_ = 0;
   // Staging slots of the group's send pool in use, by work request.
   RingQueue<std::pair<uint64_t, uint32_t>> staging_;

@@ -129,9 +129,8 @@ void RdmaConnection::Flush() {
     queued_frames_.store(queue_.size(), std::memory_order_relaxed);
   }
   // Return credits explicitly when no traffic has carried them back and the
-  // peer is down to half of what it was lent.
-  if (credits_to_return_ > 0 &&
-      credits_to_return_ >= std::max<uint32_t>(1, lent_ / 2) && credits_ >= 1 &&
+  // peer is down to half of what it was lent (or to the one it holds back).
+  if (credits_to_return_ > 0 && peer_holds_ * 2 <= lent_ && credits_ >= 1 &&
       SendSlotFree()) {
     ControlMessage credit;
     credit.kind = ControlKind::kCredit;

@@ -183,15 +183,12 @@ class RdmaListener final : public Listener {
       rdma_destroy_id(child);
       return;
     }
-    // The connection keeps itself alive through its pending operations
-    // until established; then the acceptor takes it.
-    auto holder = std::make_shared<std::shared_ptr<RdmaConnection>>();
-    *holder = RdmaConnection::Accept(
+    // The connection keeps itself alive until established (or failed); then
+    // the acceptor takes it.
+    RdmaConnection::Accept(
         state->pick(), CmId(child), *peer, state->options,
-        [on_accept = state->on_accept, holder,
-         uri = state->uri](const Status& status) {
-          auto connection = std::move(*holder);
-          if (!connection) return;
+        [on_accept = state->on_accept, uri = state->uri](
+            const Status& status, std::shared_ptr<RdmaConnection> connection) {
           if (status.code() == StatusCode::kResourceExhausted) {
             Log().warn("{}: refused a connection from {}: {}", uri,
                        connection->peer(), status.message());
@@ -269,8 +266,10 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
   auto attempt = std::make_shared<Attempt>(context);
   attempt->done = std::move(done);
   attempt->connection = RdmaConnection::Connect(
-      context, host, port, options, [attempt](const Status& status) {
-        auto connection = std::move(attempt->connection);
+      context, host, port, options,
+      [attempt](const Status& status,
+                std::shared_ptr<RdmaConnection> connection) {
+        attempt->connection.reset();
         if (!status.ok()) return attempt->Finish(status);
         attempt->Finish(std::shared_ptr<Connection>(std::move(connection)));
       });
