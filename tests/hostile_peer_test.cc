@@ -100,6 +100,18 @@ std::span<const std::byte> AsBytes(const T& value) {
   return std::as_bytes(std::span(&value, 1));
 }
 
+// A CREDIT control frame returning no credits, as it goes on the wire.
+Bytes CreditMessage() {
+  ControlMessage credit;
+  credit.kind = ControlKind::kCredit;
+  const auto prefix =
+      EncodeFramePrefix({FrameType::kControl, 0, sizeof(ControlMessage), 0});
+  Bytes message(prefix.begin(), prefix.end());
+  const auto body = AsBytes(credit);
+  message.insert(message.end(), body.begin(), body.end());
+  return message;
+}
+
 // A received SEND, split by its prefix.
 struct Received {
   transport::FramePrefix prefix;
@@ -289,13 +301,7 @@ class HostilePeer {
   // whatever this peer's credits; the last one's completion.
   std::string SendBurst(uint32_t count) {
     REQUIRE(count <= kSendDepth);
-    ControlMessage credit;
-    credit.kind = ControlKind::kCredit;
-    const auto prefix =
-        EncodeFramePrefix({FrameType::kControl, 0, sizeof(ControlMessage), 0});
-    Bytes message(prefix.begin(), prefix.end());
-    const auto body = AsBytes(credit);
-    message.insert(message.end(), body.begin(), body.end());
+    const Bytes message = CreditMessage();
     std::memcpy(send_buffer_->bytes.data(), message.data(), message.size());
     ibv_sge sge{send_buffer_->addr(), static_cast<uint32_t>(message.size()),
                 send_buffer_->mr->lkey};
@@ -823,13 +829,7 @@ TEST_CASE("hostile: a SEND with bad magic bytes") {
   HostilePeer peer;
   fixture.Connect(peer);
   LogCapture log;
-  ControlMessage credit;
-  credit.kind = ControlKind::kCredit;
-  const auto prefix =
-      EncodeFramePrefix({FrameType::kControl, 0, sizeof(ControlMessage), 0});
-  Bytes message(prefix.begin(), prefix.end());
-  const auto body = AsBytes(credit);
-  message.insert(message.end(), body.begin(), body.end());
+  Bytes message = CreditMessage();
   std::memcpy(message.data(), "EVIL", 4);
   const std::string sent = peer.PostSend(message);
   INFO("the SEND: " << sent);

@@ -49,6 +49,7 @@
 #include "rpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/service.h"
+#include "tools/benchmarks/spawn.h"
 #include "transport/rdma/completion_group.h"
 
 namespace rdmarpc::bench {
@@ -189,38 +190,6 @@ Cpu CpuSeconds() {
           usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6};
 }
 
-struct Child {
-  pid_t pid = 0;
-  FILE* in = nullptr;   // Its stdin.
-  FILE* out = nullptr;  // Its stdout.
-};
-
-Child Spawn(const std::vector<std::string>& args) {
-  int to_child[2], from_child[2];
-  if (pipe(to_child) != 0 || pipe(from_child) != 0) std::abort();
-  // Built before fork: the child may only exec (this process has threads).
-  std::vector<char*> argv;
-  for (const std::string& arg : args) {
-    argv.push_back(const_cast<char*>(arg.c_str()));
-  }
-  argv.push_back(nullptr);
-  Child child;
-  child.pid = fork();
-  if (child.pid == 0) {
-    dup2(to_child[0], STDIN_FILENO);
-    dup2(from_child[1], STDOUT_FILENO);
-    close(to_child[1]);
-    close(from_child[0]);
-    execv("/proc/self/exe", argv.data());
-    _exit(127);
-  }
-  close(to_child[0]);
-  close(from_child[1]);
-  child.in = fdopen(to_child[1], "w");
-  child.out = fdopen(from_child[0], "r");
-  return child;
-}
-
 std::string ReadLine(FILE* in) {
   std::string line;
   for (int c; (c = std::fgetc(in)) != EOF && c != '\n';) line += char(c);
@@ -265,18 +234,18 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   const long long threads0 = StatusField("Threads");
   const auto qps0 = static_cast<long long>(transport::rdma::LiveQueuePairs());
 
-  std::vector<Child> children;
+  std::vector<ChildProcess> children;
   for (int p = 0; p < processes; ++p) {
     const int share = connections / processes + (p < connections % processes);
     const int load = outstanding / processes + (p < outstanding % processes);
-    children.push_back(Spawn({"scale", "--client", *uri, "--connections",
-                              std::to_string(share), "--outstanding",
-                              std::to_string(std::max(load, 1)), "--seconds",
-                              seconds, "--size", size}));
+    children.push_back(SpawnSelf({"scale", "--client", *uri, "--connections",
+                                  std::to_string(share), "--outstanding",
+                                  std::to_string(std::max(load, 1)),
+                                  "--seconds", seconds, "--size", size}));
   }
   Row row;
   row.connections = connections;
-  for (Child& child : children) {
+  for (ChildProcess& child : children) {
     const std::string ready = ReadLine(child.out);
     if (ready.rfind("ready ", 0) != 0) {
       std::fprintf(stderr, "scale: a client said '%s'\n", ready.c_str());
@@ -298,14 +267,14 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   }
 
   const Cpu cpu0 = CpuSeconds();
-  for (Child& child : children) {
+  for (ChildProcess& child : children) {
     std::fputs("go\n", child.in);
     std::fflush(child.in);
   }
   std::vector<uint64_t> histogram(kBuckets);
   uint64_t calls = 0;
   double elapsed = 0;
-  for (Child& child : children) {
+  for (ChildProcess& child : children) {
     std::istringstream result(ReadLine(child.out));
     std::string word;
     uint64_t child_calls = 0, child_errors = 0;
@@ -327,12 +296,7 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   const Cpu cpu1 = CpuSeconds();
   const double user = cpu1.user - cpu0.user;
   const double cpu = user + cpu1.system - cpu0.system;
-  for (Child& child : children) {
-    std::fclose(child.in);
-    std::fclose(child.out);
-    int status = 0;
-    waitpid(child.pid, &status, 0);
-  }
+  for (ChildProcess& child : children) child.Reap();
   row.calls_per_s = calls / elapsed;
   row.cpu_us_per_call = calls > 0 ? cpu * 1e6 / calls : 0;
   row.user_us_per_call = calls > 0 ? user * 1e6 / calls : 0;

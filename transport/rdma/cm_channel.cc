@@ -23,15 +23,26 @@ std::map<asio::io_context*, std::weak_ptr<CmChannel>>& Channels() {
 }  // namespace
 
 StatusOr<std::shared_ptr<CmChannel>> CmChannel::For(asio::io_context& context) {
-  std::lock_guard lock(registry_mu);
-  auto& channels = Channels();
-  if (auto it = channels.find(&context); it != channels.end()) {
-    if (auto channel = it->second.lock()) return channel;
+  std::shared_ptr<CmChannel> channel;
+  Status opened;
+  {
+    std::lock_guard lock(registry_mu);
+    // Entries of channels gone are dropped here, not by their destructors.
+    std::erase_if(Channels(),
+                  [](const auto& entry) { return entry.second.expired(); });
+    if (auto it = Channels().find(&context); it != Channels().end()) {
+      channel = it->second.lock();
+    }
+    if (channel) return channel;
+    channel = std::make_shared<CmChannel>(context);
+    opened = channel->Open();
+    if (opened.ok()) {
+      Channels()[&context] = channel;
+      return channel;
+    }
   }
-  auto channel = std::make_shared<CmChannel>(context);
-  if (Status opened = channel->Open(); !opened.ok()) return opened;
-  channels[&context] = channel;
-  return channel;
+  channel.reset();  // Outside the lock.
+  return opened;
 }
 
 CmChannel::CmChannel(asio::io_context& context)
@@ -40,12 +51,6 @@ CmChannel::CmChannel(asio::io_context& context)
 CmChannel::~CmChannel() {
   // The descriptor belongs to rdma-core, not to Asio.
   if (fd_.is_open()) fd_.release();
-  std::lock_guard lock(registry_mu);
-  auto& channels = Channels();
-  if (auto it = channels.find(&context_);
-      it != channels.end() && it->second.expired()) {
-    channels.erase(it);
-  }
 }
 
 Status CmChannel::Open() {
@@ -58,11 +63,16 @@ Status CmChannel::Open() {
 }
 
 void CmChannel::Register(rdma_cm_id* id,
-                         std::weak_ptr<RdmaConnection> connection) {
-  ids_[id] = std::move(connection);
+                         std::weak_ptr<RdmaConnection> connection,
+                         uint64_t owner) {
+  ids_[id] = {std::move(connection), owner};
 }
 
-void CmChannel::Forget(rdma_cm_id* id) { ids_.erase(id); }
+void CmChannel::Forget(rdma_cm_id* id, uint64_t owner) {
+  if (auto it = ids_.find(id); it != ids_.end() && it->second.owner == owner) {
+    ids_.erase(it);
+  }
+}
 
 void CmChannel::Watch() {
   fd_.async_wait(asio::posix::stream_descriptor::wait_read,
@@ -73,7 +83,9 @@ void CmChannel::Watch() {
                    while (rdma_get_cm_event(self->events_.get(), &event) == 0) {
                      auto it = self->ids_.find(event->id);
                      std::shared_ptr<RdmaConnection> connection;
-                     if (it != self->ids_.end()) connection = it->second.lock();
+                     if (it != self->ids_.end()) {
+                       connection = it->second.connection.lock();
+                     }
                      if (connection) {
                        connection->OnCmEvent(event);  // Acknowledges it.
                      } else {

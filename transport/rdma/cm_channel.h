@@ -34,9 +34,12 @@ class CmChannel : public std::enable_shared_from_this<CmChannel> {
 
   rdma_event_channel* get() const { return events_.get(); }
 
-  // Events for `id` go to `connection` until Forget (on the loop thread).
-  void Register(rdma_cm_id* id, std::weak_ptr<RdmaConnection> connection);
-  void Forget(rdma_cm_id* id);
+  // Events for `id` go to `connection` (`owner` names it) while it lives,
+  // until Forget (on the loop thread).
+  void Register(rdma_cm_id* id, std::weak_ptr<RdmaConnection> connection,
+                uint64_t owner);
+  // Unless `id` has been registered again since, by another owner.
+  void Forget(rdma_cm_id* id, uint64_t owner);
 
  private:
   Status Open();
@@ -45,7 +48,11 @@ class CmChannel : public std::enable_shared_from_this<CmChannel> {
   boost::asio::io_context& context_;
   EventChannel events_;
   boost::asio::posix::stream_descriptor fd_;
-  std::unordered_map<rdma_cm_id*, std::weak_ptr<RdmaConnection>> ids_;
+  struct Registered {
+    std::weak_ptr<RdmaConnection> connection;
+    uint64_t owner = 0;
+  };
+  std::unordered_map<rdma_cm_id*, Registered> ids_;
 };
 
 }  // namespace rdmarpc::transport::rdma

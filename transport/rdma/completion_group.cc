@@ -61,15 +61,26 @@ std::map<GroupKey, std::vector<std::weak_ptr<CompletionGroup>>>& Groups() {
 // --- DeviceDomain ------------------------------------------------------------
 
 StatusOr<std::shared_ptr<DeviceDomain>> DeviceDomain::For(ibv_context* verbs) {
-  std::lock_guard lock(registry_mu);
-  auto& domains = Domains();
-  if (auto it = domains.find(verbs); it != domains.end()) {
-    if (auto domain = it->second.lock()) return domain;
+  std::shared_ptr<DeviceDomain> domain;
+  {
+    std::lock_guard lock(registry_mu);
+    // Entries of domains gone are dropped here, not by their destructors:
+    // one may run under this lock (the last reference let go of here).
+    std::erase_if(Domains(),
+                  [](const auto& entry) { return entry.second.expired(); });
+    if (auto it = Domains().find(verbs); it != Domains().end()) {
+      domain = it->second.lock();
+    }
+    if (domain) return domain;
+    domain = std::make_shared<DeviceDomain>(verbs);
+    if (domain->pd_) {
+      Domains()[verbs] = domain;
+      return domain;
+    }
   }
-  auto domain = std::make_shared<DeviceDomain>(verbs);
-  if (!domain->pd_) return ErrnoStatus("ibv_alloc_pd", errno);
-  domains[verbs] = domain;
-  return domain;
+  const int error = errno;
+  domain.reset();  // Outside the lock.
+  return ErrnoStatus("ibv_alloc_pd", error);
 }
 
 DeviceDomain::DeviceDomain(ibv_context* verbs)
@@ -80,12 +91,6 @@ DeviceDomain::DeviceDomain(ibv_context* verbs)
 DeviceDomain::~DeviceDomain() {
   registrations_.reset();  // Its regions, before the PD.
   pd_.reset();
-  std::lock_guard lock(registry_mu);
-  auto& domains = Domains();
-  if (auto it = domains.find(verbs_);
-      it != domains.end() && it->second.expired()) {
-    domains.erase(it);
-  }
 }
 
 uint64_t LiveQueuePairs() { return live_qps.load(std::memory_order_relaxed); }
@@ -214,18 +219,22 @@ Status CompletionGroup::Open() {
   return Status();
 }
 
-void CompletionGroup::Attach(uint32_t qp_num, RdmaConnection* connection) {
-  connections_[qp_num] = connection;
+void CompletionGroup::Attach(uint32_t qp_num,
+                             std::weak_ptr<RdmaConnection> connection,
+                             uint64_t id) {
+  connections_[qp_num] = {std::move(connection), id};
   live_qps.fetch_add(1, std::memory_order_relaxed);
 }
 
-void CompletionGroup::Detach(uint32_t qp_num, RdmaConnection* connection) {
+void CompletionGroup::Detach(uint32_t qp_num, uint64_t id) {
+  // The QP number may already be another connection's.
   if (auto it = connections_.find(qp_num);
-      it != connections_.end() && it->second == connection) {
+      it != connections_.end() && it->second.id == id) {
     connections_.erase(it);
     live_qps.fetch_sub(1, std::memory_order_relaxed);
   }
-  std::erase(send_waiters_, connection);
+  std::erase_if(send_waiters_,
+                [](const auto& waiter) { return waiter.expired(); });
 }
 
 void CompletionGroup::Leave() {
@@ -304,9 +313,9 @@ std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireSendSlot(
     const uint32_t first = sends_.size();
     if (Status grown = sends_.Grow(domain_->pd(), "send buffers");
         !grown.ok()) {
-      if (std::find(send_waiters_.begin(), send_waiters_.end(), waiter) ==
-          send_waiters_.end()) {
-        send_waiters_.push_back(waiter);
+      if (!waiter->waiting_for_staging_) {
+        waiter->waiting_for_staging_ = true;
+        send_waiters_.push_back(waiter->weak_from_this());
       }
       return std::nullopt;
     }
@@ -374,8 +383,10 @@ void CompletionGroup::PollLoop() {
   // otherwise wait out every poll of it.
   bool any = false;
   for (uint32_t i = 0; i < tunables::kRdmaBusyPollsPerYield; ++i) {
-    for (const auto& [qp, connection] : connections_) {
-      if (connection->flush_pending_.load(std::memory_order_relaxed)) {
+    for (const auto& [qp, member] : connections_) {
+      auto connection = member.connection.lock();
+      if (connection &&
+          connection->flush_pending_.load(std::memory_order_relaxed)) {
         Touch(connection);
       }
     }
@@ -404,10 +415,10 @@ void CompletionGroup::PollLoop() {
              }));
 }
 
-void CompletionGroup::Touch(RdmaConnection* connection) {
+void CompletionGroup::Touch(const std::shared_ptr<RdmaConnection>& connection) {
   if (connection->touched_) return;
   connection->touched_ = true;
-  touched_.push_back(connection->shared_from_this());
+  touched_.push_back(connection);
 }
 
 bool CompletionGroup::Drain() {
@@ -431,15 +442,17 @@ bool CompletionGroup::Drain() {
     for (int i = 0; i < n; ++i) {
       const ibv_wc& wc = wcs[i];
       const bool receive = (wc.wr_id >> kTagShift) == kRecvTag;
-      auto it = connections_.find(wc.qp_num);
-      if (it != connections_.end() && !it->second->torn_down_) {
-        RdmaConnection* connection = it->second;
+      std::shared_ptr<RdmaConnection> connection;
+      if (auto it = connections_.find(wc.qp_num); it != connections_.end()) {
+        connection = it->second.connection.lock();
+      }
+      if (connection && !connection->torn_down_) {
         Touch(connection);
         // Reset even if a handler throws (the event loop logs and goes on).
         struct Last {
           explicit Last(RdmaConnection* c) { delivering_last = c; }
           ~Last() { delivering_last = nullptr; }
-        } guard(i == last ? connection : nullptr);
+        } guard(i == last ? connection.get() : nullptr);
         connection->OnCompletion(wc);
       }
       // The connection has copied out what it needs (or is gone): the
@@ -455,9 +468,14 @@ bool CompletionGroup::Drain() {
 void CompletionGroup::FinishBatch() {
   // Slots came free: the connections that waited for one try again.
   if (!free_send_slots_.empty() && !send_waiters_.empty()) {
-    std::vector<RdmaConnection*> waiters;
+    std::vector<std::weak_ptr<RdmaConnection>> waiters;
     waiters.swap(send_waiters_);
-    for (RdmaConnection* waiter : waiters) Touch(waiter);
+    for (const auto& weak : waiters) {
+      if (auto waiter = weak.lock()) {
+        waiter->waiting_for_staging_ = false;
+        Touch(waiter);
+      }
+    }
   }
   // AfterBatch may start another batch (a Flush that closes): it fills
   // touched_ anew while this one is finished.
@@ -473,8 +491,8 @@ void CompletionGroup::FailAll(const Status& status) {
   Log().error("RDMA completion group on {} failed: {}",
               DeviceName(domain_->verbs()), status.message());
   std::vector<std::shared_ptr<RdmaConnection>> all;
-  for (const auto& [qp, connection] : connections_) {
-    all.push_back(connection->shared_from_this());
+  for (const auto& [qp, member] : connections_) {
+    if (auto connection = member.connection.lock()) all.push_back(connection);
   }
   for (const auto& connection : all) connection->CloseNow(status);
 }

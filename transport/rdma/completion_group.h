@@ -122,10 +122,12 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   ibv_cq* cq() const { return cq_.get(); }
   ibv_srq* srq() const { return srq_; }
 
-  // A connection's QP: its completions go to `connection` until Detach
-  // (which ReleaseDevice calls after destroying the QP).
-  void Attach(uint32_t qp_num, RdmaConnection* connection);
-  void Detach(uint32_t qp_num, RdmaConnection* connection);
+  // A connection's QP: its completions go to `connection` (`id` names it)
+  // while it lives, until Detach (which its ReleaseDevice calls, on the
+  // loop, after destroying the QP).
+  void Attach(uint32_t qp_num, std::weak_ptr<RdmaConnection> connection,
+              uint64_t id);
+  void Detach(uint32_t qp_num, uint64_t id);
   // Gives back the place Join took.
   void Leave();
 
@@ -172,7 +174,7 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   void OnCqReady();
   void PollLoop();
   bool Drain();
-  void Touch(RdmaConnection* connection);
+  void Touch(const std::shared_ptr<RdmaConnection>& connection);
   void FinishBatch();
   void FailAll(const Status& status);
 
@@ -201,9 +203,13 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   std::vector<ibv_recv_wr> repost_wrs_;
   std::vector<ibv_sge> repost_sges_;
   std::vector<uint32_t> free_send_slots_;
-  std::vector<RdmaConnection*> send_waiters_;
+  std::vector<std::weak_ptr<RdmaConnection>> send_waiters_;
 
-  std::unordered_map<uint32_t, RdmaConnection*> connections_;
+  struct Member {
+    std::weak_ptr<RdmaConnection> connection;  // Expired once destroyed.
+    uint64_t id = 0;
+  };
+  std::unordered_map<uint32_t, Member> connections_;  // By QP number.
   // Connections that had completions in the batch being drained, and the
   // batch being finished (kept, so their capacity is reused).
   std::vector<std::shared_ptr<RdmaConnection>> touched_;

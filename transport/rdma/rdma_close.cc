@@ -92,18 +92,34 @@ void RdmaConnection::ReleaseDevice() {
   incoming_.clear();
   bounce_chunks_.clear();
   bounce_pool_.reset();
-  if (group_) {
-    if (attached_) group_->Detach(qp_num_, this);
-    attached_ = false;
-    ReleaseStaging(UINT64_MAX);
-    group_->Unlend(lent_);
-    lent_ = 0;
-    group_->Leave();
-    group_.reset();
+  // The group and the event channel are the loop's: they are told on the
+  // loop (the last holder of a connection may let go on any thread).
+  std::vector<uint32_t> staging;
+  while (!staging_.empty()) {
+    staging.push_back(staging_.front().second);
+    staging_.pop_front();
+  }
+  auto release = [group = std::move(group_), attached = attached_,
+                  qp_num = qp_num_, lent = lent_, staging = std::move(staging),
+                  cm = cm_, id = id_ ? id_.get() : nullptr,
+                  owner = id_in_group_] {
+    if (group) {
+      if (attached) group->Detach(qp_num, owner);
+      for (const uint32_t slot : staging) group->ReleaseSendSlot(slot);
+      group->Unlend(lent);
+      group->Leave();
+    }
+    if (cm && id != nullptr) cm->Forget(id, owner);
+  };
+  attached_ = false;
+  lent_ = 0;
+  if (context_.get_executor().running_in_this_thread()) {
+    release();
+  } else {
+    asio::post(context_, std::move(release));
   }
   domain_.reset();
   device_hold_.Release();
-  if (id_ && cm_) cm_->Forget(id_.get());
   id_.reset();
 }
 

@@ -63,6 +63,11 @@ RdmaConnection::RdmaConnection(asio::io_context& context,
 
 RdmaConnection::~RdmaConnection() { ReleaseDevice(); }
 
+uint64_t RdmaConnection::NextId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 asio::any_io_executor RdmaConnection::executor() const {
   return context_.get_executor();
 }
@@ -91,7 +96,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
       status = ErrnoStatus("rdma_create_id", errno);
     }
     self->id_.reset(raw);
-    if (raw != nullptr) self->cm_->Register(raw, self);
+    if (raw != nullptr) self->cm_->Register(raw, self, self->id_in_group_);
     rdma_addrinfo hints{};
     hints.ai_port_space = RDMA_PS_TCP;
     rdma_addrinfo* resolved = nullptr;
@@ -131,7 +136,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     }
     self->id_ = std::move(*shared_id);
     if (status.ok()) {
-      self->cm_->Register(self->id_.get(), self);
+      self->cm_->Register(self->id_.get(), self, self->id_in_group_);
       self->id_->context = self.get();
       status = self->CreateResources();
     }
@@ -213,7 +218,7 @@ Status RdmaConnection::CreateResources() {
     }
   }
   qp_num_ = id_->qp->qp_num;
-  group_->Attach(qp_num_, this);
+  group_->Attach(qp_num_, weak_from_this(), id_in_group_);
   attached_ = true;
   // A device may grant more than asked; the staging area holds what we asked.
   max_inline_ = std::min(attr.cap.max_inline_data, tunables::kRdmaMaxInline);

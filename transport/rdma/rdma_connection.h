@@ -243,8 +243,12 @@ class RdmaConnection final
   uint32_t qp_num_ = 0;
   bool attached_ = false;  // group_ delivers the QP's completions to us.
   uint32_t max_inline_ = 0;
-  // Set by the group while this connection is in its batch.
+  // Set by the group while this connection is in its batch, and while it
+  // waits for a send-staging slot.
   bool touched_ = false;
+  bool waiting_for_staging_ = false;
+  static uint64_t NextId();
+  const uint64_t id_in_group_ = NextId();  // Unique (Attach, Detach).
   // Completions that came before Start, with a copy of their data.
   bool started_ = false;
   std::vector<std::pair<ibv_wc, Buffer>> early_;
