@@ -45,8 +45,7 @@ StatusOr<std::shared_ptr<CmChannel>> CmChannel::For(asio::io_context& context) {
   return opened;
 }
 
-CmChannel::CmChannel(asio::io_context& context)
-    : context_(context), fd_(context) {}
+CmChannel::CmChannel(asio::io_context& context) : fd_(context) {}
 
 CmChannel::~CmChannel() {
   // The descriptor belongs to rdma-core, not to Asio.

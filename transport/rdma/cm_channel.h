@@ -45,7 +45,6 @@ class CmChannel : public std::enable_shared_from_this<CmChannel> {
   Status Open();
   void Watch();
 
-  boost::asio::io_context& context_;
   EventChannel events_;
   boost::asio::posix::stream_descriptor fd_;
   struct Registered {
