@@ -3,6 +3,7 @@
 #ifndef RDMARPC_TOOLS_BENCHMARKS_SPAWN_H_
 #define RDMARPC_TOOLS_BENCHMARKS_SPAWN_H_
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,8 +31,12 @@ struct ChildProcess {
 
 // Runs /proc/self/exe with `args` (args[0] included).
 inline ChildProcess SpawnSelf(const std::vector<std::string>& args) {
+  // Close-on-exec: a child spawned later must not inherit this one's pipes
+  // (it would hold this one's stdin open after the parent closes it).
   int to_child[2], from_child[2];
-  if (pipe(to_child) != 0 || pipe(from_child) != 0) std::abort();
+  if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) {
+    std::abort();
+  }
   // Built before fork: the child may only exec (the parent has threads).
   std::vector<char*> argv;
   for (const std::string& arg : args) {
