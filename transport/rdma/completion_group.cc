@@ -328,11 +328,6 @@ std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireSendSlot(
   return SendSlot{index, sends_.data(index), sends_.lkey(index)};
 }
 
-uint64_t CompletionGroup::registered_bytes() const {
-  return uint64_t{receives_.size()} * receives_.slot_size() +
-         uint64_t{sends_.size()} * sends_.slot_size();
-}
-
 // --- Polling -----------------------------------------------------------------
 
 void CompletionGroup::WatchCq() {

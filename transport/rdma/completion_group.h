@@ -157,12 +157,6 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   std::optional<SendSlot> AcquireSendSlot(RdmaConnection* waiter);
   void ReleaseSendSlot(uint32_t index) { free_send_slots_.push_back(index); }
 
-  // Registered bytes (receive and send pools) and ibv_reg_mr calls, for
-  // tests and metrics.
-  uint64_t registered_bytes() const;
-  uint32_t receive_buffers() const { return receives_.size(); }
-  uint32_t lent() const { return lent_; }
-
  private:
   Status Open();
   Status GrowReceives();

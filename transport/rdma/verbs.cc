@@ -67,17 +67,15 @@ std::optional<uint64_t> LockedMemoryLimit() {
 }
 
 Status RegistrationFailed(std::string_view what, size_t length, int error) {
-  rlimit limit{};
-  if ((error != ENOMEM && error != EAGAIN && error != EPERM) ||
-      CanLockAnyMemory() || getrlimit(RLIMIT_MEMLOCK, &limit) != 0 ||
-      limit.rlim_cur == RLIM_INFINITY) {
+  const std::optional<uint64_t> limit = LockedMemoryLimit();
+  if ((error != ENOMEM && error != EAGAIN && error != EPERM) || !limit) {
     return ErrnoStatus(what, error);
   }
   return Status(
       StatusCode::kResourceExhausted,
       std::string(what) + ": " + std::strerror(error) + " registering " +
           std::to_string(length) + " bytes: this process may lock " +
-          std::to_string(limit.rlim_cur) + " bytes (RLIMIT_MEMLOCK) and has " +
+          std::to_string(*limit) + " bytes (RLIMIT_MEMLOCK) and has " +
           std::to_string(LiveRegisteredBytes()) +
           " registered; raise `ulimit -l` (limits.conf memlock, systemd "
           "LimitMEMLOCK) or give it CAP_IPC_LOCK");
