@@ -3,8 +3,6 @@
 // rdma:// in the Soft-RoCE VM (tools/softroce/suite).
 #include "rpc/client_loops.h"
 
-#include <dirent.h>
-
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
@@ -15,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/process_stats.h"
 #include "rpc/channel.h"
 #include "tests/test_support.h"
 
@@ -24,16 +23,7 @@ namespace {
 constexpr rpc::MethodRef kEcho("test.Test", "Echo");
 
 // Threads of this process now.
-size_t Threads() {
-  size_t count = 0;
-  if (DIR* dir = opendir("/proc/self/task")) {
-    while (const dirent* entry = readdir(dir)) {
-      if (entry->d_name[0] != '.') ++count;
-    }
-    closedir(dir);
-  }
-  return count;
-}
+long long Threads() { return ProcessStatusField(0, "Threads"); }
 
 // The io_context behind a channel's executor: its loop.
 const void* LoopOf(const rpc::Channel& channel) {
@@ -55,7 +45,7 @@ TEST_CASE("client loops: many channels to one server add no thread") {
   const int count = OverRdma() ? 16 : 64;
   const int loops = static_cast<int>(rpc::ClientLoops::DefaultSize());
   TestServer server;
-  const size_t without_channels = Threads();
+  const long long without_channels = Threads();
   std::vector<std::unique_ptr<rpc::Channel>> channels;
   auto add_and_call = [&] {
     channels.push_back(std::make_unique<rpc::Channel>(server.uri));
@@ -68,7 +58,7 @@ TEST_CASE("client loops: many channels to one server add no thread") {
   // first connect (Asio's resolver thread; over rdma the device-event
   // thread), now exist.
   for (int i = 0; i < loops; ++i) add_and_call();
-  const size_t warm = Threads();
+  const long long warm = Threads();
   for (int i = loops; i < count; ++i) add_and_call();
   CHECK(Threads() == warm);
   CHECK(server.stats().connections == static_cast<uint64_t>(count));

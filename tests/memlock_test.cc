@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/process_stats.h"
 #include "tests/test_support.h"
 
 namespace rdmarpc::testing {
@@ -33,28 +34,6 @@ namespace {
 using namespace std::chrono_literals;
 constexpr rpc::MethodRef kEcho("test.Test", "Echo");
 constexpr uint64_t kLimit = 8ull << 20;
-
-// A field of /proc/PID/status ("VmPin", "Threads"), in its own unit.
-long long StatusField(pid_t pid, const std::string& field) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind(field + ":", 0) == 0) {
-      return std::atoll(line.c_str() + field.size() + 1);
-    }
-  }
-  return -1;
-}
-
-long long OpenFiles(pid_t pid) {
-  long long count = 0;
-  std::error_code error;
-  for (auto it = std::filesystem::directory_iterator(
-           "/proc/" + std::to_string(pid) + "/fd", error);
-       !error && it != std::filesystem::directory_iterator(); ++it) {
-    ++count;
-  }
-  return count;
-}
 
 // tests/test_server as `nobody`, without capabilities, under kLimit.
 class LimitedServer {
@@ -91,7 +70,7 @@ class LimitedServer {
     std::ifstream(dir_ + "/pid") >> pid;
     REQUIRE(pid > 0);
     // The server, not the shell or setpriv, once it has exec'd.
-    REQUIRE(StatusField(pid, "CapEff") == 0);
+    REQUIRE(ProcessStatusField(pid, "CapEff") == 0);
   }
   ~LimitedServer() {
     if (pid > 0) kill(pid, SIGKILL);
@@ -115,9 +94,9 @@ class LimitedServer {
 TEST_CASE("memlock: a server without CAP_IPC_LOCK under 8 MiB") {
   REQUIRE(OverRdma());
   LimitedServer server;
-  REQUIRE(StatusField(server.pid, "VmPin") == 0);
-  const long long files_before = OpenFiles(server.pid);
-  const long long threads_before = StatusField(server.pid, "Threads");
+  REQUIRE(ProcessStatusField(server.pid, "VmPin") == 0);
+  const long long files_before = OpenFileCount(server.pid);
+  const long long threads_before = ProcessStatusField(server.pid, "Threads");
 
   // 256 connections, each with a call answered.
   constexpr int kHeld = 256;
@@ -129,9 +108,10 @@ TEST_CASE("memlock: a server without CAP_IPC_LOCK under 8 MiB") {
                        << server.Log());
     REQUIRE(result.status.ok());
   }
-  const long long pinned_kib = StatusField(server.pid, "VmPin");
-  const long long files = OpenFiles(server.pid) - files_before;
-  const long long threads = StatusField(server.pid, "Threads") - threads_before;
+  const long long pinned_kib = ProcessStatusField(server.pid, "VmPin");
+  const long long files = OpenFileCount(server.pid) - files_before;
+  const long long threads =
+      ProcessStatusField(server.pid, "Threads") - threads_before;
   std::printf(
       "memlock: a server as nobody under an 8 MiB limit holds %d connections: "
       "%lld KiB pinned (%.1f KiB each), %lld more open files, %lld more "
@@ -150,7 +130,7 @@ TEST_CASE("memlock: a server without CAP_IPC_LOCK under 8 MiB") {
     }
     INFO(kHeld + more << " connections, then: " << refused.ToString());
     std::printf("memlock: refused after %d connections (%lld KiB pinned)\n",
-                kHeld + more, StatusField(server.pid, "VmPin"));
+                kHeld + more, ProcessStatusField(server.pid, "VmPin"));
     REQUIRE_FALSE(refused.ok());
     // The call fails as any call whose connection cannot be made does
     // (UNAVAILABLE: another server may take it), saying why.

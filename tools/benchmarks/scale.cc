@@ -33,7 +33,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -45,6 +44,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/process_stats.h"
 #include "examples/common/flags.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
@@ -158,26 +158,6 @@ int Client(const examples::Flags& flags) {
 
 // --- server process ----------------------------------------------------------
 
-long long StatusField(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind(field + ":", 0) == 0) {
-      return std::atoll(line.c_str() + field.size() + 1);
-    }
-  }
-  return -1;
-}
-
-long long OpenFiles() {
-  long long count = -1;  // The iterator's own descriptor.
-  for (const auto& entry :
-       std::filesystem::directory_iterator("/proc/self/fd")) {
-    (void)entry;
-    ++count;
-  }
-  return count;
-}
-
 // This process's CPU time: user, and system (where the kernel's work for
 // it is counted: under Soft-RoCE, the device's too).
 struct Cpu {
@@ -229,9 +209,9 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
     std::fprintf(stderr, "scale: %s\n", uri.status().ToString().c_str());
     std::exit(1);
   }
-  const long long pinned0 = StatusField("VmPin");
-  const long long fds0 = OpenFiles();
-  const long long threads0 = StatusField("Threads");
+  const long long pinned0 = ProcessStatusField(0, "VmPin");
+  const long long fds0 = OpenFileCount(0);
+  const long long threads0 = ProcessStatusField(0, "Threads");
   const auto qps0 = static_cast<long long>(transport::rdma::LiveQueuePairs());
 
   std::vector<ChildProcess> children;
@@ -255,10 +235,10 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   }
   std::this_thread::sleep_for(200ms);  // Let the last completions settle.
   row.pinned_kib_per_conn =
-      double(StatusField("VmPin") - pinned0) / connections;
-  row.fds_per_conn = double(OpenFiles() - fds0) / connections;
+      double(ProcessStatusField(0, "VmPin") - pinned0) / connections;
+  row.fds_per_conn = double(OpenFileCount(0) - fds0) / connections;
   row.threads_per_conn =
-      double(StatusField("Threads") - threads0) / connections;
+      double(ProcessStatusField(0, "Threads") - threads0) / connections;
   if (listen.rfind("rdma://", 0) == 0) {
     row.qps_per_conn =
         double(static_cast<long long>(transport::rdma::LiveQueuePairs()) -

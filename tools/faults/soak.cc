@@ -36,8 +36,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/process_stats.h"
 #include "examples/common/flags.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
@@ -87,20 +86,11 @@ struct Figures {
 
 Figures Measure() {
   Figures f;
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      f.rss = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-    }
-  }
+  f.rss = static_cast<uint64_t>(std::max(ProcessStatusField(0, "VmRSS"), 0LL)) *
+          1024;
   const struct mallinfo2 info = mallinfo2();
   f.heap = info.uordblks + info.hblkhd;
-  std::error_code error;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", error);
-       !error && it != std::filesystem::directory_iterator(); ++it) {
-    f.fds++;
-  }
-  if (f.fds > 0) f.fds--;  // The directory iterator's own fd.
+  f.fds = static_cast<uint64_t>(std::max(OpenFileCount(0), 0LL));
   f.registered = transport::rdma::LiveRegisteredBytes();
   return f;
 }
