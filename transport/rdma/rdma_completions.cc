@@ -16,7 +16,6 @@ namespace rdmarpc::transport::rdma {
 
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
-using tunables::kRdmaReceiveBufferSize;
 
 void RdmaConnection::AfterBatch(bool woken) {
   if (torn_down_) return;

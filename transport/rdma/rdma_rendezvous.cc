@@ -10,7 +10,6 @@
 namespace rdmarpc::transport::rdma {
 
 using tunables::kRdmaReceiveBufferSize;
-using tunables::kRdmaSendDepth;
 
 void RdmaConnection::OnControl(const ControlMessage& message) {
   switch (message.kind) {

@@ -11,9 +11,6 @@ namespace rdmarpc::transport::rdma {
 
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
-using tunables::kRdmaReceiveBufferSize;
-using tunables::kRdmaReceiveDepth;
-using tunables::kRdmaSendDepth;
 
 Status RdmaConnection::Send(OutgoingFrame frame) {
   RDMARPC_TRACE(TraceSide(), "send");
