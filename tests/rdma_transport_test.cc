@@ -15,6 +15,7 @@
 #include "rpc/event_loop.h"
 #include "transport/factory/factory.h"
 #include "transport/memory.h"
+#include "transport/rdma/completion_group.h"
 #include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport {
@@ -291,6 +292,43 @@ TEST_CASE("rdma: a busy peer is lent more credits") {
   CHECK(lent >= 8);
   CHECK(lent <= tunables::kRdmaReceiveDepth - tunables::kRdmaInitialCredits);
   CHECK(pair.server->stats().credits_withheld == 0);  // The pool had room.
+}
+
+// Small sends are signaled one in kRdmaSignalEvery, so a lone message costs
+// its receiver's completion only, not a send completion (and its wake-up)
+// as well; and a graceful close, which waits for every send to complete,
+// still ends at once: it signals a CREDIT after them rather than waiting
+// out kCloseFlushTimeout.
+TEST_CASE("rdma: lone small sends are unsignaled; a close still drains") {
+  Pair pair(PollMode::kEvent);
+  constexpr size_t kFrames = 5;
+  static_assert(kFrames < tunables::kRdmaSignalEvery);
+  const uint64_t polled = rdma::CompletionsPolled();
+  const uint64_t credits0 = pair.client->stats().credit_messages +
+                            pair.server->stats().credit_messages;
+  for (size_t i = 0; i < kFrames; ++i) {  // One chain each.
+    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
+    REQUIRE(pair.WaitFor(i + 1));
+  }
+  std::this_thread::sleep_for(50ms);
+  // Both ends are in this process: a receive completion for each frame and
+  // each CREDIT (the server answers none), and not one send completion.
+  const uint64_t credits = pair.client->stats().credit_messages +
+                           pair.server->stats().credit_messages - credits0;
+  CHECK(rdma::CompletionsPolled() - polled == kFrames + credits);
+
+  const uint64_t sent = pair.client->stats().credit_messages;
+  const auto start = std::chrono::steady_clock::now();
+  pair.client->Close(Status(StatusCode::kCancelled, "closing now"));
+  auto closed = pair.client_recorder->closed.get_future();
+  REQUIRE(closed.wait_for(30s) == std::future_status::ready);
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(closed.get().message() == "closing now");
+  CHECK(pair.client->stats().credit_messages == sent + 1);  // The marker.
+  INFO("the close took "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+       << " ms");
+  CHECK(took < tunables::kCloseFlushTimeout);
 }
 
 // Answers every frame from inside OnFrame, and notes whether the answer had

@@ -137,8 +137,9 @@ struct ConnectionStats {
   std::atomic<uint64_t> frames_received{0};
   std::atomic<uint64_t> bytes_sent{0};
   std::atomic<uint64_t> bytes_received{0};
-  // System calls that moved data (sendmsg/recv on TCP), to show batching at
-  // work.
+  // Calls that moved data, to show batching at work: sendmsg and recv on
+  // TCP; on RDMA, ibv_post_send (a doorbell on a NIC, a system call under
+  // Soft-RoCE) as write_calls.
   std::atomic<uint64_t> write_calls{0};
   std::atomic<uint64_t> read_calls{0};
   std::atomic<uint64_t> oversized_frames_dropped{0};

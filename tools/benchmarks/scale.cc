@@ -138,6 +138,7 @@ int Client(const examples::Flags& flags) {
           if (running.fetch_sub(1) == 1) drained.set_value();
         });
   };
+  const uint64_t wakeups0 = transport::rdma::CompletionWakeups();
   const auto start = Clock::now();
   for (int k = 0; k < outstanding; ++k) issue();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
@@ -151,7 +152,8 @@ int Client(const examples::Flags& flags) {
   for (auto& n : histogram) {
     std::printf(" %llu", static_cast<unsigned long long>(n.load()));
   }
-  std::printf("\n");
+  std::printf(" %llu\n", static_cast<unsigned long long>(
+                             transport::rdma::CompletionWakeups() - wakeups0));
   std::fflush(stdout);
   return 0;
 }
@@ -185,7 +187,28 @@ struct Row {
   double cpu_us_per_call = 0, user_us_per_call = 0;
   double pinned_kib_per_conn = 0, fds_per_conn = 0, threads_per_conn = 0;
   double qps_per_conn = -1;
+  // The server's transport work per call: completion-channel wake-ups and
+  // completions polled (RDMA), and, summed over its connections, send posts
+  // (ibv_post_send, or sendmsg on TCP) and explicit CREDIT messages.
+  double client_wakeups_per_call = 0;  // In all the client processes.
+  double wakeups_per_call = 0, completions_per_call = 0, posts_per_call = 0,
+         credits_per_call = 0;
 };
+
+struct ServerCounts {
+  uint64_t wakeups = 0, completions = 0, posts = 0, credits = 0;
+};
+ServerCounts CountServer(const rpc::Server& server) {
+  ServerCounts counts;
+  counts.wakeups = transport::rdma::CompletionWakeups();
+  counts.completions = transport::rdma::CompletionsPolled();
+  server.ForEachConnection([&](const transport::Connection& connection) {
+    const transport::ConnectionStats& s = connection.stats();
+    counts.posts += s.write_calls.load(std::memory_order_relaxed);
+    counts.credits += s.credit_messages.load(std::memory_order_relaxed);
+  });
+  return counts;
+}
 
 Row Measure(const examples::Flags& flags, const std::string& listen,
             int connections) {
@@ -202,7 +225,9 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
       });
     }
   } service;
-  rpc::Server server;
+  rpc::ServerOptions options;
+  options.workers = static_cast<int>(flags.GetInt("workers", options.workers));
+  rpc::Server server(options);
   server.RegisterService(&service);
   const StatusOr<std::string> uri = server.Listen(listen);
   if (!uri.ok()) {
@@ -246,13 +271,14 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
         connections;
   }
 
+  const ServerCounts counts0 = CountServer(server);
   const Cpu cpu0 = CpuSeconds();
   for (ChildProcess& child : children) {
     std::fputs("go\n", child.in);
     std::fflush(child.in);
   }
   std::vector<uint64_t> histogram(kBuckets);
-  uint64_t calls = 0;
+  uint64_t calls = 0, client_wakeups = 0;
   double elapsed = 0;
   for (ChildProcess& child : children) {
     std::istringstream result(ReadLine(child.out));
@@ -269,17 +295,29 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
       result >> v;
       n += v;
     }
+    uint64_t child_wakeups = 0;
+    result >> child_wakeups;
+    client_wakeups += child_wakeups;
     calls += child_calls;
     row.errors += child_errors;
     elapsed = std::max(elapsed, child_elapsed);
   }
   const Cpu cpu1 = CpuSeconds();
+  const ServerCounts counts1 = CountServer(server);
   const double user = cpu1.user - cpu0.user;
   const double cpu = user + cpu1.system - cpu0.system;
   for (ChildProcess& child : children) child.Reap();
   row.calls_per_s = calls / elapsed;
   row.cpu_us_per_call = calls > 0 ? cpu * 1e6 / calls : 0;
   row.user_us_per_call = calls > 0 ? user * 1e6 / calls : 0;
+  if (calls > 0) {
+    row.wakeups_per_call = double(counts1.wakeups - counts0.wakeups) / calls;
+    row.client_wakeups_per_call = double(client_wakeups) / calls;
+    row.completions_per_call =
+        double(counts1.completions - counts0.completions) / calls;
+    row.posts_per_call = double(counts1.posts - counts0.posts) / calls;
+    row.credits_per_call = double(counts1.credits - counts0.credits) / calls;
+  }
   row.p50_us = Quantile(histogram, 0.50);
   row.p99_us = Quantile(histogram, 0.99);
   return row;
@@ -304,10 +342,11 @@ int Main(int argc, char** argv) {
       listen.c_str(), flags.GetInt("outstanding", 256),
       flags.GetInt("size", 16), flags.GetInt("processes", 4),
       flags.Get("seconds", "5").c_str());
-  std::printf("%-11s %10s %8s %8s %9s %9s %15s %8s %8s %8s %7s\n",
-              "connections", "calls/s", "p50 us", "p99 us", "cpu/call",
-              "user/call", "pinned KiB/conn", "fds/conn", "thr/conn",
-              "QPs/conn", "errors");
+  std::printf(
+      "%-11s %10s %8s %8s %9s %9s %15s %8s %8s %8s %7s %9s %9s %9s %10s\n",
+      "connections", "calls/s", "p50 us", "p99 us", "cpu/call", "user/call",
+      "pinned KiB/conn", "fds/conn", "thr/conn", "QPs/conn", "errors",
+      "wake/call", "cqe/call", "post/call", "cwake/call");
   std::vector<Row> rows;
   for (int n : counts) {
     const Row row = Measure(flags, listen, n);
@@ -318,11 +357,13 @@ int Main(int argc, char** argv) {
     }
     std::printf(
         "%-11d %10.0f %8.1f %8.1f %7.1fus %7.1fus %15.1f %8.2f %8.2f %8s "
-        "%7llu\n",
+        "%7llu %9.3f %9.3f %9.3f %9.3f\n",
         row.connections, row.calls_per_s, row.p50_us, row.p99_us,
         row.cpu_us_per_call, row.user_us_per_call, row.pinned_kib_per_conn,
         row.fds_per_conn, row.threads_per_conn, qps,
-        static_cast<unsigned long long>(row.errors + row.failed_connects));
+        static_cast<unsigned long long>(row.errors + row.failed_connects),
+        row.wakeups_per_call, row.completions_per_call, row.posts_per_call,
+        row.client_wakeups_per_call);
     std::fflush(stdout);
   }
   if (rows.size() >= 2) {
@@ -348,6 +389,11 @@ int Main(int argc, char** argv) {
           << ",\"pinned_kib_per_conn\":" << r.pinned_kib_per_conn
           << ",\"fds_per_conn\":" << r.fds_per_conn
           << ",\"threads_per_conn\":" << r.threads_per_conn
+          << ",\"wakeups_per_call\":" << r.wakeups_per_call
+          << ",\"completions_per_call\":" << r.completions_per_call
+          << ",\"client_wakeups_per_call\":" << r.client_wakeups_per_call
+          << ",\"posts_per_call\":" << r.posts_per_call
+          << ",\"credits_per_call\":" << r.credits_per_call
           << ",\"qps_per_conn\":" << r.qps_per_conn
           << ",\"errors\":" << r.errors + r.failed_connects << "}";
     }

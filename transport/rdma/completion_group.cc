@@ -41,6 +41,8 @@ constexpr int kPollBatch = 32;
 
 std::atomic<uint64_t> pooled_bytes{0};
 std::atomic<uint64_t> live_qps{0};
+std::atomic<uint64_t> wakeups{0};
+std::atomic<uint64_t> completions_polled{0};
 
 std::mutex registry_mu;
 // Guarded by registry_mu.
@@ -94,6 +96,10 @@ DeviceDomain::~DeviceDomain() {
 }
 
 uint64_t LiveQueuePairs() { return live_qps.load(std::memory_order_relaxed); }
+uint64_t CompletionWakeups() { return wakeups.load(std::memory_order_relaxed); }
+uint64_t CompletionsPolled() {
+  return completions_polled.load(std::memory_order_relaxed);
+}
 
 uint64_t PooledRegisteredBytes() {
   return pooled_bytes.load(std::memory_order_relaxed);
@@ -343,13 +349,14 @@ void CompletionGroup::WatchCq() {
 void CompletionGroup::OnCqReady() {
   ibv_cq* cq = nullptr;
   void* context = nullptr;
-  while (ibv_get_cq_event(channel_.get(), &cq, &context) == 0) {
-    ++unacked_events_;
-  }
+  // The CQ is armed once per wait and raises one event per arm: one read
+  // (a second would only find the channel empty, at a system call's cost).
+  if (ibv_get_cq_event(channel_.get(), &cq, &context) == 0) ++unacked_events_;
   if (unacked_events_ >= tunables::kRdmaCqEventAckBatch) {
     ibv_ack_cq_events(cq_.get(), unacked_events_);
     unacked_events_ = 0;
   }
+  wakeups.fetch_add(1, std::memory_order_relaxed);
   woken_ = true;
   Drain();
   woken_ = false;
@@ -427,6 +434,7 @@ bool CompletionGroup::Drain() {
     }
     if (n == 0) break;
     any = true;
+    completions_polled.fetch_add(n, std::memory_order_relaxed);
     // The last completion that can deliver a frame: send completions
     // polled after it carry none, so a reply need not wait for them.
     int last = n - 1;

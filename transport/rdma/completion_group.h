@@ -53,6 +53,10 @@ class RdmaConnection;
 uint64_t PooledRegisteredBytes();
 // Queue pairs of this process's RDMA connections, process-wide.
 uint64_t LiveQueuePairs();
+// Completion-channel wake-ups of every group in the process (event mode,
+// and hybrid once quiet), and completions they polled in all.
+uint64_t CompletionWakeups();
+uint64_t CompletionsPolled();
 
 class DeviceDomain {
  public:

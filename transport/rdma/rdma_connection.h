@@ -264,9 +264,14 @@ class RdmaConnection final
   // Staging slots of the group's send pool in use, by work request.
   RingQueue<std::pair<uint64_t, uint32_t>> staging_;
 
-  // Send queue accounting: work requests posted and known complete.
+  // Send queue accounting: work requests posted and known complete, and
+  // the last one posted signaled. Only signaled requests complete (every
+  // kRdmaSignalEvery-th, those that free a staging slot or bounce chunk or a
+  // caller's buffers, and those posted while closing); on a reliable
+  // connection one completing means every earlier one has.
   uint64_t posted_ = 0;
   uint64_t completed_ = 0;
+  uint64_t signaled_ = 0;
   uint32_t unsignaled_ = 0;
   std::vector<ibv_send_wr> send_wrs_;  // The chain being built.
   std::vector<ibv_sge> send_sges_;

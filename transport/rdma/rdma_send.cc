@@ -133,6 +133,15 @@ void RdmaConnection::Flush() {
     credit.kind = ControlKind::kCredit;
     if (PostControl(credit)) Bump(stats_.credit_messages);
   }
+  // Closing with sends posted unsignaled and nothing else to post: a
+  // signaled CREDIT (the reserve credit's use) completes after all of them,
+  // which is what the close waits for.
+  if (close_after_drain_ && send_wrs_.empty() && signaled_ < posted_ &&
+      credits_ >= 1 && SendSlotFree()) {
+    ControlMessage marker;
+    marker.kind = ControlKind::kCredit;
+    if (PostControl(marker)) Bump(stats_.credit_messages);
+  }
   Post();
 }
 
@@ -227,13 +236,21 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
 
 void RdmaConnection::Post() {
   if (send_wrs_.empty() || torn_down_) return;
-  // The last request of every chain is signaled, so completed_ always
-  // catches up with posted_ (a graceful close waits for exactly that).
-  if (!(send_wrs_.back().send_flags & IBV_SEND_SIGNALED)) {
+  // A chain's last request is signaled when the chain holds staging slots
+  // (the group's send pool wants them back), or while closing (a graceful
+  // close waits for completed_ to reach posted_). Other small sends are
+  // signaled one in kRdmaSignalEvery: one completion, and one wake-up, per
+  // kRdmaSignalEvery messages rather than per message.
+  const bool staged = !staging_.empty() && staging_.back().first > signaled_;
+  if (!(send_wrs_.back().send_flags & IBV_SEND_SIGNALED) &&
+      (staged || close_after_drain_)) {
     send_wrs_.back().send_flags |= IBV_SEND_SIGNALED;
     unsignaled_ = 0;
   }
   for (size_t i = 0; i < send_wrs_.size(); ++i) {
+    if (send_wrs_[i].send_flags & IBV_SEND_SIGNALED) {
+      signaled_ = send_wrs_[i].wr_id & kValueMask;
+    }
     send_wrs_[i].sg_list = &send_sges_[i * tunables::kRdmaMaxSendSge];
     send_wrs_[i].next = i + 1 < send_wrs_.size() ? &send_wrs_[i + 1] : nullptr;
   }
@@ -241,6 +258,7 @@ void RdmaConnection::Post() {
   RDMARPC_TRACE(TraceSide(), "post_start");
   const int error = ibv_post_send(id_->qp, send_wrs_.data(), &bad);
   RDMARPC_TRACE(TraceSide(), "post_end");
+  Bump(stats_.write_calls);
   send_wrs_.clear();
   if (error != 0) CloseNow(ErrnoStatus("ibv_post_send", error));
 }
