@@ -16,7 +16,9 @@
 #include "transport/factory/factory.h"
 #include "transport/memory.h"
 #include "transport/rdma/completion_group.h"
+#include "transport/rdma/device_info.h"
 #include "transport/rdma/rdma_connection.h"
+#include "transport/uri.h"
 
 namespace rdmarpc::transport {
 namespace {
@@ -329,6 +331,111 @@ TEST_CASE("rdma: lone small sends are unsignaled; a close still drains") {
        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
        << " ms");
   CHECK(took < tunables::kCloseFlushTimeout);
+}
+
+// Connects to `uri` on `loop`; the connection or why not.
+StatusOr<std::shared_ptr<Connection>> ConnectTo(rpc::EventLoop& loop,
+                                                const std::string& uri) {
+  std::promise<StatusOr<std::shared_ptr<Connection>>> connected;
+  Connect(loop.context(), uri, TransportOptions{},
+          [&](StatusOr<std::shared_ptr<Connection>> c) {
+            connected.set_value(std::move(c));
+          });
+  return connected.get_future().get();
+}
+
+// The QP's path, read on its loop.
+rdma::RdmaConnection::Path PathOf(const std::shared_ptr<Connection>& c) {
+  auto rdma = std::dynamic_pointer_cast<rdma::RdmaConnection>(c);
+  REQUIRE(rdma != nullptr);
+  std::promise<StatusOr<rdma::RdmaConnection::Path>> done;
+  boost::asio::post(rdma->executor(),
+                    [&] { done.set_value(rdma->QueryPath()); });
+  auto path = done.get_future().get();
+  REQUIRE(path.ok());
+  return *path;
+}
+
+TEST_CASE("rdma: URI options pick the device, GID and QoS of the path") {
+  auto devices = rdma::ListDevices();
+  REQUIRE(devices.ok());
+  REQUIRE(!devices->empty());
+  const std::string device = devices->front().name;
+  auto chosen = rdma::ChooseGid(device, 1, -1);
+  REQUIRE(chosen.ok());
+  CHECK(chosen->type == "RoCE v2");
+  // A GID that is no IPv4 address: the link-local one, which every RoCE
+  // port has.
+  int not_ipv4 = -1;
+  for (const auto& gid : devices->front().ports.front().gids) {
+    if (gid.gid.rfind("::ffff:", 0) != 0 && not_ipv4 < 0) {
+      not_ipv4 = int(gid.index);
+    }
+  }
+  REQUIRE(not_ipv4 >= 0);
+
+  rpc::EventLoop server_loop, client_loop;
+  std::mutex mu;
+  std::vector<std::shared_ptr<Connection>> accepted;
+  const std::string options = "?device=" + device +
+                              "&gid_index=" + std::to_string(chosen->index) +
+                              "&tos=32";
+  auto listener = Listen(
+      server_loop.context(), "rdma://0.0.0.0:0" + options, TransportOptions{},
+      [&]() -> boost::asio::io_context& { return server_loop.context(); },
+      [&](std::shared_ptr<Connection> c) {
+        std::lock_guard lock(mu);
+        accepted.push_back(std::move(c));
+      });
+  REQUIRE(listener.ok());
+  // Bound to the GID's address, not to every address.
+  auto bound = ParseUri((*listener)->uri());
+  REQUIRE(bound.ok());
+  CHECK(bound->host == chosen->address);
+  const std::string target =
+      "rdma://" + chosen->address + ":" + std::to_string(bound->port);
+
+  SECTION("chosen as asked") {
+    auto c =
+        ConnectTo(client_loop, target + options + "&timeout=17&retry_count=5");
+    REQUIRE(c.ok());
+    const auto path = PathOf(*c);
+    CHECK(path.device == device);
+    CHECK(path.port == 1);
+    CHECK(path.gid_index == chosen->index);
+    CHECK(path.traffic_class == 32);
+    CHECK(path.ack_timeout == 17);
+    CHECK(path.retry_count == 5);
+    (*c)->Close(Status(StatusCode::kCancelled, "done"));
+  }
+  SECTION("a device, GID or option that does not exist is refused") {
+    auto none = ConnectTo(client_loop, target + "?device=nosuch0");
+    REQUIRE(!none.ok());
+    CHECK(none.status().message().find("no RDMA device named 'nosuch0' "
+                                       "(devices: " +
+                                       device) != std::string::npos);
+    auto far =
+        ConnectTo(client_loop, target + "?device=" + device + "&gid_index=999");
+    REQUIRE(!far.ok());
+    CHECK(far.status().message().find("has no valid GID 999 (its GIDs: ") !=
+          std::string::npos);
+    auto v6 =
+        ConnectTo(client_loop, target + "?device=" + device +
+                                   "&gid_index=" + std::to_string(not_ipv4));
+    REQUIRE(!v6.ok());
+    CHECK(v6.status().message().find("not an IPv4 address") !=
+          std::string::npos);
+    auto mtu = ConnectTo(client_loop, target + "?mtu=1024");
+    REQUIRE(!mtu.ok());
+    CHECK(mtu.status().code() == StatusCode::kInvalidArgument);
+    CHECK(mtu.status().message().find("ip link set DEV mtu") !=
+          std::string::npos);
+  }
+  {
+    std::lock_guard lock(mu);
+    for (auto& c : accepted) c->Close(Status(StatusCode::kCancelled, "done"));
+  }
+  std::this_thread::sleep_for(50ms);
 }
 
 // Answers every frame from inside OnFrame, and notes whether the answer had

@@ -265,6 +265,19 @@ struct TransportOptions {
   // heavy reordering (docs/reliability.md) and leaves a dead link to
   // keepalive.
   uint8_t rdma_retry_count = tunables::kRdmaRetryCount;
+  // RDMA: which device, port and GID a connection or listener uses. Empty:
+  // the device that owns the route to the peer (or the listener's address),
+  // as rdma_cm picks it. Otherwise the source (or bind) address is the one
+  // of GID `rdma_gid_index` of that port (-1: its first RoCE v2 GID holding
+  // an IP address), and a connection whose queue pair ends up elsewhere
+  // fails with the reason. URI: ?device=rxe1&port_num=1&gid_index=1.
+  std::string rdma_device;
+  uint8_t rdma_port_num = 1;
+  int rdma_gid_index = -1;
+  // RDMA: the IP type of service the queue pair's packets carry (its GRH
+  // traffic class on RoCE), 0 to 255; -1 leaves rdma_cm's default. URI:
+  // ?tos=104.
+  int rdma_tos = -1;
 };
 
 // What Send returns once the connection to `peer` is closing or closed.

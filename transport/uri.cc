@@ -8,15 +8,19 @@ namespace {
 Status Invalid(std::string_view text, std::string_view why) {
   return Status(StatusCode::kInvalidArgument,
                 "bad URI '" + std::string(text) + "': " + std::string(why) +
-                    " (expected scheme://host:port)");
+                    " (expected scheme://host:port[?name=value&...])");
 }
 
 }  // namespace
 
 std::string Uri::ToString() const {
   const bool v6 = host.find(':') != std::string::npos;
-  return scheme + "://" + (v6 ? "[" + host + "]" : host) + ":" +
-         std::to_string(port);
+  std::string text = scheme + "://" + (v6 ? "[" + host + "]" : host) + ":" +
+                     std::to_string(port);
+  for (size_t i = 0; i < params.size(); ++i) {
+    text += (i == 0 ? "?" : "&") + params[i].first + "=" + params[i].second;
+  }
+  return text;
 }
 
 StatusOr<Uri> ParseUri(std::string_view text) {
@@ -27,6 +31,28 @@ StatusOr<Uri> ParseUri(std::string_view text) {
   Uri uri;
   uri.scheme = std::string(text.substr(0, sep));
   std::string_view rest = text.substr(sep + 3);
+  if (const size_t question = rest.find('?');
+      question != std::string_view::npos) {
+    std::string_view query = rest.substr(question + 1);
+    rest = rest.substr(0, question);
+    while (true) {
+      const size_t amp = query.find('&');
+      const std::string_view item = query.substr(0, amp);
+      const size_t equals = item.find('=');
+      if (equals == std::string_view::npos || equals == 0) {
+        return Invalid(text, "option '" + std::string(item) +
+                                 "' is not name=value");
+      }
+      std::string name(item.substr(0, equals));
+      for (const auto& [seen, value] : uri.params) {
+        if (seen == name) return Invalid(text, "option '" + name + "' twice");
+      }
+      uri.params.emplace_back(std::move(name),
+                              std::string(item.substr(equals + 1)));
+      if (amp == std::string_view::npos) break;
+      query = query.substr(amp + 1);
+    }
+  }
   std::string_view port;
   if (!rest.empty() && rest.front() == '[') {
     const size_t close = rest.find(']');

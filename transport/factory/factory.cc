@@ -1,6 +1,7 @@
 #include "transport/factory/factory.h"
 
 #include <boost/asio/post.hpp>
+#include <charconv>
 
 #include "base/log.h"
 #include "transport/rdma/rdma_transport.h"
@@ -35,6 +36,79 @@ Uri Resolve(Uri uri) {
   return uri;
 }
 
+Status BadOption(const Uri& uri, const std::string& why) {
+  return Status(StatusCode::kInvalidArgument,
+                "bad option in " + uri.ToString() + ": " + why);
+}
+
+// An option's value as an integer from `low` to `high`.
+StatusOr<int> IntOption(const Uri& uri, const std::string& name,
+                        const std::string& value, int low, int high) {
+  int parsed = 0;
+  const auto [end, ec] =
+      std::from_chars(value.data(), value.data() + value.size(), parsed);
+  if (value.empty() || ec != std::errc() ||
+      end != value.data() + value.size() || parsed < low || parsed > high) {
+    return BadOption(uri, name + "=" + value + " is not a number from " +
+                              std::to_string(low) + " to " +
+                              std::to_string(high));
+  }
+  return parsed;
+}
+
+// The URI's options applied over `options` (see factory.h for the names).
+StatusOr<TransportOptions> WithUriOptions(const Uri& uri,
+                                          TransportOptions options,
+                                          bool from_auto) {
+  if (uri.params.empty()) return options;
+  if (uri.scheme == "tcp") {
+    if (from_auto) {  // rdma:// options, and this host has no RDMA.
+      Log().info("{}: no RDMA here: its rdma options do not apply",
+                 uri.ToString());
+      return options;
+    }
+    return BadOption(uri, "tcp:// takes no options");
+  }
+  for (const auto& [name, value] : uri.params) {
+    StatusOr<int> number = 0;
+    if (name == "device") {
+      if (value.empty()) return BadOption(uri, "device= names no device");
+      options.rdma_device = value;
+    } else if (name == "port_num") {
+      number = IntOption(uri, name, value, 1, 255);
+      if (number.ok()) options.rdma_port_num = static_cast<uint8_t>(*number);
+    } else if (name == "gid_index") {
+      number = IntOption(uri, name, value, 0, 65535);
+      if (number.ok()) options.rdma_gid_index = *number;
+    } else if (name == "tos") {
+      number = IntOption(uri, name, value, 0, 255);
+      if (number.ok()) options.rdma_tos = *number;
+    } else if (name == "timeout") {
+      number = IntOption(uri, name, value, 1, 31);
+      if (number.ok()) options.rdma_ack_timeout = static_cast<uint8_t>(*number);
+    } else if (name == "retry_count") {
+      number = IntOption(uri, name, value, 0, 7);
+      if (number.ok()) options.rdma_retry_count = static_cast<uint8_t>(*number);
+    } else if (name == "mtu") {
+      return BadOption(
+          uri,
+          "mtu cannot be chosen per connection: rdma_cm sets a RoCE path's "
+          "MTU from the network interface's (ip link set DEV mtu N; the "
+          "active MTU shows in tools/rpc devices)");
+    } else {
+      return BadOption(uri, "unknown option '" + name +
+                                "' (rdma:// takes device, port_num, "
+                                "gid_index, tos, timeout, retry_count)");
+    }
+    if (!number.ok()) return number.status();
+  }
+  if (options.rdma_device.empty() && options.rdma_gid_index >= 0) {
+    return BadOption(uri, "gid_index needs device= (the GID table is a "
+                          "device's)");
+  }
+  return options;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Listener>> Listen(
@@ -44,12 +118,15 @@ StatusOr<std::unique_ptr<Listener>> Listen(
   StatusOr<Uri> parsed = ParseUri(text);
   if (!parsed.ok()) return parsed.status();
   const Uri uri = Resolve(*parsed);
+  StatusOr<TransportOptions> applied =
+      WithUriOptions(uri, options, parsed->scheme == "auto");
+  if (!applied.ok()) return applied.status();
   if (uri.scheme == "tcp") {
-    return tcp::Listen(accept_context, uri.host, uri.port, options,
+    return tcp::Listen(accept_context, uri.host, uri.port, *applied,
                        std::move(pick), std::move(on_accept));
   }
   if (uri.scheme == "rdma") {
-    return rdma::Listen(accept_context, uri.host, uri.port, options,
+    return rdma::Listen(accept_context, uri.host, uri.port, *applied,
                         std::move(pick), std::move(on_accept));
   }
   return UnknownScheme(uri);
@@ -58,18 +135,23 @@ StatusOr<std::unique_ptr<Listener>> Listen(
 void Connect(boost::asio::io_context& context, std::string_view text,
              const TransportOptions& options, ConnectHandler done) {
   StatusOr<Uri> parsed = ParseUri(text);
+  Status error = parsed.status();
   if (parsed.ok()) {
     const Uri uri = Resolve(*parsed);
-    if (uri.scheme == "tcp") {
-      return tcp::Connect(context, uri.host, uri.port, options,
+    StatusOr<TransportOptions> applied =
+        WithUriOptions(uri, options, parsed->scheme == "auto");
+    if (!applied.ok()) {
+      error = applied.status();
+    } else if (uri.scheme == "tcp") {
+      return tcp::Connect(context, uri.host, uri.port, *applied,
                           std::move(done));
-    }
-    if (uri.scheme == "rdma") {
-      return rdma::Connect(context, uri.host, uri.port, options,
+    } else if (uri.scheme == "rdma") {
+      return rdma::Connect(context, uri.host, uri.port, *applied,
                            std::move(done));
+    } else {
+      error = UnknownScheme(*parsed);
     }
   }
-  Status error = parsed.ok() ? UnknownScheme(*parsed) : parsed.status();
   boost::asio::post(context, [done = std::move(done), error] { done(error); });
 }
 

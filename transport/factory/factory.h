@@ -3,6 +3,17 @@
 //   rdma://host:port   RDMA (librdmacm + verbs); fails at once, naming the
 //                      cause, when this host has no usable RDMA device
 //   auto://host:port   rdma when a usable device exists, else tcp
+//
+// rdma:// (and auto://) take options after a '?', over TransportOptions:
+//   device=NAME      the RDMA device ("rxe1", "mlx5_0"): tools/rpc devices
+//   port_num=N       its port (1)
+//   gid_index=N      the GID whose address is the source or bind address;
+//                    needs device=
+//   tos=N            IP type of service / RoCE traffic class, 0 to 255
+//   timeout=N        the QP's local ACK timeout exponent, 1 to 31
+//   retry_count=N    the QP's retries after a timeout, 0 to 7
+// e.g. rdma://10.0.0.2:4000?device=rxe1&gid_index=1&tos=104. An unknown or
+// malformed option is INVALID_ARGUMENT; tcp:// takes none.
 #ifndef RDMARPC_TRANSPORT_FACTORY_FACTORY_H_
 #define RDMARPC_TRANSPORT_FACTORY_FACTORY_H_
 

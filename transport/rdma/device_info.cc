@@ -170,4 +170,83 @@ std::string FormatDevices(const std::vector<DeviceInfo>& devices) {
   return out;
 }
 
+namespace {
+
+// "::ffff:10.0.0.1" (an IPv4-mapped GID) as "10.0.0.1"; empty otherwise.
+std::string MappedIpv4(const std::string& gid) {
+  constexpr std::string_view kPrefix = "::ffff:";
+  if (gid.size() <= kPrefix.size() ||
+      gid.compare(0, kPrefix.size(), kPrefix) != 0 ||
+      gid.find('.') == std::string::npos) {
+    return "";
+  }
+  return gid.substr(kPrefix.size());
+}
+
+std::string DescribeGids(const PortInfo& port) {
+  std::string text;
+  for (const GidInfo& gid : port.gids) {
+    text += (text.empty() ? "" : ", ") + std::to_string(gid.index) + " " +
+            gid.gid + " (" + gid.type + ")";
+  }
+  return text.empty() ? "none" : text;
+}
+
+}  // namespace
+
+StatusOr<ChosenGid> ChooseGid(const std::string& device, uint32_t port,
+                              int gid_index) {
+  StatusOr<std::vector<DeviceInfo>> devices = ListDevices();
+  if (!devices.ok()) return devices.status();
+  const DeviceInfo* found = nullptr;
+  std::string names;
+  for (const DeviceInfo& info : *devices) {
+    if (info.name == device) found = &info;
+    names += (names.empty() ? "" : ", ") + info.name;
+  }
+  if (found == nullptr) {
+    return Status(
+        StatusCode::kInvalidArgument,
+        "no RDMA device named '" + device + "' (devices: " + names + ")");
+  }
+  const PortInfo* on = nullptr;
+  for (const PortInfo& candidate : found->ports) {
+    if (candidate.number == port) on = &candidate;
+  }
+  if (on == nullptr) {
+    return Status(StatusCode::kInvalidArgument,
+                  device + " has no port " + std::to_string(port) +
+                      " (it has " + std::to_string(found->ports.size()) + ")");
+  }
+  const std::string where = device + " port " + std::to_string(port);
+  if (gid_index >= 0) {
+    for (const GidInfo& gid : on->gids) {
+      if (gid.index != static_cast<uint32_t>(gid_index)) continue;
+      const std::string address = MappedIpv4(gid.gid);
+      if (address.empty()) {
+        return Status(StatusCode::kInvalidArgument,
+                      "GID " + std::to_string(gid_index) + " of " + where +
+                          " is " + gid.gid +
+                          ", not an IPv4 address (rdmarpc's RDMA addresses "
+                          "are IPv4)");
+      }
+      return ChosenGid{gid.index, address, gid.type};
+    }
+    return Status(StatusCode::kInvalidArgument,
+                  where + " has no valid GID " + std::to_string(gid_index) +
+                      " (its GIDs: " + DescribeGids(*on) + ")");
+  }
+  for (const bool v2_only : {true, false}) {
+    for (const GidInfo& gid : on->gids) {
+      const std::string address = MappedIpv4(gid.gid);
+      if (!address.empty() && (!v2_only || gid.type == "RoCE v2")) {
+        return ChosenGid{gid.index, address, gid.type};
+      }
+    }
+  }
+  return Status(StatusCode::kInvalidArgument,
+                where + " has no GID holding an IPv4 address (its GIDs: " +
+                    DescribeGids(*on) + ")");
+}
+
 }  // namespace rdmarpc::transport::rdma

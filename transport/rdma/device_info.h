@@ -49,6 +49,19 @@ struct DeviceInfo {
 // none or they cannot be opened.
 StatusOr<std::vector<DeviceInfo>> ListDevices();
 
+// The GID a connection or listener on `device`'s port `port` uses as its
+// address (TransportOptions::rdma_device and friends): entry `gid_index`,
+// or with -1 the port's first RoCE v2 GID that holds an IPv4 address (else
+// its first such GID of any type). An error names what exists instead: the
+// devices, the ports, or the GIDs with their addresses.
+struct ChosenGid {
+  uint32_t index = 0;
+  std::string address;  // IPv4, dotted: the source or bind address.
+  std::string type;
+};
+StatusOr<ChosenGid> ChooseGid(const std::string& device, uint32_t port,
+                              int gid_index);
+
 // A human-readable listing, one block per device.
 std::string FormatDevices(const std::vector<DeviceInfo>& devices);
 

@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "transport/rdma/connection_internal.h"
+#include "transport/rdma/device_info.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -107,8 +108,25 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
           Status(StatusCode::kUnavailable,
                  "cannot resolve " + self->peer_ + ": " + std::strerror(errno));
     }
+    // The device, port and GID asked for: their address is the source.
+    sockaddr_in source{};
+    sockaddr* from = nullptr;
+    if (status.ok() && !self->options_.rdma_device.empty()) {
+      StatusOr<ChosenGid> gid =
+          ChooseGid(self->options_.rdma_device, self->options_.rdma_port_num,
+                    self->options_.rdma_gid_index);
+      if (!gid.ok()) {
+        status = Status(gid.status().code(), "connect to " + self->peer_ +
+                                                 ": " + gid.status().message());
+      } else {
+        source.sin_family = AF_INET;
+        inet_pton(AF_INET, gid->address.c_str(), &source.sin_addr);
+        from = reinterpret_cast<sockaddr*>(&source);
+      }
+    }
+    if (status.ok()) status = self->SetTos();
     if (status.ok()) {
-      if (rdma_resolve_addr(self->id_.get(), nullptr, resolved->ai_dst_addr,
+      if (rdma_resolve_addr(self->id_.get(), from, resolved->ai_dst_addr,
                             tunables::kRdmaCmTimeoutMs) != 0) {
         status = ErrnoStatus("rdma_resolve_addr " + self->peer_, errno);
       }
@@ -284,6 +302,10 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
         }
         AdoptPeerParams(**params);
       }
+      if (Status path = CheckPath(); !path.ok()) {
+        Log().warn("{}: closing: {}", peer_, path.message());
+        return Established(path);
+      }
       established_ = true;
       return Established(Status());
     case RDMA_CM_EVENT_DEVICE_REMOVAL: {
@@ -371,6 +393,68 @@ void RdmaConnection::ArmKeepalive() {
         Flush();
       },
       [this](const Status& dead) { CloseNow(dead); });
+}
+
+Status RdmaConnection::SetTos() {
+  if (options_.rdma_tos < 0 || !id_) return Status();
+  auto tos = static_cast<uint8_t>(options_.rdma_tos);
+  if (rdma_set_option(id_.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos,
+                      sizeof(tos)) != 0) {
+    return ErrnoStatus("rdma_set_option(TOS) " + peer_, errno);
+  }
+  return Status();
+}
+
+StatusOr<RdmaConnection::Path> RdmaConnection::QueryPath() const {
+  if (!id_ || id_->qp == nullptr) {
+    return Status(StatusCode::kFailedPrecondition,
+                  peer_ + " has no queue pair");
+  }
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  if (ibv_query_qp(id_->qp, &attr,
+                   IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT |
+                       IBV_QP_RETRY_CNT | IBV_QP_PORT,
+                   &init) != 0) {
+    return ErrnoStatus("ibv_query_qp " + peer_, errno);
+  }
+  Path path;
+  path.device = DeviceName(id_->verbs);
+  path.port = id_->port_num;
+  path.gid_index = attr.ah_attr.grh.sgid_index;
+  path.traffic_class = attr.ah_attr.grh.traffic_class;
+  path.path_mtu = 128u << attr.path_mtu;  // IBV_MTU_256 is 1.
+  path.ack_timeout = attr.timeout;
+  path.retry_count = attr.retry_cnt;
+  return path;
+}
+
+Status RdmaConnection::CheckPath() const {
+  if (options_.rdma_device.empty()) return Status();
+  StatusOr<Path> path = QueryPath();
+  if (!path.ok()) return path.status();
+  const std::string asked =
+      options_.rdma_device + " port " + std::to_string(options_.rdma_port_num);
+  if (path->device != options_.rdma_device ||
+      path->port != options_.rdma_port_num) {
+    return Status(StatusCode::kUnavailable,
+                  "the connection to " + peer_ + " runs on " + path->device +
+                      " port " + std::to_string(path->port) + ", not " + asked +
+                      " (the route to the peer leaves through it)");
+  }
+  if (options_.rdma_gid_index >= 0 &&
+      path->gid_index != static_cast<uint32_t>(options_.rdma_gid_index)) {
+    return Status(
+        StatusCode::kUnavailable,
+        "rdma_cm chose GID " + std::to_string(path->gid_index) + " of " +
+            asked + " for the connection to " + peer_ + ", not GID " +
+            std::to_string(options_.rdma_gid_index) +
+            " (same address, another RoCE type: rdma_cm uses its default "
+            "RoCE mode, /sys/kernel/config/rdma_cm/" +
+            options_.rdma_device + "/ports/" +
+            std::to_string(options_.rdma_port_num) + "/default_roce_mode)");
+  }
+  return Status();
 }
 
 }  // namespace rdmarpc::transport::rdma

@@ -92,6 +92,20 @@ class RdmaConnection final
     return domain_ ? domain_->registrations().size() : 0;
   }
 
+  // Where its queue pair runs, read back from the QP (ibv_query_qp): what
+  // the device, port and GID options (TransportOptions::rdma_device ...) and
+  // the path chose. Call it on the connection's loop, once established.
+  struct Path {
+    std::string device;
+    uint32_t port = 0;
+    uint32_t gid_index = 0;      // The source GID's index.
+    uint32_t traffic_class = 0;  // The GRH's (RoCE: the IP TOS).
+    uint32_t path_mtu = 0;       // Bytes.
+    uint32_t ack_timeout = 0;    // Exponent of 4.096 us.
+    uint32_t retry_count = 0;
+  };
+  StatusOr<Path> QueryPath() const;
+
   // Test hook: moves the QP to the error state, as a fabric failure would.
   void ForceQpErrorForTesting();
 
@@ -138,6 +152,10 @@ class RdmaConnection final
   Status CreateResources();
   void AdoptPeerParams(const ConnParams& params);  // Credits and grants.
   void Established(const Status& status);
+  // Once established: whether the QP is on the device, port and GID the
+  // options asked for.
+  Status CheckPath() const;
+  Status SetTos();  // TransportOptions::rdma_tos on the id, if set.
 
   // Completions, from the group (or, for those that came before Start,
   // replayed by Start).

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "transport/rdma/device_info.h"
 #include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/verbs.h"
 
@@ -57,6 +58,13 @@ class RdmaListener final : public Listener {
       return ErrnoStatus("rdma_create_id", errno);
     }
     CmId id(raw);
+    if (state.options.rdma_tos >= 0) {  // Inherited by the ids it accepts.
+      auto tos = static_cast<uint8_t>(state.options.rdma_tos);
+      if (rdma_set_option(id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos,
+                          sizeof(tos)) != 0) {
+        return ErrnoStatus("rdma_set_option(TOS)", errno);
+      }
+    }
     char host[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &state.address.sin_addr, host, sizeof(host));
     const std::string where = "rdma://" + std::string(host) + ":" +
@@ -231,9 +239,28 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
     return Status(StatusCode::kInvalidArgument,
                   "rdma listen address '" + host + "' is not an IPv4 address");
   }
+  if (!options.rdma_device.empty()) {
+    // The device's address: the one to bind (any address of it would do for
+    // rdma_cm, but the GID asked for is this one).
+    StatusOr<ChosenGid> gid = ChooseGid(
+        options.rdma_device, options.rdma_port_num, options.rdma_gid_index);
+    if (!gid.ok()) {
+      return Status(gid.status().code(), "cannot listen on rdma://" + host +
+                                             ":" + std::to_string(port) + ": " +
+                                             gid.status().message());
+    }
+    if (host != "0.0.0.0" && host != gid->address) {
+      return Status(
+          StatusCode::kInvalidArgument,
+          "cannot listen on rdma://" + host + ":" + std::to_string(port) +
+              ": GID " + std::to_string(gid->index) + " of " +
+              options.rdma_device + " holds " + gid->address + ", not " + host);
+    }
+    inet_pton(AF_INET, gid->address.c_str(), &state->address.sin_addr);
+  }
+  state->options = options;
   status = RdmaListener::BindAndListen(state);
   if (!status.ok()) return status;
-  state->options = options;
   state->pick = std::move(pick);
   state->on_accept = std::move(on_accept);
   state->fd.assign(state->events->fd);
