@@ -22,6 +22,7 @@
 #include "base/latency_trace.h"
 #include "examples/common/flags.h"
 #include "tools/benchmarks/pin.h"
+#include "tools/benchmarks/verbs_util.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::bench {
@@ -34,17 +35,10 @@ using transport::rdma::ProtectionDomain;
 using Clock = std::chrono::steady_clock;
 
 [[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "verbs_baseline: %s: %s\n", what.c_str(),
-               std::strerror(errno));
-  std::exit(1);
+  bench::Die("verbs_baseline", what);
 }
 
-// The READ baseline needs remote read access, which rdmarpc's own
-// RegisterRegion refuses, so this tool registers directly.
-struct RawMrDeleter {
-  void operator()(ibv_mr* mr) const { ibv_dereg_mr(mr); }
-};
-using MemoryRegion = std::unique_ptr<ibv_mr, RawMrDeleter>;
+using MemoryRegion = RawMemoryRegion;
 
 // What the server tells the client in the accept's private data.
 struct Grant {

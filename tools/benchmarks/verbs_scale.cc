@@ -27,6 +27,7 @@
 
 #include "examples/common/flags.h"
 #include "tools/benchmarks/spawn.h"
+#include "tools/benchmarks/verbs_util.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::bench {
@@ -43,14 +44,8 @@ constexpr uint32_t kSize = 16;
 constexpr uint32_t kSlot = 64;
 
 [[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "verbs_scale: %s: %s\n", what.c_str(),
-               std::strerror(errno));
-  std::exit(1);
+  bench::Die("verbs_scale", what);
 }
-
-struct RawMrDeleter {
-  void operator()(ibv_mr* mr) const { ibv_dereg_mr(mr); }
-};
 
 rdma_cm_event* Next(rdma_event_channel* channel) {
   rdma_cm_event* event = nullptr;
@@ -65,7 +60,7 @@ struct Endpoint {
   CompletionChannel channel;
   CompletionQueue cq;
   std::vector<std::byte> memory;
-  std::unique_ptr<ibv_mr, RawMrDeleter> mr;
+  RawMemoryRegion mr;
 
   void Open(ibv_context* context, int cq_entries, size_t slots) {
     verbs = context;
