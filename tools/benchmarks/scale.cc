@@ -10,7 +10,8 @@
 //
 //   scale --uri rdma://IP:0 [--connections 8,64,256,1000] [--processes 4]
 //         [--outstanding 256] [--size 16] [--seconds 5] [--json FILE]
-//         [--check 1]
+//         [--check 1] [--workers N] [--poll event|busy|hybrid]
+//   (--workers and --poll are the server's: its loops, and how they poll)
 //
 // It exits non-zero when a call or a connection failed; with --check 1 also
 // when, at the largest N, the server holds more per connection than an idle
@@ -227,6 +228,11 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   } service;
   rpc::ServerOptions options;
   options.workers = static_cast<int>(flags.GetInt("workers", options.workers));
+  const std::string poll = flags.Get("poll", "event");  // The server's.
+  options.transport.poll_mode = poll == "busy" ? transport::PollMode::kBusy
+                                : poll == "hybrid"
+                                    ? transport::PollMode::kHybrid
+                                    : transport::PollMode::kEvent;
   rpc::Server server(options);
   server.RegisterService(&service);
   const StatusOr<std::string> uri = server.Listen(listen);

@@ -385,13 +385,7 @@ void CompletionGroup::PollLoop() {
   // otherwise wait out every poll of it.
   bool any = false;
   for (uint32_t i = 0; i < tunables::kRdmaBusyPollsPerYield; ++i) {
-    for (const auto& [qp, member] : connections_) {
-      auto connection = member.connection.lock();
-      if (connection &&
-          connection->flush_pending_.load(std::memory_order_relaxed)) {
-        Touch(connection);
-      }
-    }
+    TouchFlushWanted();
     if (!touched_.empty()) FinishBatch();
     any = Drain();
     if (any || failed_) break;
@@ -415,6 +409,22 @@ void CompletionGroup::PollLoop() {
   asio::post(context_, Pooled([weak = weak_from_this()] {
                if (auto self = weak.lock()) self->PollLoop();
              }));
+}
+
+void CompletionGroup::TouchFlushWanted() {
+  // Acquire: pairs with the release in RdmaConnection::Send, after which
+  // the connection's flush_pending_ reads true.
+  if (!flush_wanted_->load(std::memory_order_relaxed) ||
+      !flush_wanted_->exchange(false, std::memory_order_acquire)) {
+    return;
+  }
+  for (const auto& [qp, member] : connections_) {
+    auto connection = member.connection.lock();
+    if (connection &&
+        connection->flush_pending_.load(std::memory_order_relaxed)) {
+      Touch(connection);
+    }
+  }
 }
 
 void CompletionGroup::Touch(const std::shared_ptr<RdmaConnection>& connection) {

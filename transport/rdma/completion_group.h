@@ -30,6 +30,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -149,6 +150,11 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   // The size of its receive buffers: kRdmaReceiveBufferSize, or
   // kRdmaSmallReceiveBufferSize in a process with little lockable memory.
   uint32_t receive_buffer_size() const { return receives_.slot_size(); }
+  // The flag a connection sets after queueing a frame off the loop (the
+  // busy poll's cue to look for it).
+  std::shared_ptr<std::atomic<bool>> flush_wanted() const {
+    return flush_wanted_;
+  }
 
   // A registered staging buffer of kRdmaReceiveBufferSize bytes for a SEND
   // or a small staged WRITE, or nullopt when none is free and the pool
@@ -174,10 +180,17 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   bool Drain();
   void Touch(const std::shared_ptr<RdmaConnection>& connection);
   void FinishBatch();
+  void TouchFlushWanted();  // Connections whose off-loop frame waits.
   void FailAll(const Status& status);
 
   boost::asio::io_context& context_;
   const std::shared_ptr<DeviceDomain> domain_;
+  // Set (from any thread) when a connection queued a frame off the loop
+  // for a Flush: the busy poll then looks for it between polls, rather than
+  // every connection's flag on every poll. Shared with the connections, which
+  // may outlive their place in the group.
+  const std::shared_ptr<std::atomic<bool>> flush_wanted_ =
+      std::make_shared<std::atomic<bool>>(false);
   const PollMode poll_mode_;
   const std::chrono::microseconds hybrid_spin_;
   uint32_t members_ = 0;  // Places taken (guarded by the registry's lock).

@@ -214,6 +214,9 @@ Status RdmaConnection::CreateResources() {
   auto group = CompletionGroup::Join(context_, domain_, options_);
   if (!group.ok()) return group.status();
   group_ = std::move(*group);
+  if (options_.poll_mode != PollMode::kEvent) {
+    flush_wanted_ = group_->flush_wanted();
+  }
   // The peer's initial credits: receives of the group's pool, reserved now.
   if (Status reserved = group_->Reserve(tunables::kRdmaInitialCredits);
       !reserved.ok()) {

@@ -303,6 +303,10 @@ class RdmaConnection final
   // Written under mu_. The busy loop reads it without the lock, as a hint
   // that a frame is waiting for Flush.
   std::atomic<bool> flush_pending_{false};
+  // The group's flush_wanted(), set once with the group (before the
+  // connection is anyone else's) and kept after it leaves: Send reads it
+  // from any thread. Null in event mode, where no poll waits on it.
+  std::shared_ptr<std::atomic<bool>> flush_wanted_;
   // Set under mu_; Send's post-at-once path reads it without the lock.
   std::atomic<bool> closing_{false};
   uint64_t queued_bytes_ = 0;  // Guarded by mu_: the bytes in queue_.

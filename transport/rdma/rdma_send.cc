@@ -59,6 +59,9 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
     return Status();
   }
   if (post) {
+    // A busy poll would reach the posted Flush only when it yields; told,
+    // it posts the frame between two polls.
+    if (flush_wanted_) flush_wanted_->store(true, std::memory_order_release);
     asio::post(context_,
                Pooled([self = shared_from_this()] { self->Flush(); }));
   }
