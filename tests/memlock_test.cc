@@ -4,6 +4,8 @@
 // receive and send pools (transport/rdma/completion_group.h), so it holds
 // hundreds of them; past the limit it refuses the next one, says why in its
 // log (naming the limit and how to raise it), and keeps serving the others.
+// A payload larger than it may still pin is refused the same way
+// (RESOURCE_EXHAUSTED), and its connection serves on.
 //
 // The server is tests/test_server, run by this test as `nobody` under
 // `prlimit --memlock=8388608`; the clients are this process. What the
@@ -119,6 +121,28 @@ TEST_CASE("memlock: a server without CAP_IPC_LOCK under 8 MiB") {
       kHeld, pinned_kib, double(pinned_kib) / kHeld, files, threads);
   CHECK(pinned_kib * 1024 <= static_cast<long long>(kLimit));
   CHECK(pinned_kib <= kHeld * 64);  // At most 64 KiB per idle connection.
+
+  SECTION("a payload larger than it may pin: refused, the connection goes on") {
+    // 12 MiB: under the largest payload (64 MiB), over what it may pin.
+    const std::string big(12u << 20, 'x');
+    const CallResult result = CallSync(*channels.front(), kEcho, big);
+    INFO(result.status.ToString());
+    CHECK(result.status.code() == StatusCode::kResourceExhausted);
+    CHECK(result.status.message().find("registered-memory limit") !=
+          std::string::npos);
+    const std::string log = server.Log();
+    const size_t discarded = log.find("discarding it");
+    INFO("the server's log: "
+         << (discarded == std::string::npos
+                 ? log.substr(log.size() > 4000 ? log.size() - 4000 : 0)
+                 : log.substr(0, log.find('\n', discarded))));
+    CHECK(discarded != std::string::npos);
+    CHECK(log.find("RLIMIT_MEMLOCK " + std::to_string(kLimit)) !=
+          std::string::npos);
+    // The same connection, and the others, serve on.
+    CHECK(CallSync(*channels.front(), kEcho, "after").response == "after");
+    CHECK(CallSync(*channels.back(), kEcho, "after").response == "after");
+  }
 
   SECTION("past the limit: refused, the limit named, the others served") {
     Status refused;

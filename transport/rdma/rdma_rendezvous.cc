@@ -52,9 +52,18 @@ StatusOr<GrantPlan> RdmaConnection::PlanGrantFor(const ControlMessage& rts,
                                                  size_t ahead) {
   const uint64_t in_use = GrantedBytes();
   const uint64_t limit = options_.max_grant_bytes;
+  uint64_t budget = in_use < limit ? limit - in_use : 0;
+  // A process that may pin only so much (RLIMIT_MEMLOCK, no CAP_IPC_LOCK)
+  // cannot register more than what is left of it: the payload is refused
+  // (RESOURCE_EXHAUSTED) rather than the registration failing.
+  if (const std::optional<uint64_t> lockable = LockedMemoryLimit()) {
+    const uint64_t registered = LiveRegisteredBytes();
+    budget =
+        std::min(budget, *lockable > registered ? *lockable - registered : 0);
+  }
   return PlanGrant(rts, static_cast<uint32_t>(ahead),
                    tunables::kRdmaMaxOpenGrants, options_.max_payload_size,
-                   in_use < limit ? limit - in_use : 0);
+                   budget);
 }
 
 void RdmaConnection::OnRts(const ControlMessage& rts) {
@@ -91,10 +100,16 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
         peer_, rts.payload_size, options_.max_payload_size);
     Bump(stats_.oversized_frames_dropped);
   } else if (plan.drop_reason == DropReason::kMemoryLimit) {
+    const std::optional<uint64_t> lockable = LockedMemoryLimit();
     Log().warn(
         "{}: payload of {} bytes would exceed the registered-memory limit "
-        "(max_grant_bytes {}, {} in use); discarding it",
-        peer_, rts.payload_size, options_.max_grant_bytes, GrantedBytes());
+        "(max_grant_bytes {}, {} in use{}); discarding it",
+        peer_, rts.payload_size, options_.max_grant_bytes, GrantedBytes(),
+        lockable ? "; RLIMIT_MEMLOCK " + std::to_string(*lockable) + ", " +
+                       std::to_string(LiveRegisteredBytes()) +
+                       " registered: raise `ulimit -l` or give the process "
+                       "CAP_IPC_LOCK"
+                 : std::string());
     Bump(stats_.oversized_frames_dropped);
   }
   const size_t length = plan.length;
@@ -111,8 +126,21 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
       domain_->pd(), transfer.block.data(), std::max<size_t>(length, 1),
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!transfer.region) {
-    return CloseNow(RegistrationFailed("ibv_reg_mr (grant)",
-                                       std::max<size_t>(length, 1), errno));
+    const Status failed = RegistrationFailed(
+        "ibv_reg_mr (grant)", std::max<size_t>(length, 1), errno);
+    if (failed.code() == StatusCode::kResourceExhausted &&
+        plan.drop_reason == DropReason::kNone && rts.payload_size > 0) {
+      // Out of lockable memory after all (others registered meanwhile):
+      // this payload is refused, as one over the budget is (logged and
+      // counted so); the connection and its other calls go on.
+      GrantPlan dropped = plan;
+      dropped.length = rts.header_size;
+      dropped.dropped_payload = rts.payload_size;
+      dropped.drop_reason = DropReason::kMemoryLimit;
+      transfer.block = Buffer();
+      return Grant(transfer, dropped);
+    }
+    return CloseNow(failed);
   }
   transfer.charge = GrantCharge(transfer.region->length);
   transfer.granted = true;
