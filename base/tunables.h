@@ -132,6 +132,12 @@ inline constexpr uint32_t kRdmaSmallReceiveBufferSize = 4096;
 // this also bounds its size: 128 * (128 + 64) + slack = 24,640 entries,
 // under rxe's 32,767 and any hardware device's limit.
 inline constexpr uint32_t kRdmaConnectionsPerGroup = 128;
+// Bytes the completion groups' receive and send pools of one process may
+// register in all, by default (TransportOptions::rdma_max_pool_bytes): past
+// it a pool stops growing, busy peers are lent no more credits, and new
+// connections are refused. A process that may lock less is held to that
+// first, by the kernel.
+inline constexpr uint64_t kDefaultRdmaMaxPoolBytes = 1ull << 30;
 // Frames up to this size (prefix included) travel as one SEND; larger ones
 // by rendezvous and RDMA WRITE WITH IMMEDIATE.
 inline constexpr uint32_t kRdmaReceiveBufferSize = 16 * 1024;

@@ -438,6 +438,69 @@ TEST_CASE("rdma: URI options pick the device, GID and QoS of the path") {
   std::this_thread::sleep_for(50ms);
 }
 
+// The pools' cap (TransportOptions::rdma_max_pool_bytes): at it they stop
+// growing, and a connection that would need more is refused, saying so;
+// the ones open carry on.
+TEST_CASE(
+    "rdma: pools stop at rdma_max_pool_bytes; the next connection fails") {
+  TransportOptions options;
+  // This process's pools, and each side's first chunk of receive buffers
+  // (one group on each loop): room for about ten connections, not forty.
+  const uint64_t before = rdma::PooledRegisteredBytes();
+  options.rdma_max_pool_bytes =
+      before + 2 * uint64_t{tunables::kRdmaPoolChunkBuffers} *
+                   tunables::kRdmaReceiveBufferSize;
+  rpc::EventLoop server_loop, client_loop;
+  std::mutex mu;
+  std::vector<std::shared_ptr<Connection>> accepted;
+  auto listener = Listen(
+      server_loop.context(), RdmaUri(), options,
+      [&]() -> boost::asio::io_context& { return server_loop.context(); },
+      [&](std::shared_ptr<Connection> c) {
+        std::lock_guard lock(mu);
+        accepted.push_back(std::move(c));
+      });
+  REQUIRE(listener.ok());
+  std::vector<std::shared_ptr<Connection>> open;
+  Status refused;
+  while (open.size() < 200 && refused.ok()) {
+    std::promise<StatusOr<std::shared_ptr<Connection>>> connected;
+    Connect(client_loop.context(), (*listener)->uri(), options,
+            [&](StatusOr<std::shared_ptr<Connection>> c) {
+              connected.set_value(std::move(c));
+            });
+    auto c = connected.get_future().get();
+    if (c.ok()) {
+      open.push_back(*c);
+    } else {
+      refused = c.status();
+    }
+  }
+  INFO(open.size() << " connections, then: " << refused.ToString());
+  REQUIRE(!refused.ok());
+  CHECK(open.size() < 40);
+  CHECK(refused.message().find("rdma_max_pool_bytes") != std::string::npos);
+  CHECK(rdma::PooledRegisteredBytes() <= options.rdma_max_pool_bytes);
+  // The first connection still carries frames.
+  auto recorder = std::make_shared<Recorder>();
+  std::shared_ptr<Connection> server_side;
+  {
+    std::lock_guard lock(mu);
+    REQUIRE(!accepted.empty());
+    server_side = accepted.front();
+  }
+  server_side->Start(recorder);
+  open.front()->Start(std::make_shared<Recorder>());
+  REQUIRE(open.front()->Send(MakeFrame(16)).ok());
+  CHECK(WaitUntil([&] { return recorder->count() == 1; }));
+  for (auto& c : open) c->Close(Status(StatusCode::kCancelled, "done"));
+  {
+    std::lock_guard lock(mu);
+    for (auto& c : accepted) c->Close(Status(StatusCode::kCancelled, "done"));
+  }
+  std::this_thread::sleep_for(50ms);
+}
+
 // Answers every frame from inside OnFrame, and notes whether the answer had
 // been posted when Send returned.
 struct Answerer : ConnectionObserver {

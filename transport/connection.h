@@ -265,6 +265,10 @@ struct TransportOptions {
   // heavy reordering (docs/reliability.md) and leaves a dead link to
   // keepalive.
   uint8_t rdma_retry_count = tunables::kRdmaRetryCount;
+  // RDMA: bytes the process's receive and send pools may register in all
+  // (checked by the group that would grow them); see
+  // tunables::kDefaultRdmaMaxPoolBytes.
+  uint64_t rdma_max_pool_bytes = tunables::kDefaultRdmaMaxPoolBytes;
   // RDMA: which device, port and GID a connection or listener uses. Empty:
   // the device that owns the route to the peer (or the listener's address),
   // as rdma_cm picks it. Otherwise the source (or bind) address is the one

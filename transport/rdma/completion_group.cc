@@ -118,13 +118,29 @@ Status SlotPool::Grow(ibv_pd* pd, const char* what) {
                   std::string(what) + ": the pool holds its most (" +
                       std::to_string(max_slots_) + " buffers)");
   }
-  auto chunk = RegisteredMemory::Allocate(
-      pd, size_t{kRdmaPoolChunkBuffers} * slot_size_, IBV_ACCESS_LOCAL_WRITE);
-  if (!chunk.ok()) return chunk.status();
+  // Counted before it is registered, so that loops growing their pools at
+  // once cannot pass the cap together.
+  const uint64_t chunk_bytes = uint64_t{kRdmaPoolChunkBuffers} * slot_size_;
+  const uint64_t pooled =
+      pooled_bytes.fetch_add(chunk_bytes, std::memory_order_relaxed);
+  if (pooled + chunk_bytes > max_pooled_bytes_) {
+    pooled_bytes.fetch_sub(chunk_bytes, std::memory_order_relaxed);
+    return Status(StatusCode::kResourceExhausted,
+                  std::string(what) + ": this process's pools hold " +
+                      std::to_string(pooled) + " bytes, and " +
+                      std::to_string(chunk_bytes) +
+                      " more would pass their cap of " +
+                      std::to_string(max_pooled_bytes_) +
+                      " (TransportOptions::rdma_max_pool_bytes)");
+  }
+  auto chunk =
+      RegisteredMemory::Allocate(pd, chunk_bytes, IBV_ACCESS_LOCAL_WRITE);
+  if (!chunk.ok()) {
+    pooled_bytes.fetch_sub(chunk_bytes, std::memory_order_relaxed);
+    return chunk.status();
+  }
   chunks_.push_back(std::move(*chunk));
   size_ += kRdmaPoolChunkBuffers;
-  pooled_bytes.fetch_add(uint64_t{kRdmaPoolChunkBuffers} * slot_size_,
-                         std::memory_order_relaxed);
   return Status();
 }
 
@@ -172,8 +188,10 @@ CompletionGroup::CompletionGroup(asio::io_context& context,
       poll_mode_(options.poll_mode),
       hybrid_spin_(options.hybrid_spin),
       receives_(ReceiveBufferSize(),
-                kRdmaConnectionsPerGroup * kRdmaReceiveDepth),
-      sends_(kRdmaReceiveBufferSize, kRdmaConnectionsPerGroup * kRdmaSendDepth),
+                kRdmaConnectionsPerGroup * kRdmaReceiveDepth,
+                options.rdma_max_pool_bytes),
+      sends_(kRdmaReceiveBufferSize, kRdmaConnectionsPerGroup * kRdmaSendDepth,
+             options.rdma_max_pool_bytes),
       fd_(context) {}
 
 CompletionGroup::~CompletionGroup() {

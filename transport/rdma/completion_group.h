@@ -28,9 +28,9 @@
 #ifndef RDMARPC_TRANSPORT_RDMA_COMPLETION_GROUP_H_
 #define RDMARPC_TRANSPORT_RDMA_COMPLETION_GROUP_H_
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -84,14 +84,18 @@ class DeviceDomain {
 // Registered memory in equal slots, grown by chunks (never shrunk).
 class SlotPool {
  public:
-  SlotPool(uint32_t slot_size, uint32_t max_slots)
-      : slot_size_(slot_size), max_slots_(max_slots) {}
+  // At most `max_slots` slots, and no chunk that would take the bytes of
+  // every pool in the process past `max_pooled_bytes`.
+  SlotPool(uint32_t slot_size, uint32_t max_slots, uint64_t max_pooled_bytes)
+      : slot_size_(slot_size),
+        max_slots_(max_slots),
+        max_pooled_bytes_(max_pooled_bytes) {}
   ~SlotPool();
   SlotPool(const SlotPool&) = delete;
   SlotPool& operator=(const SlotPool&) = delete;
   // Registers one more chunk of kRdmaPoolChunkBuffers slots; its slots are
-  // numbered from size(). RESOURCE_EXHAUSTED past max_slots or the
-  // locked-memory limit.
+  // numbered from size(). RESOURCE_EXHAUSTED past max_slots, the
+  // process's max_pooled_bytes or the locked-memory limit.
   Status Grow(ibv_pd* pd, const char* what);
   uint32_t size() const { return size_; }
   void set_max_slots(uint32_t max_slots) { max_slots_ = max_slots; }
@@ -102,6 +106,7 @@ class SlotPool {
  private:
   const uint32_t slot_size_;
   uint32_t max_slots_;
+  const uint64_t max_pooled_bytes_;
   uint32_t size_ = 0;
   std::vector<RegisteredMemory> chunks_;
 };
