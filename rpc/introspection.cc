@@ -7,6 +7,9 @@
 #include <string>
 
 #include "proto/introspection.rdmarpc.h"
+#include "transport/rdma/completion_group.h"
+#include "transport/rdma/grant_memory.h"
+#include "transport/rdma/verbs.h"
 
 namespace rdmarpc::rpc {
 namespace {
@@ -168,6 +171,16 @@ ServerMetrics GetMetrics(const Server& server) {
     out->set_credits_lent(s.credits_lent);
     out->set_credits_withheld(s.credits_withheld);
   });
+  RdmaResources* rdma = metrics.mutable_rdma();
+  rdma->set_registrations(transport::rdma::RegistrationCalls());
+  rdma->set_registered_bytes(transport::rdma::LiveRegisteredBytes());
+  rdma->set_pooled_bytes(transport::rdma::PooledRegisteredBytes());
+  rdma->set_granted_bytes(transport::rdma::GrantedBytes());
+  rdma->set_locked_memory_limit(
+      transport::rdma::LockedMemoryLimit().value_or(0));
+  rdma->set_queue_pairs(transport::rdma::LiveQueuePairs());
+  rdma->set_completion_wakeups(transport::rdma::CompletionWakeups());
+  rdma->set_completions_polled(transport::rdma::CompletionsPolled());
   return metrics;
 }
 

@@ -183,6 +183,35 @@ TEST_CASE("introspection: lists services, reflects descriptors, over RPC") {
   CHECK(metrics.connections_size() == 1);
 }
 
+// The server process's RDMA resources in GetMetrics; and the warm pools at
+// work: a thousand small calls register no memory at all.
+TEST_CASE("metrics: RDMA resources, and no registration per small call") {
+  Fixture f;
+  // Warm-up. A GetMetrics answer is no small call: past the inline limit,
+  // it is the first to need the server's send pool (registered as it is
+  // sent, so after the count it carries).
+  REQUIRE(testing::CallSync(*f.channel, "Echo", "warm").status.ok());
+  GetMetrics(f);
+  const ServerMetrics before = GetMetrics(f);
+  for (int i = 0; i < 1000; ++i) {
+    REQUIRE(testing::CallSync(*f.channel, "Echo", "small").status.ok());
+  }
+  const ServerMetrics after = GetMetrics(f);
+  const RdmaResources& rdma = after.rdma();
+  INFO(rdma.ShortDebugString());
+  if (testing::OverRdma()) {
+    CHECK(rdma.queue_pairs() >= 1);
+    CHECK(rdma.pooled_bytes() > 0);
+    CHECK(rdma.registered_bytes() >= rdma.pooled_bytes());
+    CHECK(rdma.completions_polled() >=
+          before.rdma().completions_polled() + 1000);
+  } else {
+    CHECK(rdma.queue_pairs() == 0);
+    CHECK(rdma.registered_bytes() == 0);
+  }
+  CHECK(rdma.registrations() == before.rdma().registrations());
+}
+
 // What this process logs as a client and as a server: both ends run here,
 // in the two-host suite too.
 TEST_CASE("logs: connection lifecycle at info, calls at debug only") {

@@ -231,6 +231,20 @@ int Stats(Client& client) {
       static_cast<unsigned long long>(metrics->unknown_method_calls()),
       static_cast<unsigned long long>(metrics->protocol_errors()),
       static_cast<unsigned long long>(metrics->responses_dropped()));
+  if (metrics->has_rdma() && metrics->rdma().queue_pairs() > 0) {
+    const RdmaResources& rdma = metrics->rdma();
+    std::printf(
+        "rdma: %llu queue pairs, %s registered (%s in pools, %s in grants)%s, "
+        "%llu ibv_reg_mr calls, %llu completion wake-ups\n\n",
+        static_cast<unsigned long long>(rdma.queue_pairs()),
+        Bytes(rdma.registered_bytes()).c_str(),
+        Bytes(rdma.pooled_bytes()).c_str(), Bytes(rdma.granted_bytes()).c_str(),
+        rdma.locked_memory_limit() > 0
+            ? (" of " + Bytes(rdma.locked_memory_limit()) + " lockable").c_str()
+            : "",
+        static_cast<unsigned long long>(rdma.registrations()),
+        static_cast<unsigned long long>(rdma.completion_wakeups()));
+  }
   std::printf("%-40s %8s %8s %8s %9s %9s %9s %9s  %s\n", "METHOD", "CALLS",
               "OK", "ERRORS", "P50_US", "P99_US", "P999_US", "MAX_US",
               "ERRORS BY STATUS");

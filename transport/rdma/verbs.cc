@@ -19,6 +19,7 @@ namespace rdmarpc::transport::rdma {
 namespace {
 
 std::atomic<uint64_t> live_registered_bytes{0};
+std::atomic<uint64_t> registration_calls{0};
 
 }  // namespace
 
@@ -35,12 +36,17 @@ MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length, int access) {
   MemoryRegion region(ibv_reg_mr(pd, addr, length, access));
   if (region) {
     live_registered_bytes.fetch_add(region->length, std::memory_order_relaxed);
+    registration_calls.fetch_add(1, std::memory_order_relaxed);
   }
   return region;
 }
 
 uint64_t LiveRegisteredBytes() {
   return live_registered_bytes.load(std::memory_order_relaxed);
+}
+
+uint64_t RegistrationCalls() {
+  return registration_calls.load(std::memory_order_relaxed);
 }
 
 Status ErrnoStatus(std::string_view what, int error) {

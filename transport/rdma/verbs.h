@@ -66,6 +66,8 @@ using MemoryRegion = std::unique_ptr<ibv_mr, MrDeleter>;
 // Null with errno set on failure, like ibv_reg_mr.
 MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length, int access);
 uint64_t LiveRegisteredBytes();
+// Successful ibv_reg_mr calls this process has made, in all.
+uint64_t RegistrationCalls();
 
 // The bytes this process may register (pin), when it is limited: its
 // RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK or the limit is infinite.
