@@ -113,14 +113,14 @@ SlotPool::~SlotPool() {
 }
 
 Status SlotPool::Grow(ibv_pd* pd, const char* what) {
-  if (size_ + kRdmaPoolChunkBuffers > max_slots_) {
+  if (size_ + slots_per_chunk_ > max_slots_) {
     return Status(StatusCode::kResourceExhausted,
                   std::string(what) + ": the pool holds its most (" +
                       std::to_string(max_slots_) + " buffers)");
   }
   // Counted before it is registered, so that loops growing their pools at
   // once cannot pass the cap together.
-  const uint64_t chunk_bytes = uint64_t{kRdmaPoolChunkBuffers} * slot_size_;
+  const uint64_t chunk_bytes = uint64_t{slots_per_chunk_} * slot_size_;
   const uint64_t pooled =
       pooled_bytes.fetch_add(chunk_bytes, std::memory_order_relaxed);
   if (pooled + chunk_bytes > max_pooled_bytes_) {
@@ -140,17 +140,17 @@ Status SlotPool::Grow(ibv_pd* pd, const char* what) {
     return chunk.status();
   }
   chunks_.push_back(std::move(*chunk));
-  size_ += kRdmaPoolChunkBuffers;
+  size_ += slots_per_chunk_;
   return Status();
 }
 
 std::byte* SlotPool::data(uint32_t slot) const {
-  return chunks_[slot / kRdmaPoolChunkBuffers].data() +
-         size_t{slot % kRdmaPoolChunkBuffers} * slot_size_;
+  return chunks_[slot / slots_per_chunk_].data() +
+         size_t{slot % slots_per_chunk_} * slot_size_;
 }
 
 uint32_t SlotPool::lkey(uint32_t slot) const {
-  return chunks_[slot / kRdmaPoolChunkBuffers].lkey();
+  return chunks_[slot / slots_per_chunk_].lkey();
 }
 
 // --- CompletionGroup ---------------------------------------------------------
@@ -192,6 +192,8 @@ CompletionGroup::CompletionGroup(asio::io_context& context,
                 options.rdma_max_pool_bytes),
       sends_(kRdmaReceiveBufferSize, kRdmaConnectionsPerGroup * kRdmaSendDepth,
              options.rdma_max_pool_bytes),
+      bounces_(tunables::kRdmaBounceChunkSize, tunables::kRdmaBounceChunks,
+               options.rdma_max_pool_bytes, tunables::kRdmaBounceChunks),
       fd_(context) {}
 
 CompletionGroup::~CompletionGroup() {
@@ -352,6 +354,30 @@ std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireSendSlot(
   return SendSlot{index, sends_.data(index), sends_.lkey(index)};
 }
 
+std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireBounceChunk(
+    RdmaConnection* waiter, Status* error) {
+  if (bounces_.size() == 0) {
+    if (Status grown = bounces_.Grow(domain_->pd(), "bounce buffers");
+        !grown.ok()) {
+      *error = grown;
+      return std::nullopt;
+    }
+    for (uint32_t chunk = bounces_.size(); chunk-- > 0;) {
+      free_bounces_.push_back(chunk);
+    }
+  }
+  if (free_bounces_.empty()) {
+    if (!waiter->waiting_for_staging_) {
+      waiter->waiting_for_staging_ = true;
+      send_waiters_.push_back(waiter->weak_from_this());
+    }
+    return std::nullopt;
+  }
+  const uint32_t index = free_bounces_.back();
+  free_bounces_.pop_back();
+  return SendSlot{index, bounces_.data(index), bounces_.lkey(index)};
+}
+
 // --- Polling -----------------------------------------------------------------
 
 void CompletionGroup::WatchCq() {
@@ -498,7 +524,8 @@ bool CompletionGroup::Drain() {
 
 void CompletionGroup::FinishBatch() {
   // Slots came free: the connections that waited for one try again.
-  if (!free_send_slots_.empty() && !send_waiters_.empty()) {
+  if ((!free_send_slots_.empty() || !free_bounces_.empty()) &&
+      !send_waiters_.empty()) {
     std::vector<std::weak_ptr<RdmaConnection>> waiters;
     waiters.swap(send_waiters_);
     for (const auto& weak : waiters) {

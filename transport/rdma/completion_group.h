@@ -84,16 +84,19 @@ class DeviceDomain {
 // Registered memory in equal slots, grown by chunks (never shrunk).
 class SlotPool {
  public:
-  // At most `max_slots` slots, and no chunk that would take the bytes of
-  // every pool in the process past `max_pooled_bytes`.
-  SlotPool(uint32_t slot_size, uint32_t max_slots, uint64_t max_pooled_bytes)
+  // At most `max_slots` slots, registered `slots_per_chunk` at a time, and
+  // no chunk that would take the bytes of every pool in the process past
+  // `max_pooled_bytes`.
+  SlotPool(uint32_t slot_size, uint32_t max_slots, uint64_t max_pooled_bytes,
+           uint32_t slots_per_chunk = tunables::kRdmaPoolChunkBuffers)
       : slot_size_(slot_size),
+        slots_per_chunk_(slots_per_chunk),
         max_slots_(max_slots),
         max_pooled_bytes_(max_pooled_bytes) {}
   ~SlotPool();
   SlotPool(const SlotPool&) = delete;
   SlotPool& operator=(const SlotPool&) = delete;
-  // Registers one more chunk of kRdmaPoolChunkBuffers slots; its slots are
+  // Registers one more chunk of slots_per_chunk slots; its slots are
   // numbered from size(). RESOURCE_EXHAUSTED past max_slots, the
   // process's max_pooled_bytes or the locked-memory limit.
   Status Grow(ibv_pd* pd, const char* what);
@@ -105,6 +108,7 @@ class SlotPool {
 
  private:
   const uint32_t slot_size_;
+  const uint32_t slots_per_chunk_;
   uint32_t max_slots_;
   const uint64_t max_pooled_bytes_;
   uint32_t size_ = 0;
@@ -172,6 +176,15 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   std::optional<SendSlot> AcquireSendSlot(RdmaConnection* waiter);
   void ReleaseSendSlot(uint32_t index) { free_send_slots_.push_back(index); }
 
+  // A bounce chunk (kRdmaBounceChunkSize bytes) through which a large
+  // payload in unregistered memory is written: the loop's connections share
+  // kRdmaBounceChunks of them, registered on first use. Nullopt when all are
+  // busy (`waiter` is flushed once one is released), or, with `error` set,
+  // when they cannot be registered at all.
+  std::optional<SendSlot> AcquireBounceChunk(RdmaConnection* waiter,
+                                             Status* error);
+  void ReleaseBounceChunk(uint32_t index) { free_bounces_.push_back(index); }
+
  private:
   Status Open();
   Status GrowReceives();
@@ -207,6 +220,7 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   CompletionQueue cq_;
   SlotPool receives_;
   SlotPool sends_;
+  SlotPool bounces_;
   ibv_srq* srq_ = nullptr;  // Destroyed by the destructor, first.
   boost::asio::posix::stream_descriptor fd_;
   uint32_t unacked_events_ = 0;
@@ -219,6 +233,8 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   std::vector<ibv_recv_wr> repost_wrs_;
   std::vector<ibv_sge> repost_sges_;
   std::vector<uint32_t> free_send_slots_;
+  std::vector<uint32_t> free_bounces_;
+  // Connections waiting for a send slot or a bounce chunk.
   std::vector<std::weak_ptr<RdmaConnection>> send_waiters_;
 
   struct Member {

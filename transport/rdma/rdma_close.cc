@@ -90,22 +90,25 @@ void RdmaConnection::ReleaseDevice() {
   // the group and the domain go when their last connection does.
   outgoing_.clear();
   incoming_.clear();
-  bounce_chunks_.clear();
-  bounce_pool_.reset();
   // The group and the event channel are the loop's: they are told on the
   // loop (the last holder of a connection may let go on any thread).
-  std::vector<uint32_t> staging;
+  std::vector<uint32_t> staging, bounces;
   while (!staging_.empty()) {
     staging.push_back(staging_.front().second);
     staging_.pop_front();
   }
+  while (!bounce_held_.empty()) {
+    bounces.push_back(bounce_held_.front().second);
+    bounce_held_.pop_front();
+  }
   auto release = [group = std::move(group_), attached = attached_,
                   qp_num = qp_num_, lent = lent_, staging = std::move(staging),
-                  cm = cm_, id = id_ ? id_.get() : nullptr,
-                  owner = id_in_group_] {
+                  bounces = std::move(bounces), cm = cm_,
+                  id = id_ ? id_.get() : nullptr, owner = id_in_group_] {
     if (group) {
       if (attached) group->Detach(qp_num, owner);
       for (const uint32_t slot : staging) group->ReleaseSendSlot(slot);
+      for (const uint32_t chunk : bounces) group->ReleaseBounceChunk(chunk);
       group->Unlend(lent);
       group->Leave();
     }

@@ -131,10 +131,6 @@ class RdmaConnection final
     std::vector<std::shared_ptr<MemoryRegistration>> pins;
   };
   // A chunk of the bounce pool, busy until the WRITE `seq` completes.
-  struct BounceChunk {
-    bool busy = false;
-    uint64_t seq = 0;
-  };
   // A transfer of the peer's to us: once granted, where its frame will land.
   struct IncomingTransfer {
     ControlMessage rts;    // Its id (transfer) and header size.
@@ -188,7 +184,9 @@ class RdmaConnection final
   void StartWrites(OutgoingTransfer& transfer);
   // Posts the next planned WRITE; false if blocked.
   bool PostWrite(OutgoingTransfer& transfer);
-  std::byte* AcquireBounceChunk(uint64_t seq);  // Null when all are busy.
+  // A bounce chunk of the group's for WRITE `seq`, held until it completes;
+  // null when all are busy (Flush runs again once one is free).
+  std::byte* AcquireBounceChunk(uint64_t seq, uint32_t* lkey);
   void ReleaseBounceChunks(uint64_t completed);
   // Frames up to this size (prefix included) travel as one SEND.
   size_t SmallLimit() const {
@@ -252,10 +250,8 @@ class RdmaConnection final
   // Declared in dependency order: destroyed bottom-up (QP first).
   std::shared_ptr<CmChannel> cm_;  // Outlives id_.
   std::shared_ptr<DeviceDomain> domain_;
-  std::shared_ptr<CompletionGroup> group_;       // Holds one of its places.
-  std::optional<RegisteredMemory> bounce_pool_;  // Allocated on first use.
-  std::vector<BounceChunk> bounce_chunks_;
-  DeviceHold device_hold_;  // Once the resources exist.
+  std::shared_ptr<CompletionGroup> group_;  // Holds one of its places.
+  DeviceHold device_hold_;                  // Once the resources exist.
   DeviceEventSubscription device_events_;
   CmId id_;  // Owns the QP.
   uint32_t qp_num_ = 0;
@@ -279,8 +275,10 @@ class RdmaConnection final
   uint32_t lent_ = 0;
   uint32_t peer_holds_ = 0;
   uint32_t credits_to_return_ = 0;
-  // Staging slots of the group's send pool in use, by work request.
+  // Staging slots of the group's send pool, and its bounce chunks, in use,
+  // by work request.
   RingQueue<std::pair<uint64_t, uint32_t>> staging_;
+  RingQueue<std::pair<uint64_t, uint32_t>> bounce_held_;
 
   // Send queue accounting: work requests posted and known complete, and
   // the last one posted signaled. Only signaled requests complete (every

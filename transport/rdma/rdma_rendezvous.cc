@@ -245,9 +245,8 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
       staging = AcquireStaging(seq, &staging_lkey);
       if (staging == nullptr) return false;  // Flush runs again once free.
     } else {
-      staging = AcquireBounceChunk(seq);
-      if (staging == nullptr) return false;  // Wait for a WRITE to complete.
-      staging_lkey = bounce_pool_->lkey();
+      staging = AcquireBounceChunk(seq, &staging_lkey);
+      if (staging == nullptr) return false;  // Flush runs again once free.
       chunk = true;
     }
   }
@@ -299,30 +298,22 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   return true;
 }
 
-std::byte* RdmaConnection::AcquireBounceChunk(uint64_t seq) {
-  if (!bounce_pool_) {
-    auto pool = RegisteredMemory::Allocate(
-        domain_->pd(),
-        size_t{tunables::kRdmaBounceChunks} * tunables::kRdmaBounceChunkSize,
-        IBV_ACCESS_LOCAL_WRITE);
-    if (!pool.ok()) {
-      CloseNow(pool.status());
-      return nullptr;
-    }
-    bounce_pool_ = std::move(*pool);
-    bounce_chunks_.resize(tunables::kRdmaBounceChunks);
+std::byte* RdmaConnection::AcquireBounceChunk(uint64_t seq, uint32_t* lkey) {
+  Status error;
+  auto chunk = group_->AcquireBounceChunk(this, &error);
+  if (!chunk) {
+    if (!error.ok()) CloseNow(error);
+    return nullptr;
   }
-  for (size_t i = 0; i < bounce_chunks_.size(); ++i) {
-    if (bounce_chunks_[i].busy) continue;
-    bounce_chunks_[i] = {true, seq};
-    return bounce_pool_->data() + i * size_t{tunables::kRdmaBounceChunkSize};
-  }
-  return nullptr;
+  bounce_held_.push_back({seq, chunk->index});
+  *lkey = chunk->lkey;
+  return chunk->data;
 }
 
 void RdmaConnection::ReleaseBounceChunks(uint64_t completed) {
-  for (BounceChunk& chunk : bounce_chunks_) {
-    if (chunk.busy && chunk.seq <= completed) chunk.busy = false;
+  while (!bounce_held_.empty() && bounce_held_.front().first <= completed) {
+    group_->ReleaseBounceChunk(bounce_held_.front().second);
+    bounce_held_.pop_front();
   }
 }
 
