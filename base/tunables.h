@@ -187,6 +187,11 @@ inline constexpr uint32_t kRdmaMaxInline = 256;
 // written from there, this many chunks in flight at once.
 inline constexpr uint32_t kRdmaBounceChunkSize = 1 << 20;
 inline constexpr uint32_t kRdmaBounceChunks = 4;
+// A loop's connections share its bounce chunks: kRdmaBounceChunks are
+// registered at first use, and as many again while every one is busy. One
+// connection holds at most kRdmaBounceChunks, so a peer that stops
+// acknowledging (until its QP times out) leaves the others half of them.
+inline constexpr uint32_t kRdmaGroupBounceChunks = 2 * kRdmaBounceChunks;
 // Receive grants (registered memory for peers' large frames) a process holds
 // at once, over all its connections.
 inline constexpr uint64_t kDefaultMaxGrantBytes = 1ull << 30;

@@ -192,7 +192,7 @@ CompletionGroup::CompletionGroup(asio::io_context& context,
                 options.rdma_max_pool_bytes),
       sends_(kRdmaReceiveBufferSize, kRdmaConnectionsPerGroup * kRdmaSendDepth,
              options.rdma_max_pool_bytes),
-      bounces_(tunables::kRdmaBounceChunkSize, tunables::kRdmaBounceChunks,
+      bounces_(tunables::kRdmaBounceChunkSize, tunables::kRdmaGroupBounceChunks,
                options.rdma_max_pool_bytes, tunables::kRdmaBounceChunks),
       fd_(context) {}
 
@@ -356,13 +356,16 @@ std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireSendSlot(
 
 std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireBounceChunk(
     RdmaConnection* waiter, Status* error) {
-  if (bounces_.size() == 0) {
+  if (free_bounces_.empty()) {
+    // Every chunk is busy (or none exists yet): more, while the pool may
+    // grow; without any at all the large send cannot go.
+    const uint32_t first = bounces_.size();
     if (Status grown = bounces_.Grow(domain_->pd(), "bounce buffers");
-        !grown.ok()) {
+        !grown.ok() && first == 0) {
       *error = grown;
       return std::nullopt;
     }
-    for (uint32_t chunk = bounces_.size(); chunk-- > 0;) {
+    for (uint32_t chunk = bounces_.size(); chunk-- > first;) {
       free_bounces_.push_back(chunk);
     }
   }

@@ -178,9 +178,9 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
 
   // A bounce chunk (kRdmaBounceChunkSize bytes) through which a large
   // payload in unregistered memory is written: the loop's connections share
-  // kRdmaBounceChunks of them, registered on first use. Nullopt when all are
-  // busy (`waiter` is flushed once one is released), or, with `error` set,
-  // when they cannot be registered at all.
+  // them (tunables::kRdmaGroupBounceChunks). Nullopt when all are busy and
+  // the pool cannot grow (`waiter` is flushed once one is released), or,
+  // with `error` set, when none can be registered at all.
   std::optional<SendSlot> AcquireBounceChunk(RdmaConnection* waiter,
                                              Status* error);
   void ReleaseBounceChunk(uint32_t index) { free_bounces_.push_back(index); }

@@ -299,6 +299,8 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
 }
 
 std::byte* RdmaConnection::AcquireBounceChunk(uint64_t seq, uint32_t* lkey) {
+  // Its share: the WRITEs holding them complete, and flush it again.
+  if (bounce_held_.size() >= tunables::kRdmaBounceChunks) return nullptr;
   Status error;
   auto chunk = group_->AcquireBounceChunk(this, &error);
   if (!chunk) {
