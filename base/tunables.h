@@ -3,6 +3,7 @@
 #ifndef RDMARPC_BASE_TUNABLES_H_
 #define RDMARPC_BASE_TUNABLES_H_
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstddef>
@@ -201,6 +202,16 @@ inline constexpr uint64_t kDefaultMaxGrantBytes = 1ull << 30;
 inline constexpr uint32_t kRdmaMaxOpenGrants = 2;
 // Bytes in one RDMA WRITE: below any port's max_msg_sz (at least 2^31).
 inline constexpr uint32_t kRdmaMaxWriteSize = 1u << 30;
+// Grants come from the device's grant pool (transport/rdma/grant_pool.h):
+// blocks of a power of two from kRdmaGrantPoolMinBlock to
+// kRdmaGrantPoolMaxBlock bytes, registered once, kRdmaGrantPoolChunkSize at
+// a time (one block, when a block is larger), at most kRdmaGrantPoolMaxBytes
+// per device. A larger frame, or one the pool cannot hold, is granted
+// memory registered for it alone.
+inline constexpr uint32_t kRdmaGrantPoolMinBlock = 32u << 10;
+inline constexpr uint32_t kRdmaGrantPoolMaxBlock = 4u << 20;
+inline constexpr uint32_t kRdmaGrantPoolChunkSize = 1u << 20;
+inline constexpr uint64_t kRdmaGrantPoolMaxBytes = 64ull << 20;
 
 static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
               "credits travel in a u16; one is held back for CREDIT");
@@ -240,6 +251,17 @@ static_assert(kLargeBlockCacheBytes >=
                                                      kMaxCallHeaderSize),
               "a connection's open grants of largest frames must fit the "
               "large-block cache");
+static_assert(std::has_single_bit(kRdmaGrantPoolMinBlock) &&
+                  std::has_single_bit(kRdmaGrantPoolMaxBlock) &&
+                  kRdmaGrantPoolMinBlock <= kRdmaGrantPoolMaxBlock,
+              "grant-pool blocks come in powers of two");
+static_assert(kRdmaGrantPoolMinBlock > kRdmaReceiveBufferSize,
+              "a grant is for a frame larger than a receive buffer");
+static_assert(kRdmaGrantPoolChunkSize % kRdmaGrantPoolMinBlock == 0 &&
+                  kRdmaGrantPoolMaxBytes >=
+                      2 * std::max<uint64_t>(kRdmaGrantPoolChunkSize,
+                                             kRdmaGrantPoolMaxBlock),
+              "a chunk holds whole blocks; the pool holds two largest");
 static_assert(kDefaultMaxGrantBytes >=
                   kDefaultMaxPayloadSize + kMaxCallHeaderSize,
               "a largest frame must fit the grant budget on its own");

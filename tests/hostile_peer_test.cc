@@ -16,6 +16,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
+#include <bit>
 #include <catch2/catch_test_macros.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -725,8 +727,14 @@ TEST_CASE("hostile: RDMA WRITE outside the granted range") {
   // One WRITE each, on a fresh connection each: the first one's error
   // breaks the queue pair.
   SECTION("past its end") {
-    CHECK(peer.Write(grant.addr + grant.length - 8, grant.rkey,
-                     Pattern(64, 2)) == WcName(IBV_WC_REM_ACCESS_ERR));
+    // Past the end of its grant-pool block (grant_pool.h): rxe checks a
+    // window's writes against the block's region only, so a write past the
+    // grant but inside the block lands in the block's unused slack there.
+    // Devices that check window bounds stop it at the grant.
+    const uint64_t block = std::bit_ceil(
+        std::max<uint64_t>(grant.length, tunables::kRdmaGrantPoolMinBlock));
+    CHECK(peer.Write(grant.addr + block - 8, grant.rkey, Pattern(64, 2)) ==
+          WcName(IBV_WC_REM_ACCESS_ERR));
   }
   SECTION("before its start") {
     CHECK(peer.Write(grant.addr - 64, grant.rkey, Pattern(64, 3)) ==
@@ -773,6 +781,48 @@ TEST_CASE("hostile: RDMA WRITE to a grant already used") {
   CHECK(peer.Write(grant.addr, grant.rkey, Pattern(64, 4)) ==
         WcName(IBV_WC_REM_ACCESS_ERR));
   fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+}
+
+// Grants are memory windows bound on the granted peer's queue pair: their
+// key opens nothing through any other connection, though every connection
+// of the server shares one protection domain. (A region registered per
+// grant, as before the grant pool, let any QP of the PD write into it.)
+TEST_CASE("hostile: a grant's key opens nothing on another connection") {
+  Fixture fixture;
+  HostilePeer owner;
+  fixture.Connect(owner);
+  const std::string request(1000, 'o');
+  const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
+      7, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request));
+  Bytes block(frame.header.span().begin(), frame.header.span().end());
+  for (size_t i = 0; i < frame.payload_slices; ++i) {
+    const auto slice = frame.payload[i].span();
+    block.insert(block.end(), slice.begin(), slice.end());
+  }
+  REQUIRE(owner.SendRts(1, static_cast<uint32_t>(frame.header.size()),
+                        static_cast<uint32_t>(frame.payload_size())) ==
+          WcName(IBV_WC_SUCCESS));
+  const ControlMessage grant = owner.WaitForGrant();
+  REQUIRE(grant.length == block.size());
+  HostilePeer thief;
+  thief.Connect(fixture.ip, fixture.port);
+  REQUIRE(
+      WaitFor([&] { return fixture.server.stats().connections == 3; }, kWait));
+  LogCapture log;
+  CHECK(thief.Write(grant.addr, grant.rkey, Pattern(64, 6)) ==
+        WcName(IBV_WC_REM_ACCESS_ERR));
+  CHECK(thief.WaitClosed());
+  // The owner's grant is intact and still its own.
+  REQUIRE(owner.WriteWithImm(grant.addr, grant.rkey, block, 1) ==
+          WcName(IBV_WC_SUCCESS));
+  const Received response = owner.WaitForFrame();
+  const auto header = rpc::CallHeader::Decode(response.header);
+  REQUIRE(header.has_value());
+  CHECK(header->call_id() == 7);
+  CHECK(header->status_code() == 0);
+  CHECK(std::string(reinterpret_cast<const char*>(response.payload.data()),
+                    response.payload.size()) == request);
+  fixture.ExpectEcho("after the attack");
 }
 
 TEST_CASE("hostile: RDMA READ of a granted range") {

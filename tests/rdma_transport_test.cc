@@ -2,8 +2,10 @@
 // tools/test; without a device every case fails: there is no silent skip).
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -66,9 +68,11 @@ OutgoingFrame MakeFrame(size_t payload) {
 struct Pair {
   explicit Pair(PollMode mode,
                 uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes,
-                std::shared_ptr<ConnectionObserver> server_observer = nullptr) {
+                std::shared_ptr<ConnectionObserver> server_observer = nullptr,
+                bool pooled_grants = true) {
     options.poll_mode = mode;
     options.max_grant_bytes = max_grant_bytes;
+    options.rdma_pooled_grants = pooled_grants;
     // (Members: see the note on the loops below.)
     auto bound = Listen(
         server_loop.context(), RdmaUri(), options,
@@ -506,6 +510,9 @@ TEST_CASE(
 // register the loop's chunks, not a set each.
 TEST_CASE("rdma: connections on a loop share their bounce chunks") {
   TransportOptions options;
+  // Grants registered one by one and gone once delivered, so that what
+  // stays registered is the senders' (the grant pool would keep its blocks).
+  options.rdma_pooled_grants = false;
   rpc::EventLoop server_loop, client_loop;
   std::mutex mu;
   std::vector<std::shared_ptr<Connection>> accepted;
@@ -663,15 +670,20 @@ TEST_CASE("rdma: an oversized payload is discarded, its header delivered") {
   loop.Stop();
 }
 
+// Bytes registered now, but for the shared pools (which a connection may
+// grow, and which outlive it while other connections use them).
+uint64_t ConnectionBytes() {
+  return rdma::LiveRegisteredBytes() - rdma::PooledRegisteredBytes();
+}
+
 TEST_CASE("rdma: a QP forced into the error state is detected and recovers") {
-  const uint64_t registered = rdma::LiveRegisteredBytes();
+  const uint64_t registered = ConnectionBytes();
   auto owned = std::make_unique<Pair>(PollMode::kEvent);
   Pair& pair = *owned;
   REQUIRE(pair.client->Send(MakeFrame(10)).ok());
   // A large frame too: a grant and the bounce pool are registered.
   REQUIRE(pair.client->Send(MakeFrame(1 << 20)).ok());
   REQUIRE(pair.WaitFor(2));
-  CHECK(rdma::LiveRegisteredBytes() > registered);
   auto rdma = std::dynamic_pointer_cast<rdma::RdmaConnection>(pair.client);
   REQUIRE(rdma);
   rdma->ForceQpErrorForTesting();
@@ -704,7 +716,7 @@ TEST_CASE("rdma: a QP forced into the error state is detected and recovers") {
   CHECK(weak_fresh.expired());
   CHECK(weak_client.expired());
   CHECK(weak_server.expired());
-  CHECK(rdma::LiveRegisteredBytes() == registered);
+  CHECK(ConnectionBytes() == registered);
 }
 
 // The byte pattern Recorder checks, written at `offset` of the payload.
@@ -747,6 +759,164 @@ TEST_CASE("rdma: a pipelined frame over the grant budget waits, not dropped") {
   }
   CHECK(pair.server->stats().oversized_frames_dropped == 0);
   CHECK(pair.client->stats().pipelined_transfers >= 1);
+}
+
+// Large frames land in blocks of the device's grant pool, each behind a
+// memory window bound for it: after the pool has grown, no frame costs an
+// ibv_reg_mr. With pooled grants off, every frame costs one (what this
+// replaced), so the count below could not stay still.
+//
+// Payloads are borrowed from buffers filled once, and the receiver checks
+// every 997th byte: touching every byte of 100 MiB takes minutes in the
+// emulated VM.
+struct SampledRecorder : Recorder {
+  void OnFrame(ReceivedFrame frame) override {
+    std::lock_guard lock(mu);
+    sizes.push_back(frame.payload_size());
+    Buffer payload = std::move(frame).TakePayload();
+    for (size_t i = 0; i < payload.size(); i += 997) {
+      if (payload.data()[i] != std::byte(i % 251)) intact = false;
+    }
+  }
+};
+
+void ExchangeLarge(Pair& pair, Recorder& recorder, int rounds) {
+  static const std::vector<std::byte> pattern = [] {
+    std::vector<std::byte> bytes(3 << 20);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i % 251);
+    return bytes;
+  }();
+  const std::vector<size_t> sizes = {64 << 10,      20, 300 << 10,
+                                     (1 << 20) + 7, 10, 3 << 20};
+  std::vector<uint64_t> expected;
+  for (int i = 0; i < rounds; ++i) {
+    for (size_t size : sizes) {
+      OutgoingFrame frame;
+      frame.header = Buffer::CopyOf(std::string_view("hdr"));
+      frame.AddPayload(Buffer::Borrow(std::span(pattern.data(), size)));
+      REQUIRE(pair.client->Send(std::move(frame)).ok());
+      expected.push_back(size);
+    }
+  }
+  const size_t before = recorder.count();
+  bool arrived =
+      WaitUntil([&] { return recorder.count() == before + expected.size(); });
+  INFO(recorder.count() - before << " of " << expected.size()
+                                 << " frames arrived");
+  REQUIRE(arrived);
+  std::lock_guard lock(recorder.mu);
+  CHECK(recorder.intact);
+  CHECK(std::vector<uint64_t>(recorder.sizes.begin() + before,
+                              recorder.sizes.end()) == expected);
+}
+
+TEST_CASE("rdma: large frames land in the grant pool and register nothing") {
+  const bool pooled = GENERATE(true, false);
+  INFO("pooled grants " << pooled);
+  auto recorder = std::make_shared<SampledRecorder>();
+  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, recorder,
+            pooled);
+  ExchangeLarge(pair, *recorder, 2);  // Warm-up: the pools grow.
+  const uint64_t registrations = rdma::RegistrationCalls();
+  constexpr int kRounds = 25;  // 4 large frames each.
+  ExchangeLarge(pair, *recorder, kRounds);
+  const ConnectionStats& received = pair.server->stats();
+  if (pooled) {
+    CHECK(rdma::RegistrationCalls() == registrations);
+    CHECK(received.pooled_grants == 4 * (kRounds + 2));
+    CHECK(received.registered_grants == 0);
+  } else {
+    CHECK(rdma::RegistrationCalls() >= registrations + 4 * kRounds);
+    CHECK(received.pooled_grants == 0);
+  }
+}
+
+// A frame received into a grant-pool block and sent on (an echo of its
+// payload) is written from the block, already registered: no copy through
+// the bounce chunks. A block registered for its own transfer is
+// deregistered on landing, so it is copied.
+OutgoingFrame FrameOf(Buffer payload) {
+  OutgoingFrame frame;
+  frame.header = Buffer::CopyOf(std::string_view("hdr"));
+  frame.AddPayload(std::move(payload));
+  return frame;
+}
+
+struct Echoer : ConnectionObserver {
+  void OnFrame(ReceivedFrame frame) override {
+    auto c = connection.lock();
+    if (!c) return;
+    const Status sent = c->Send(FrameOf(std::move(frame).TakePayload()));
+    CHECK(sent.ok());
+  }
+  void OnClose(const Status&) override {}
+  std::weak_ptr<Connection> connection;
+};
+
+TEST_CASE("rdma: a received large frame is sent on without a copy") {
+  const bool pooled = GENERATE(true, false);
+  INFO("pooled grants " << pooled);
+  auto echoer = std::make_shared<Echoer>();
+  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, echoer, pooled);
+  echoer->connection = pair.server;
+  constexpr size_t kPayload = 1 << 20;
+  REQUIRE(pair.client->Send(MakeFrame(kPayload)).ok());
+  REQUIRE(WaitUntil([&] { return pair.client_recorder->count() == 1; }));
+  {
+    std::lock_guard lock(pair.client_recorder->mu);
+    CHECK(pair.client_recorder->intact);
+    CHECK(pair.client_recorder->sizes == std::vector<uint64_t>{kPayload});
+  }
+  const ConnectionStats& echoed = pair.server->stats();
+  CHECK(WaitUntil([&] { return echoed.rdma_writes == 1; }));
+  CHECK(echoed.zero_copy_bytes == (pooled ? kPayload : 0));
+  CHECK(echoed.staged_bytes == (pooled ? 3 : kPayload + 3));  // + "hdr".
+}
+
+// A block comes back from the application zeroed (a later peer that writes
+// less than its grant must not read an earlier frame), and is reused.
+TEST_CASE("rdma: grant-pool blocks are zeroed when released and reused") {
+  int count = 0;
+  ibv_device** devices = ibv_get_device_list(&count);
+  REQUIRE(devices != nullptr);
+  REQUIRE(count > 0);
+  ibv_context* verbs = ibv_open_device(devices[0]);
+  ibv_free_device_list(devices);
+  REQUIRE(verbs != nullptr);
+  {
+    auto domain = rdma::DeviceDomain::For(verbs);
+    REQUIRE(domain.ok());
+    rdma::GrantPool* pool = (*domain)->grant_pool();
+    REQUIRE(pool != nullptr);  // rxe binds type 2 windows.
+    constexpr size_t kSize = 100 << 10;
+    auto first = pool->Acquire(kSize, tunables::kDefaultRdmaMaxPoolBytes);
+    REQUIRE(first.has_value());
+    REQUIRE(first->buffer.size() == kSize);
+    std::byte* const address = first->buffer.data();
+    CHECK(std::all_of(address, address + kSize,
+                      [](std::byte b) { return b == std::byte{0}; }));
+    std::memset(address, 0x5a, kSize);
+    CHECK(pool->blocks_out() == 1);
+    const uint64_t registrations = rdma::RegistrationCalls();
+    first->buffer.Reset();
+    CHECK(pool->blocks_out() == 0);
+    auto second = pool->Acquire(kSize, tunables::kDefaultRdmaMaxPoolBytes);
+    REQUIRE(second.has_value());
+    CHECK(second->buffer.data() == address);
+    CHECK(std::all_of(address, address + kSize,
+                      [](std::byte b) { return b == std::byte{0}; }));
+    CHECK(rdma::RegistrationCalls() == registrations);
+    CHECK(pool->Lkey(second->buffer.span()) == second->region->lkey);
+    // Out of the pool's range: the caller registers for itself.
+    CHECK(!pool->Acquire(tunables::kRdmaGrantPoolMaxBlock + 1,
+                         tunables::kDefaultRdmaMaxPoolBytes));
+    // A block may outlive the domain (an application holds a frame after
+    // its connections closed): it is plain memory then.
+    Buffer kept = std::move(second->buffer);
+    domain->reset();
+    kept.data()[0] = std::byte{1};
+  }
+  ibv_close_device(verbs);
 }
 
 TEST_CASE("rdma: registered payloads are written without a copy") {

@@ -170,6 +170,10 @@ struct ConnectionStats {
   std::atomic<uint64_t> staged_bytes{0};
   // ibv_reg_mr calls for MemoryRegistrations (registration-cache misses).
   std::atomic<uint64_t> registrations{0};
+  // Grants from the device's grant pool, and grants registered for
+  // themselves (larger than a pool block, or the pool full).
+  std::atomic<uint64_t> pooled_grants{0};
+  std::atomic<uint64_t> registered_grants{0};
   std::atomic<uint64_t> credit_stalls{0};    // Flushes held back by credits.
   std::atomic<uint64_t> credit_messages{0};  // Explicit CREDIT messages sent.
   // Receive credits lent the peer beyond its initial ones (it was busy), and
@@ -269,6 +273,10 @@ struct TransportOptions {
   // (checked by the group that would grow them); see
   // tunables::kDefaultRdmaMaxPoolBytes.
   uint64_t rdma_max_pool_bytes = tunables::kDefaultRdmaMaxPoolBytes;
+  // RDMA: a large frame lands in a block of the device's grant pool, behind
+  // a memory window bound for it (no ibv_reg_mr per frame), where the device
+  // has type 2 windows. False registers every grant for itself.
+  bool rdma_pooled_grants = true;
   // RDMA: which device, port and GID a connection or listener uses. Empty:
   // the device that owns the route to the peer (or the listener's address),
   // as rdma_cm picks it. Otherwise the source (or bind) address is the one

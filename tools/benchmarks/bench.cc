@@ -142,6 +142,7 @@ int Run(int argc, char** argv) {
   const std::string poll = flags.Get("poll", "event");
   options.poll = ParsePoll(poll);
   options.raw = flags.GetInt("raw", 1) != 0;
+  options.pooled_grants = flags.GetInt("pooled-grants", 1) != 0;
   options.by_name = flags.GetInt("by-name", 0) != 0;
   options.json = flags.Get("json", "");
   options.plot = flags.Get("plot", "");
@@ -200,6 +201,7 @@ int Run(int argc, char** argv) {
     server_options.workers = 1;
     server_options.enable_metrics = options.metrics;
     server_options.transport.poll_mode = options.poll;
+    server_options.transport.rdma_pooled_grants = options.pooled_grants;
     server_options.transport.max_payload_size = 1ull << 30;
     server_options.max_response_size = 1ull << 30;
     server = std::make_unique<rpc::Server>(server_options);

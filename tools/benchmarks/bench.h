@@ -49,6 +49,9 @@ struct Options {
   int connections = 1;
   double seconds = 3;
   transport::PollMode poll = transport::PollMode::kEvent;
+  // RDMA: large frames land in the grant pool (false: a region registered
+  // per frame, TransportOptions::rdma_pooled_grants), both ends.
+  bool pooled_grants = true;
   bool raw = true;
   std::string json;
   std::string plot;

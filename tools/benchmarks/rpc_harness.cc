@@ -15,6 +15,7 @@ using namespace std::chrono_literals;
 rpc::ChannelOptions ChannelOptionsFor(const Options& options) {
   rpc::ChannelOptions channel;
   channel.transport.poll_mode = options.poll;
+  channel.transport.rdma_pooled_grants = options.pooled_grants;
   channel.transport.max_payload_size = 1ull << 30;
   channel.max_request_size = 1ull << 30;
   return channel;

@@ -39,7 +39,6 @@ constexpr uint32_t kSpareLow = kRdmaPoolChunkBuffers / 4;
 // buffers beyond those lent.
 constexpr int kPollBatch = 32;
 
-std::atomic<uint64_t> pooled_bytes{0};
 std::atomic<uint64_t> live_qps{0};
 std::atomic<uint64_t> wakeups{0};
 std::atomic<uint64_t> completions_polled{0};
@@ -87,10 +86,13 @@ StatusOr<std::shared_ptr<DeviceDomain>> DeviceDomain::For(ibv_context* verbs) {
 
 DeviceDomain::DeviceDomain(ibv_context* verbs)
     : verbs_(verbs), hold_(verbs), pd_(ibv_alloc_pd(verbs)) {
-  if (pd_) registrations_.emplace(pd_.get());
+  if (!pd_) return;
+  registrations_.emplace(pd_.get());
+  if (GrantPool::Supported(verbs)) grant_pool_.reset(new GrantPool(pd_.get()));
 }
 
 DeviceDomain::~DeviceDomain() {
+  grant_pool_.reset();     // Its regions, before the PD.
   registrations_.reset();  // Its regions, before the PD.
   pd_.reset();
 }
@@ -101,16 +103,9 @@ uint64_t CompletionsPolled() {
   return completions_polled.load(std::memory_order_relaxed);
 }
 
-uint64_t PooledRegisteredBytes() {
-  return pooled_bytes.load(std::memory_order_relaxed);
-}
-
 // --- SlotPool ----------------------------------------------------------------
 
-SlotPool::~SlotPool() {
-  pooled_bytes.fetch_sub(uint64_t{size_} * slot_size_,
-                         std::memory_order_relaxed);
-}
+SlotPool::~SlotPool() { UnchargePooledBytes(uint64_t{size_} * slot_size_); }
 
 Status SlotPool::Grow(ibv_pd* pd, const char* what) {
   if (size_ + slots_per_chunk_ > max_slots_) {
@@ -118,25 +113,15 @@ Status SlotPool::Grow(ibv_pd* pd, const char* what) {
                   std::string(what) + ": the pool holds its most (" +
                       std::to_string(max_slots_) + " buffers)");
   }
-  // Counted before it is registered, so that loops growing their pools at
-  // once cannot pass the cap together.
   const uint64_t chunk_bytes = uint64_t{slots_per_chunk_} * slot_size_;
-  const uint64_t pooled =
-      pooled_bytes.fetch_add(chunk_bytes, std::memory_order_relaxed);
-  if (pooled + chunk_bytes > max_pooled_bytes_) {
-    pooled_bytes.fetch_sub(chunk_bytes, std::memory_order_relaxed);
-    return Status(StatusCode::kResourceExhausted,
-                  std::string(what) + ": this process's pools hold " +
-                      std::to_string(pooled) + " bytes, and " +
-                      std::to_string(chunk_bytes) +
-                      " more would pass their cap of " +
-                      std::to_string(max_pooled_bytes_) +
-                      " (TransportOptions::rdma_max_pool_bytes)");
+  if (Status s = ChargePooledBytes(chunk_bytes, max_pooled_bytes_, what);
+      !s.ok()) {
+    return s;
   }
   auto chunk =
       RegisteredMemory::Allocate(pd, chunk_bytes, IBV_ACCESS_LOCAL_WRITE);
   if (!chunk.ok()) {
-    pooled_bytes.fetch_sub(chunk_bytes, std::memory_order_relaxed);
+    UnchargePooledBytes(chunk_bytes);
     return chunk.status();
   }
   chunks_.push_back(std::move(*chunk));

@@ -2,9 +2,10 @@
 // little else.
 //
 // DeviceDomain, one per device per process: the protection domain every QP
-// and memory region on the device belongs to, and the memory regions of the
+// and memory region on the device belongs to, the memory regions of the
 // user's MemoryRegistrations (registered once per PD, whichever connection
-// sends from them first).
+// sends from them first), and the grant pool peers' large frames land in
+// (grant_pool.h).
 //
 // CompletionGroup, one per event loop per device (and more when a loop has
 // over kRdmaConnectionsPerGroup connections): one CQ with one completion
@@ -41,6 +42,7 @@
 
 #include "base/status_or.h"
 #include "transport/connection.h"
+#include "transport/rdma/grant_pool.h"
 #include "transport/rdma/registration_cache.h"
 #include "transport/rdma/verbs.h"
 
@@ -48,10 +50,6 @@ namespace rdmarpc::transport::rdma {
 
 class RdmaConnection;
 
-// Bytes registered for completion groups' pools, process-wide: part of
-// LiveRegisteredBytes() that stays registered while any group lives (tests
-// subtract it to see what one connection registered).
-uint64_t PooledRegisteredBytes();
 // Queue pairs of this process's RDMA connections, process-wide.
 uint64_t LiveQueuePairs();
 // Completion-channel wake-ups of every group in the process (event mode,
@@ -73,12 +71,15 @@ class DeviceDomain {
   ibv_context* verbs() const { return verbs_; }
   ibv_pd* pd() const { return pd_.get(); }
   RegistrationCache& registrations() { return *registrations_; }
+  // Null where the device binds no type 2 memory windows.
+  GrantPool* grant_pool() const { return grant_pool_.get(); }
 
  private:
   ibv_context* const verbs_;
   DeviceHold hold_;  // Released last: after the PD and its regions.
   ProtectionDomain pd_;
   std::optional<RegistrationCache> registrations_;
+  std::unique_ptr<GrantPool, GrantPoolRetirer> grant_pool_;
 };
 
 // Registered memory in equal slots, grown by chunks (never shrunk).

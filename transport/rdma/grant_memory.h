@@ -1,5 +1,7 @@
-// Memory for receive grants: the zero-filled blocks a peer's large frame is
-// written into, which the application then owns as the frame's payload.
+// Memory for receive grants registered one by one (those the grant pool,
+// grant_pool.h, does not serve): the zero-filled blocks a peer's large frame
+// is written into, which the application then owns as the frame's payload;
+// and the process's count of granted bytes, for every grant.
 //
 // Zero-filled because a transfer may arrive as several WRITEs and the
 // receiver cannot verify which bytes a one-sided WRITE covered: a peer that

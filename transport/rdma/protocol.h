@@ -26,19 +26,27 @@
 // Frames up to the receive buffer size travel as one SEND (inline when they
 // fit max_inline_data). A larger frame travels by rendezvous:
 //   1. sender -> RTS {transfer, header_size, payload_size}      (control SEND)
-//   2. receiver allocates header+payload, registers it for remote write
-//      (this connection's PD only) and answers GRANT {transfer, addr, rkey,
-//      length}; a payload over the receiver's maximum is not granted:
-//      length covers the header alone and `dropped` is set
+//   2. receiver takes a zeroed block of header+payload bytes from its
+//      device's grant pool (grant_pool.h), binds a type 2 memory window on
+//      this connection's QP to exactly that block (remote write only), and
+//      answers GRANT {transfer, addr, rkey, length}: the window's rkey,
+//      which no other QP can use. A frame larger than a pool block, or one
+//      the pool cannot hold, gets a block registered for it alone. A
+//      payload over the receiver's maximum is not granted: length covers
+//      the header alone and `dropped` is set
 //   3. sender -> header+payload into the grant as one or more RDMA WRITEs
 //      (write_plan.h: registered memory is gathered in place, the rest is
 //      staged through registered memory); the last is a WRITE WITH
 //      IMMEDIATE, immediate = transfer id, and consumes a credit like a SEND
-//   4. receiver checks the immediate against its oldest open grant,
-//      deregisters it, and delivers the block without a copy
+//   4. receiver checks the immediate against its oldest open grant, and
+//      closes it to the peer before delivering the block without a copy:
+//      a window is invalidated (a LOCAL_INV work request; the frame, and
+//      every message received after it, waits for its completion), a
+//      region deregistered
 // A grant starts zero-filled: the receiver cannot tell which bytes one-sided
 // WRITEs covered, so a peer that skips some delivers zeros, never this
-// process's old memory. The grant's memory region bounds every WRITE.
+// process's old memory (a pool block is zeroed when the application
+// releases it). The grant's window or region bounds every WRITE.
 //
 // Pipelining: a sender may have up to the receiver's `max_open_grants`
 // transfers under way, so the next RTS, and the receiver's zeroing and

@@ -84,12 +84,18 @@ Status RdmaConnection::Lost(std::string_view why) const {
 void RdmaConnection::ReleaseDevice() {
   // No async event may reach this connection once its QP is gone.
   device_events_.Reset();
-  // No DMA may touch memory that is about to be freed: the QP goes first.
+  // No DMA may touch memory that is about to be freed: the memory windows
+  // go first (a window still bound holds its QP: rxe waits 50 s for it when
+  // the QP is destroyed), then the QP.
+  free_windows_.clear();
+  windows_.clear();
   if (id_ && id_->qp != nullptr) rdma_destroy_qp(id_.get());
   // Then what this connection holds of the shared pools and registrations;
   // the group and the domain go when their last connection does.
   outgoing_.clear();
   incoming_.clear();
+  invalidating_.clear();
+  held_.clear();
   // The group and the event channel are the loop's: they are told on the
   // loop (the last holder of a connection may let go on any thread).
   std::vector<uint32_t> staging, bounces;

@@ -84,12 +84,14 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
       const bool write = wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM;
       const std::byte* data =
           write ? nullptr : group_->ReceiveData(static_cast<uint32_t>(value));
-      if (!started_) {  // Kept for Start, with a copy of the message.
+      if (!started_ || !invalidating_.empty()) {
+        // Kept, with a copy of the message, for Start or for the end of
+        // the hold (ReplayHeld).
         Buffer copy = PooledBuffer(write ? 0 : wc.byte_len);
         if (!write && wc.byte_len > 0) {
           std::memcpy(copy.data(), data, wc.byte_len);
         }
-        early_.emplace_back(wc, std::move(copy));
+        held_.emplace_back(wc, std::move(copy));
         return;
       }
       if (write) return OnWriteLanded(ntohl(wc.imm_data), wc.byte_len);
@@ -100,6 +102,7 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
       completed_ = std::max(completed_, value);
       ReleaseBounceChunks(completed_);
       ReleaseStaging(completed_);
+      if (wc.opcode == IBV_WC_LOCAL_INV) OnInvalidated();
       if (close_after_drain_) MaybeFinishClose();  // Rare: no call else.
       return;
     case kWriteTag:                 // The last WRITE of a transfer.
@@ -116,6 +119,18 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
       }
       if (close_after_drain_) MaybeFinishClose();  // Rare: no call else.
       return;
+  }
+}
+
+void RdmaConnection::ReplayHeld() {
+  while (!held_.empty() && invalidating_.empty() && !torn_down_) {
+    auto [wc, data] = std::move(held_.front());
+    held_.pop_front();
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      OnWriteLanded(ntohl(wc.imm_data), wc.byte_len);
+    } else {
+      OnReceive(data.data(), wc.byte_len);
+    }
   }
 }
 

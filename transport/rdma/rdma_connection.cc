@@ -371,16 +371,7 @@ void RdmaConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
                self->observer_ = observer;
                self->started_ = true;
                self->ArmKeepalive();
-               // What arrived before Start, in order.
-               auto early = std::move(self->early_);
-               for (auto& [wc, data] : early) {
-                 if (self->torn_down_) return;
-                 if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-                   self->OnWriteLanded(ntohl(wc.imm_data), wc.byte_len);
-                 } else {
-                   self->OnReceive(data.data(), wc.byte_len);
-                 }
-               }
+               self->ReplayHeld();  // What arrived before Start, in order.
                if (!self->torn_down_) self->Flush();
              });
 }

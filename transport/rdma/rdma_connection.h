@@ -12,13 +12,15 @@
 // Receive: small frames are copied out of the shared receive buffer (which
 // the group re-posts at once, so a slow handler never starves a peer of
 // credits); a large frame lands by WRITE WITH IMMEDIATE in a block granted
-// for it and is delivered without a copy.
+// for it (from the device's grant pool, behind a memory window bound for
+// it) and is delivered without a copy.
 // Send: small frames are copied into a staging slot of the group's send pool
 // (or, when they fit inline, into a small area the device copies from) and
 // posted as one chain per flush (a single doorbell). Large frames are
 // written (write_plan.h) straight from the caller's memory when it lies in a
-// MemoryRegistration (its memory region cached per device), and through a
-// registered bounce pool when it does not.
+// MemoryRegistration (its memory region cached per device) or in the grant
+// pool (a received frame sent on), and through the loop's registered bounce
+// chunks when it does not.
 //
 // The implementation is split by concern: rdma_connection.cc (setup and the
 // rdma_cm handshake), rdma_completions.cc (completion polling, receives),
@@ -130,7 +132,6 @@ class RdmaConnection final
     // The registrations the plan reads from stay alive until it is done.
     std::vector<std::shared_ptr<MemoryRegistration>> pins;
   };
-  // A chunk of the bounce pool, busy until the WRITE `seq` completes.
   // A transfer of the peer's to us: once granted, where its frame will land.
   struct IncomingTransfer {
     ControlMessage rts;    // Its id (transfer) and header size.
@@ -138,8 +139,16 @@ class RdmaConnection final
     uint64_t dropped_payload = 0;
     DropReason drop_reason = DropReason::kNone;
     Buffer block;
+    // The peer's access to `block`: a memory window on a grant-pool block
+    // (bound before the GRANT is sent, invalidated once the frame landed),
+    // or a region registered for it alone.
+    ibv_mw* window = nullptr;
+    ibv_mr* pool_region = nullptr;  // The pool chunk's, to bind on.
+    uint32_t window_rkey = 0;
+    bool window_bound = false;
+    bool invalidate_posted = false;
     MemoryRegion region;
-    GrantCharge charge;  // For region's bytes.
+    GrantCharge charge;  // For the block's bytes.
   };
 
   // Connection setup (rdma_cm events).
@@ -169,6 +178,21 @@ class RdmaConnection final
   StatusOr<GrantPlan> PlanGrantFor(const ControlMessage& rts, size_t ahead);
   void Grant(IncomingTransfer& transfer, const GrantPlan& plan);
   void GrantWaiting();  // Grants RTSs that waited for memory, in order.
+  // Memory windows (one per open grant from the pool, reused): a free one,
+  // allocated on first need; null if the device will not allocate one.
+  ibv_mw* TakeWindow();
+  // Posts a queued control message; a GRANT on a pool block is preceded by
+  // the bind of its window. False when the send queue or pool is full.
+  bool PostQueuedControl(const ControlMessage& message);
+  // The frame of a transfer landed. A windowed one is delivered once its
+  // window's invalidation completes (OnInvalidated): until then the peer
+  // could still write into it, so it and every message after it wait.
+  void Deliver(IncomingTransfer transfer);
+  void PostInvalidates();
+  void OnInvalidated();
+  // Completions held while a landed frame's window is invalidated (and
+  // those that came before Start), in order, until the hold ends.
+  void ReplayHeld();
 
   // Sending.
   void Flush();
@@ -263,9 +287,10 @@ class RdmaConnection final
   bool waiting_for_staging_ = false;
   static uint64_t NextId();
   const uint64_t id_in_group_ = NextId();  // Unique (Attach, Detach).
-  // Completions that came before Start, with a copy of their data.
+  // Receive completions that came before Start, or while a landed frame's
+  // window is invalidated, with a copy of their data (ReplayHeld).
   bool started_ = false;
-  std::vector<std::pair<ibv_wc, Buffer>> early_;
+  std::deque<std::pair<ibv_wc, Buffer>> held_;
 
   // Credits we hold: receives the peer has lent us.
   uint32_t credits_ = 0;
@@ -320,6 +345,11 @@ class RdmaConnection final
   uint32_t max_transfers_ = 1;  // The peer's max_open_grants.
   // The peer's, oldest first: granted ones, then any waiting for memory.
   RingQueue<IncomingTransfer> incoming_;
+  // Landed in a pool block, oldest first: their windows being invalidated.
+  RingQueue<IncomingTransfer> invalidating_;
+  // Memory windows: all this connection allocated, and those not bound.
+  std::vector<MemoryWindow> windows_;
+  std::vector<ibv_mw*> free_windows_;
   uint32_t next_transfer_id_ = 1;
   std::optional<Status> close_after_drain_;
   boost::asio::steady_timer close_timer_;

@@ -56,7 +56,12 @@ StatusOr<GrantPlan> RdmaConnection::PlanGrantFor(const ControlMessage& rts,
   // A process that may pin only so much (RLIMIT_MEMLOCK, no CAP_IPC_LOCK)
   // cannot register more than what is left of it: the payload is refused
   // (RESOURCE_EXHAUSTED) rather than the registration failing.
-  if (const std::optional<uint64_t> lockable = LockedMemoryLimit()) {
+  // A frame that a free grant-pool block will take pins nothing new.
+  GrantPool* pool =
+      options_.rdma_pooled_grants ? domain_->grant_pool() : nullptr;
+  const std::optional<uint64_t> lockable = LockedMemoryLimit();
+  if (lockable &&
+      !(pool && pool->HasFree(uint64_t{rts.header_size} + rts.payload_size))) {
     const uint64_t registered = LiveRegisteredBytes();
     budget =
         std::min(budget, *lockable > registered ? *lockable - registered : 0);
@@ -113,8 +118,38 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
     Bump(stats_.oversized_frames_dropped);
   }
   const size_t length = plan.length;
-  // At least one byte, so there is always something to register.
-  transfer.block = ZeroedGrantBlock(std::max<size_t>(length, 1));
+  // At least one byte, so there is always something to register or bind.
+  const size_t extent = std::max<size_t>(length, 1);
+  GrantPool* pool =
+      options_.rdma_pooled_grants ? domain_->grant_pool() : nullptr;
+  if (pool != nullptr && extent <= tunables::kRdmaGrantPoolMaxBlock) {
+    if (ibv_mw* window = TakeWindow()) {
+      if (auto block = pool->Acquire(extent, options_.rdma_max_pool_bytes)) {
+        transfer.block = std::move(block->buffer);
+        transfer.block.Truncate(length);
+        transfer.window = window;
+        transfer.pool_region = block->region;
+        // A new key for each binding: an rkey of an earlier grant on this
+        // window no longer opens it. (window->rkey stays the current key
+        // until the bind is posted: the provider checks it then.)
+        transfer.window_rkey = ibv_inc_rkey(window->rkey);
+        transfer.charge = GrantCharge(extent);
+        transfer.granted = true;
+        Bump(stats_.pooled_grants);
+        ControlMessage grant;
+        grant.kind = ControlKind::kGrant;
+        grant.dropped = static_cast<uint8_t>(plan.drop_reason);
+        grant.transfer = rts.transfer;
+        grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
+        grant.rkey = transfer.window_rkey;
+        grant.length = static_cast<uint32_t>(length);
+        control_queue_.push_back(grant);  // Its window is bound first.
+        return;
+      }
+      free_windows_.push_back(window);
+    }
+  }
+  transfer.block = ZeroedGrantBlock(extent);
   if (transfer.block.empty()) {
     return CloseNow(Status(StatusCode::kResourceExhausted,
                            "cannot allocate " + std::to_string(length) +
@@ -122,12 +157,12 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   }
   transfer.block.Truncate(length);
   // Remote write into this block only, for this connection only.
-  transfer.region = RegisterRegion(
-      domain_->pd(), transfer.block.data(), std::max<size_t>(length, 1),
-      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  transfer.region =
+      RegisterRegion(domain_->pd(), transfer.block.data(), extent,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!transfer.region) {
-    const Status failed = RegistrationFailed(
-        "ibv_reg_mr (grant)", std::max<size_t>(length, 1), errno);
+    const Status failed =
+        RegistrationFailed("ibv_reg_mr (grant)", extent, errno);
     if (failed.code() == StatusCode::kResourceExhausted &&
         plan.drop_reason == DropReason::kNone && rts.payload_size > 0) {
       // Out of lockable memory after all (others registered meanwhile):
@@ -144,6 +179,7 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   }
   transfer.charge = GrantCharge(transfer.region->length);
   transfer.granted = true;
+  Bump(stats_.registered_grants);
   ControlMessage grant;
   grant.kind = ControlKind::kGrant;
   grant.dropped = static_cast<uint8_t>(plan.drop_reason);
@@ -152,6 +188,56 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   grant.rkey = transfer.region->rkey;
   grant.length = static_cast<uint32_t>(length);
   control_queue_.push_back(grant);
+}
+
+ibv_mw* RdmaConnection::TakeWindow() {
+  if (!free_windows_.empty()) {
+    ibv_mw* window = free_windows_.back();
+    free_windows_.pop_back();
+    return window;
+  }
+  MemoryWindow window(ibv_alloc_mw(domain_->pd(), IBV_MW_TYPE_2));
+  if (!window) {
+    Log().warn("{}: ibv_alloc_mw: {}; registering grants instead", peer_,
+               std::strerror(errno));
+    return nullptr;
+  }
+  windows_.push_back(std::move(window));
+  return windows_.back().get();
+}
+
+bool RdmaConnection::PostQueuedControl(const ControlMessage& message) {
+  if (message.kind == ControlKind::kGrant) {
+    IncomingTransfer* transfer = nullptr;
+    for (size_t i = 0; i < incoming_.size() && !transfer; ++i) {
+      if (incoming_[i].rts.transfer == message.transfer) {
+        transfer = &incoming_[i];
+      }
+    }
+    if (transfer && transfer->window && !transfer->window_bound) {
+      // The bind and the GRANT: two work requests, in this order on the
+      // send queue, so the window is open before the peer learns its key.
+      if (posted_ + 2 - completed_ > tunables::kRdmaSendDepth) return false;
+      ibv_send_wr wr{};
+      wr.wr_id = WrId(kSendTag, ++posted_);
+      wr.opcode = IBV_WR_BIND_MW;
+      wr.bind_mw.mw = transfer->window;
+      wr.bind_mw.rkey = transfer->window_rkey;
+      wr.bind_mw.bind_info.mr = transfer->pool_region;
+      wr.bind_mw.bind_info.addr =
+          reinterpret_cast<uint64_t>(transfer->block.data());
+      wr.bind_mw.bind_info.length =
+          std::max<uint64_t>(transfer->block.size(), 1);
+      wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+      if (++unsignaled_ >= tunables::kRdmaSignalEvery) {
+        wr.send_flags = IBV_SEND_SIGNALED;
+        unsignaled_ = 0;
+      }
+      send_wrs_.push_back(wr);
+      transfer->window_bound = true;
+    }
+  }
+  return PostControl(message);
 }
 
 void RdmaConnection::OnWriteLanded(uint32_t imm, uint32_t bytes) {
@@ -166,7 +252,46 @@ void RdmaConnection::OnWriteLanded(uint32_t imm, uint32_t bytes) {
   }
   IncomingTransfer transfer = std::move(incoming_.front());
   incoming_.pop_front();
+  if (transfer.window != nullptr) {
+    invalidating_.push_back(std::move(transfer));
+    PostInvalidates();  // This batch's Flush posts it.
+    return;
+  }
   transfer.region.reset();  // No remote access once the data has landed.
+  Deliver(std::move(transfer));
+}
+
+void RdmaConnection::PostInvalidates() {
+  for (size_t i = 0; i < invalidating_.size(); ++i) {
+    IncomingTransfer& transfer = invalidating_[i];
+    if (transfer.invalidate_posted) continue;
+    if (!SendSlotFree()) return;  // Flush posts it once a slot is free.
+    ibv_send_wr wr{};
+    wr.wr_id = WrId(kSendTag, ++posted_);
+    wr.opcode = IBV_WR_LOCAL_INV;
+    wr.invalidate_rkey = transfer.window_rkey;
+    wr.send_flags = IBV_SEND_SIGNALED;  // Its completion delivers the frame.
+    unsignaled_ = 0;
+    send_wrs_.push_back(wr);
+    transfer.invalidate_posted = true;
+  }
+}
+
+void RdmaConnection::OnInvalidated() {
+  // Invalidations complete in the order they were posted.
+  if (invalidating_.empty() || !invalidating_.front().invalidate_posted) {
+    return;
+  }
+  IncomingTransfer transfer = std::move(invalidating_.front());
+  invalidating_.pop_front();
+  transfer.window->rkey = transfer.window_rkey;  // Its key now.
+  free_windows_.push_back(transfer.window);
+  transfer.window = nullptr;
+  Deliver(std::move(transfer));
+  ReplayHeld();
+}
+
+void RdmaConnection::Deliver(IncomingTransfer transfer) {
   transfer.charge.Release();
   Bump(stats_.bytes_received, transfer.block.size());
   Bump(stats_.frames_received);
@@ -209,7 +334,15 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
     WriteSource& source = sources[count++];
     source.bytes = slice.span();
     auto registration = MemoryRegistration::Find(slice.span());
-    if (!registration) continue;  // Staged: copied through the bounce pool.
+    if (!registration) {
+      // A frame received into the grant pool, sent on: its block is
+      // registered on this device already. Anything else is staged: copied
+      // through the bounce chunks.
+      if (GrantPool* pool = domain_->grant_pool()) {
+        source.lkey = pool->Lkey(slice.span());
+      }
+      continue;
+    }
     source.lkey = registrations.Lkey(*registration);
     if (!source.lkey) {
       Log().warn("{}: {}; copying its payload instead", peer_,

@@ -81,9 +81,10 @@ void RdmaConnection::Flush() {
     flush_pending_.store(false, std::memory_order_relaxed);
   }
   if (torn_down_ || !established_) return;
-  // Grants first: the peer's large frame waits on them.
+  // Windows to invalidate, then grants: the peer's frames wait on them.
+  if (!invalidating_.empty()) PostInvalidates();
   while (!control_queue_.empty() && credits_ >= 1 && SendSlotFree() &&
-         PostControl(control_queue_.front())) {
+         PostQueuedControl(control_queue_.front())) {
     control_queue_.pop_front();
   }
   if (!outgoing_.empty()) PostWrites();  // Large frames only: no call else.

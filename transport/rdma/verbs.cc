@@ -20,6 +20,7 @@ namespace {
 
 std::atomic<uint64_t> live_registered_bytes{0};
 std::atomic<uint64_t> registration_calls{0};
+std::atomic<uint64_t> pooled_bytes{0};
 
 }  // namespace
 
@@ -39,6 +40,27 @@ MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length, int access) {
     registration_calls.fetch_add(1, std::memory_order_relaxed);
   }
   return region;
+}
+
+uint64_t PooledRegisteredBytes() {
+  return pooled_bytes.load(std::memory_order_relaxed);
+}
+
+Status ChargePooledBytes(uint64_t bytes, uint64_t cap, std::string_view what) {
+  const uint64_t pooled =
+      pooled_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (pooled + bytes <= cap) return Status();
+  pooled_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  return Status(StatusCode::kResourceExhausted,
+                std::string(what) + ": this process's pools hold " +
+                    std::to_string(pooled) + " bytes, and " +
+                    std::to_string(bytes) + " more would pass their cap of " +
+                    std::to_string(cap) +
+                    " (TransportOptions::rdma_max_pool_bytes)");
+}
+
+void UnchargePooledBytes(uint64_t bytes) {
+  pooled_bytes.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 uint64_t LiveRegisteredBytes() {

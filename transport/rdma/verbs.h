@@ -69,6 +69,18 @@ uint64_t LiveRegisteredBytes();
 // Successful ibv_reg_mr calls this process has made, in all.
 uint64_t RegistrationCalls();
 
+// Bytes registered for pools that connections share (the completion groups'
+// receive, send and bounce pools, the devices' grant pools), process-wide:
+// part of LiveRegisteredBytes() that stays registered while its owners live
+// (tests subtract it to see what one connection registered).
+uint64_t PooledRegisteredBytes();
+// Counts `bytes` more of pooled memory, before it is registered (so that
+// pools growing at once cannot pass the cap together), if the total stays
+// within `cap`; else RESOURCE_EXHAUSTED naming `what` and
+// TransportOptions::rdma_max_pool_bytes.
+Status ChargePooledBytes(uint64_t bytes, uint64_t cap, std::string_view what);
+void UnchargePooledBytes(uint64_t bytes);
+
 // The bytes this process may register (pin), when it is limited: its
 // RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK or the limit is infinite.
 std::optional<uint64_t> LockedMemoryLimit();
@@ -81,6 +93,13 @@ Status ErrnoStatus(std::string_view what, int error);
 // RLIMIT_MEMLOCK bytes: Debian's default is 8 MiB), RESOURCE_EXHAUSTED naming
 // the limit, what is registered, and how to raise it; else ErrnoStatus.
 Status RegistrationFailed(std::string_view what, size_t length, int error);
+
+struct MwDeleter {
+  void operator()(ibv_mw* window) const { ibv_dealloc_mw(window); }
+};
+// A memory window (type 2: bound by a work request on one QP, usable by that
+// QP's peer alone, until invalidated).
+using MemoryWindow = std::unique_ptr<ibv_mw, MwDeleter>;
 
 // Owned, registered memory.
 class RegisteredMemory {
