@@ -91,6 +91,16 @@ struct LocalMemory {
   RawMr mr;
 };
 
+// A frame's header and payload, contiguous: what a sender writes into a grant.
+Bytes FrameBytes(const transport::OutgoingFrame& frame) {
+  Bytes bytes(frame.header.span().begin(), frame.header.span().end());
+  for (size_t i = 0; i < frame.payload_slices; ++i) {
+    const auto slice = frame.payload[i].span();
+    bytes.insert(bytes.end(), slice.begin(), slice.end());
+  }
+  return bytes;
+}
+
 Bytes Pattern(size_t size, int seed) {
   Bytes out(size);
   for (size_t i = 0; i < size; ++i) out[i] = std::byte((i * 13 + seed) % 251);
@@ -752,11 +762,7 @@ TEST_CASE("hostile: RDMA WRITE to a grant already used") {
   const std::string request(1000, 'r');
   const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
       42, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request));
-  Bytes block(frame.header.span().begin(), frame.header.span().end());
-  for (size_t i = 0; i < frame.payload_slices; ++i) {
-    const auto slice = frame.payload[i].span();
-    block.insert(block.end(), slice.begin(), slice.end());
-  }
+  const Bytes block = FrameBytes(frame);
   const auto header_size = static_cast<uint32_t>(frame.header.size());
   REQUIRE(peer.SendRts(1, header_size,
                        static_cast<uint32_t>(frame.payload_size())) ==
@@ -777,7 +783,8 @@ TEST_CASE("hostile: RDMA WRITE to a grant already used") {
   CHECK(std::string(reinterpret_cast<const char*>(response.payload.data()),
                     response.payload.size()) == request);
   REQUIRE(fixture.server.stats().live_calls == 0);
-  // The grant was deregistered when the data landed.
+  // The grant was closed (window invalidated, or region deregistered) when
+  // the data landed.
   CHECK(peer.Write(grant.addr, grant.rkey, Pattern(64, 4)) ==
         WcName(IBV_WC_REM_ACCESS_ERR));
   fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
@@ -794,11 +801,7 @@ TEST_CASE("hostile: a grant's key opens nothing on another connection") {
   const std::string request(1000, 'o');
   const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
       7, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request));
-  Bytes block(frame.header.span().begin(), frame.header.span().end());
-  for (size_t i = 0; i < frame.payload_slices; ++i) {
-    const auto slice = frame.payload[i].span();
-    block.insert(block.end(), slice.begin(), slice.end());
-  }
+  const Bytes block = FrameBytes(frame);
   REQUIRE(owner.SendRts(1, static_cast<uint32_t>(frame.header.size()),
                         static_cast<uint32_t>(frame.payload_size())) ==
           WcName(IBV_WC_SUCCESS));

@@ -22,7 +22,9 @@
 // With --check 1 it ends with "SOAKCHECK PASSED" or "SOAKCHECK FAILED: why",
 // and exits non-zero on failure: a call failed, an interval had no OK call, or
 // after the first line at or past W seconds (the warm-up) the last line shows
-// growth: more fds, more registered bytes, more heap in use (malloc's count)
+// growth: more fds, more bytes registered outside the shared pools (which
+// grow with the load's peaks, each up to its cap: rdma_max_pool_bytes, the
+// grant pool's kRdmaGrantPoolMaxBytes), more heap in use (malloc's count)
 // by over a fiftieth plus 2 MiB, or a resident set larger by over a tenth
 // plus 16 MiB (the allocator keeps some freed memory).
 #include <malloc.h>
@@ -64,22 +66,25 @@ struct Figures {
   uint64_t heap = 0;        // Bytes malloc has handed out and not had back.
   uint64_t fds = 0;         // Open file descriptors.
   uint64_t registered = 0;  // Bytes registered with an RDMA device.
+  uint64_t pooled = 0;      // Of which in the shared pools.
 
   std::string Encode() const {
     return std::to_string(rss) + " " + std::to_string(heap) + " " +
-           std::to_string(fds) + " " + std::to_string(registered);
+           std::to_string(fds) + " " + std::to_string(registered) + " " +
+           std::to_string(pooled);
   }
   static Figures Decode(const std::string& text) {
     Figures f;
-    std::sscanf(text.c_str(), "%lu %lu %lu %lu", &f.rss, &f.heap, &f.fds,
-                &f.registered);
+    std::sscanf(text.c_str(), "%lu %lu %lu %lu %lu", &f.rss, &f.heap, &f.fds,
+                &f.registered, &f.pooled);
     return f;
   }
   std::string Print() const {
-    char line[128];
-    std::snprintf(
-        line, sizeof(line), "rss=%.1fMiB heap=%.1fMiB fds=%lu reg=%.1fMiB",
-        rss / 1048576.0, heap / 1048576.0, fds, registered / 1048576.0);
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "rss=%.1fMiB heap=%.1fMiB fds=%lu reg=%.1fMiB pooled=%.1fMiB",
+                  rss / 1048576.0, heap / 1048576.0, fds,
+                  registered / 1048576.0, pooled / 1048576.0);
     return line;
   }
 };
@@ -92,6 +97,7 @@ Figures Measure() {
   f.heap = info.uordblks + info.hblkhd;
   f.fds = static_cast<uint64_t>(std::max(OpenFileCount(0), 0LL));
   f.registered = transport::rdma::LiveRegisteredBytes();
+  f.pooled = transport::rdma::PooledRegisteredBytes();
   return f;
 }
 
@@ -361,10 +367,11 @@ class Client {
         Fail(std::string(names[i]) + " fds grew " + std::to_string(b.fds) +
              " -> " + std::to_string(a.fds));
       }
-      if (a.registered > b.registered) {
-        Fail(std::string(names[i]) + " registered bytes grew " +
-             std::to_string(b.registered) + " -> " +
-             std::to_string(a.registered));
+      if (a.registered - a.pooled > b.registered - b.pooled) {
+        Fail(std::string(names[i]) +
+             " bytes registered outside the pools grew " +
+             std::to_string(b.registered - b.pooled) + " -> " +
+             std::to_string(a.registered - a.pooled));
       }
       if (a.heap > b.heap + b.heap / 50 + (2 << 20)) {
         Fail(std::string(names[i]) + " heap in use grew " + b.Print() + " -> " +

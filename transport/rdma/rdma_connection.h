@@ -178,6 +178,9 @@ class RdmaConnection final
   StatusOr<GrantPlan> PlanGrantFor(const ControlMessage& rts, size_t ahead);
   void Grant(IncomingTransfer& transfer, const GrantPlan& plan);
   void GrantWaiting();  // Grants RTSs that waited for memory, in order.
+  // A grant-pool block and a window for `transfer`, if the pool and the
+  // device can give them (else the caller registers a block).
+  bool GrantFromPool(IncomingTransfer& transfer, size_t extent);
   // Memory windows (one per open grant from the pool, reused): a free one,
   // allocated on first need; null if the device will not allocate one.
   ibv_mw* TakeWindow();

@@ -120,74 +120,71 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   const size_t length = plan.length;
   // At least one byte, so there is always something to register or bind.
   const size_t extent = std::max<size_t>(length, 1);
-  GrantPool* pool =
-      options_.rdma_pooled_grants ? domain_->grant_pool() : nullptr;
-  if (pool != nullptr && extent <= tunables::kRdmaGrantPoolMaxBlock) {
-    if (ibv_mw* window = TakeWindow()) {
-      if (auto block = pool->Acquire(extent, options_.rdma_max_pool_bytes)) {
-        transfer.block = std::move(block->buffer);
-        transfer.block.Truncate(length);
-        transfer.window = window;
-        transfer.pool_region = block->region;
-        // A new key for each binding: an rkey of an earlier grant on this
-        // window no longer opens it. (window->rkey stays the current key
-        // until the bind is posted: the provider checks it then.)
-        transfer.window_rkey = ibv_inc_rkey(window->rkey);
-        transfer.charge = GrantCharge(extent);
-        transfer.granted = true;
-        Bump(stats_.pooled_grants);
-        ControlMessage grant;
-        grant.kind = ControlKind::kGrant;
-        grant.dropped = static_cast<uint8_t>(plan.drop_reason);
-        grant.transfer = rts.transfer;
-        grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
-        grant.rkey = transfer.window_rkey;
-        grant.length = static_cast<uint32_t>(length);
-        control_queue_.push_back(grant);  // Its window is bound first.
-        return;
-      }
-      free_windows_.push_back(window);
+  const bool pooled = GrantFromPool(transfer, extent);
+  if (!pooled) {
+    transfer.block = ZeroedGrantBlock(extent);
+    if (transfer.block.empty()) {
+      return CloseNow(Status(StatusCode::kResourceExhausted,
+                             "cannot allocate " + std::to_string(length) +
+                                 " bytes for a transfer from " + peer_));
     }
-  }
-  transfer.block = ZeroedGrantBlock(extent);
-  if (transfer.block.empty()) {
-    return CloseNow(Status(StatusCode::kResourceExhausted,
-                           "cannot allocate " + std::to_string(length) +
-                               " bytes for a transfer from " + peer_));
+    // Remote write into this block only, for this connection only.
+    transfer.region =
+        RegisterRegion(domain_->pd(), transfer.block.data(), extent,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!transfer.region) {
+      const Status failed =
+          RegistrationFailed("ibv_reg_mr (grant)", extent, errno);
+      if (failed.code() == StatusCode::kResourceExhausted &&
+          plan.drop_reason == DropReason::kNone && rts.payload_size > 0) {
+        // Out of lockable memory after all (others registered meanwhile):
+        // this payload is refused, as one over the budget is (logged and
+        // counted so); the connection and its other calls go on.
+        GrantPlan dropped = plan;
+        dropped.length = rts.header_size;
+        dropped.dropped_payload = rts.payload_size;
+        dropped.drop_reason = DropReason::kMemoryLimit;
+        transfer.block = Buffer();
+        return Grant(transfer, dropped);
+      }
+      return CloseNow(failed);
+    }
   }
   transfer.block.Truncate(length);
-  // Remote write into this block only, for this connection only.
-  transfer.region =
-      RegisterRegion(domain_->pd(), transfer.block.data(), extent,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!transfer.region) {
-    const Status failed =
-        RegistrationFailed("ibv_reg_mr (grant)", extent, errno);
-    if (failed.code() == StatusCode::kResourceExhausted &&
-        plan.drop_reason == DropReason::kNone && rts.payload_size > 0) {
-      // Out of lockable memory after all (others registered meanwhile):
-      // this payload is refused, as one over the budget is (logged and
-      // counted so); the connection and its other calls go on.
-      GrantPlan dropped = plan;
-      dropped.length = rts.header_size;
-      dropped.dropped_payload = rts.payload_size;
-      dropped.drop_reason = DropReason::kMemoryLimit;
-      transfer.block = Buffer();
-      return Grant(transfer, dropped);
-    }
-    return CloseNow(failed);
-  }
-  transfer.charge = GrantCharge(transfer.region->length);
+  transfer.charge = GrantCharge(extent);
   transfer.granted = true;
-  Bump(stats_.registered_grants);
+  Bump(pooled ? stats_.pooled_grants : stats_.registered_grants);
   ControlMessage grant;
   grant.kind = ControlKind::kGrant;
   grant.dropped = static_cast<uint8_t>(plan.drop_reason);
   grant.transfer = rts.transfer;
   grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
-  grant.rkey = transfer.region->rkey;
+  grant.rkey = pooled ? transfer.window_rkey : transfer.region->rkey;
   grant.length = static_cast<uint32_t>(length);
-  control_queue_.push_back(grant);
+  control_queue_.push_back(grant);  // A window is bound before it goes.
+}
+
+bool RdmaConnection::GrantFromPool(IncomingTransfer& transfer, size_t extent) {
+  GrantPool* pool =
+      options_.rdma_pooled_grants ? domain_->grant_pool() : nullptr;
+  if (pool == nullptr || extent > tunables::kRdmaGrantPoolMaxBlock) {
+    return false;
+  }
+  ibv_mw* window = TakeWindow();
+  if (window == nullptr) return false;
+  auto block = pool->Acquire(extent, options_.rdma_max_pool_bytes);
+  if (!block) {
+    free_windows_.push_back(window);
+    return false;
+  }
+  transfer.block = std::move(block->buffer);
+  transfer.window = window;
+  transfer.pool_region = block->region;
+  // A new key for each binding: an rkey of an earlier grant on this window
+  // no longer opens it. (window->rkey stays the current key until the bind
+  // is posted: the provider checks it then.)
+  transfer.window_rkey = ibv_inc_rkey(window->rkey);
+  return true;
 }
 
 ibv_mw* RdmaConnection::TakeWindow() {
