@@ -644,7 +644,13 @@ struct Fixture {
   // Declared so that the channel goes first, then the server, then the
   // service it calls.
   testing::TestService service;
-  rpc::Server server;
+  // Grants from the grant pool, behind memory windows (and, for a frame
+  // over a pool block, registered for themselves).
+  rpc::Server server{[] {
+    rpc::ServerOptions options;
+    options.transport.rdma_pooled_grants = true;
+    return options;
+  }()};
   std::optional<rpc::Channel> channel;
   std::string ip;
   uint16_t port = 0;

@@ -69,10 +69,24 @@ TEST_CASE("histogram: percentiles are within one bucket (12.5%)") {
 // and rdmarpc.Introspection on a TestServer: in this process, or on the
 // other host in the two-host suite, so metrics are read over RPC.
 struct Fixture {
-  testing::TestServer server{
-      {}, "", testing::kHostCalculator | testing::kHostIntrospection};
-  std::shared_ptr<rpc::Channel> channel =
-      std::make_shared<rpc::Channel>(server.uri);
+  // `pooled_grants`: TransportOptions::rdma_pooled_grants on both ends.
+  explicit Fixture(bool pooled_grants = false)
+      : server(ServerOptionsWith(pooled_grants), "",
+               testing::kHostCalculator | testing::kHostIntrospection),
+        channel(std::make_shared<rpc::Channel>(
+            server.uri, ChannelOptionsWith(pooled_grants))) {}
+  static rpc::ServerOptions ServerOptionsWith(bool pooled_grants) {
+    rpc::ServerOptions options;
+    options.transport.rdma_pooled_grants = pooled_grants;
+    return options;
+  }
+  static rpc::ChannelOptions ChannelOptionsWith(bool pooled_grants) {
+    rpc::ChannelOptions options;
+    options.transport.rdma_pooled_grants = pooled_grants;
+    return options;
+  }
+  testing::TestServer server;
+  std::shared_ptr<rpc::Channel> channel;
 };
 
 ServerMetrics GetMetrics(Fixture& f) {
@@ -218,7 +232,7 @@ TEST_CASE("metrics: RDMA resources, and no registration per small call") {
 // grown, a thousand large calls register nothing, on either side (both run
 // in this process, and the count is the process's).
 TEST_CASE("metrics: no registration per large call") {
-  Fixture f;
+  Fixture f(/*pooled_grants=*/true);
   const std::vector<std::string> payloads = {std::string(20 << 10, 'a'),
                                              std::string(64 << 10, 'b'),
                                              std::string(100 << 10, 'c')};

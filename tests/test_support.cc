@@ -220,6 +220,13 @@ std::span<const ServerOptionFlag> ServerOptionFlags() {
          return o.transport.max_grant_bytes;
        },
        [](ServerOptions& o, long long v) { o.transport.max_grant_bytes = v; }},
+      {"pooled-grants",
+       [](const ServerOptions& o) -> long long {
+         return o.transport.rdma_pooled_grants ? 1 : 0;
+       },
+       [](ServerOptions& o, long long v) {
+         o.transport.rdma_pooled_grants = v != 0;
+       }},
       {"max-queued-bytes",
        [](const ServerOptions& o) -> long long {
          return o.transport.max_queued_bytes;

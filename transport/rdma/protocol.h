@@ -26,7 +26,8 @@
 // Frames up to the receive buffer size travel as one SEND (inline when they
 // fit max_inline_data). A larger frame travels by rendezvous:
 //   1. sender -> RTS {transfer, header_size, payload_size}      (control SEND)
-//   2. receiver takes a zeroed block of header+payload bytes from its
+//   2. receiver takes (TransportOptions::rdma_pooled_grants, off by
+//      default for now) a zeroed block of header+payload bytes from its
 //      device's grant pool (grant_pool.h), binds a type 2 memory window on
 //      this connection's QP to exactly that block (remote write only), and
 //      answers GRANT {transfer, addr, rkey, length}: the window's rkey,
