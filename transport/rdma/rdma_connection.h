@@ -178,6 +178,11 @@ class RdmaConnection final
   StatusOr<GrantPlan> PlanGrantFor(const ControlMessage& rts, size_t ahead);
   void Grant(IncomingTransfer& transfer, const GrantPlan& plan);
   void GrantWaiting();  // Grants RTSs that waited for memory, in order.
+  // The pool this connection's grants come from: null when
+  // TransportOptions::rdma_pooled_grants is off or the device has none.
+  GrantPool* PooledGrants() const {
+    return options_.rdma_pooled_grants ? domain_->grant_pool() : nullptr;
+  }
   // A grant-pool block and a window for `transfer`, if the pool and the
   // device can give them (else the caller registers a block).
   bool GrantFromPool(IncomingTransfer& transfer, size_t extent);

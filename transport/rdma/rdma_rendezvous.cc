@@ -57,8 +57,7 @@ StatusOr<GrantPlan> RdmaConnection::PlanGrantFor(const ControlMessage& rts,
   // cannot register more than what is left of it: the payload is refused
   // (RESOURCE_EXHAUSTED) rather than the registration failing.
   // A frame that a free grant-pool block will take pins nothing new.
-  GrantPool* pool =
-      options_.rdma_pooled_grants ? domain_->grant_pool() : nullptr;
+  GrantPool* pool = PooledGrants();
   const std::optional<uint64_t> lockable = LockedMemoryLimit();
   if (lockable &&
       !(pool && pool->HasFree(uint64_t{rts.header_size} + rts.payload_size))) {
@@ -165,8 +164,7 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
 }
 
 bool RdmaConnection::GrantFromPool(IncomingTransfer& transfer, size_t extent) {
-  GrantPool* pool =
-      options_.rdma_pooled_grants ? domain_->grant_pool() : nullptr;
+  GrantPool* pool = PooledGrants();
   if (pool == nullptr || extent > tunables::kRdmaGrantPoolMaxBlock) {
     return false;
   }
