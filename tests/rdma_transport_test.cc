@@ -789,6 +789,8 @@ void ExchangeLarge(Pair& pair, Recorder& recorder, int rounds) {
   const std::vector<size_t> sizes = {64 << 10,      20, 300 << 10,
                                      (1 << 20) + 7, 10, 3 << 20};
   std::vector<uint64_t> expected;
+  // Counted before the first Send: frames arrive while later ones are sent.
+  const size_t before = recorder.count();
   for (int i = 0; i < rounds; ++i) {
     for (size_t size : sizes) {
       OutgoingFrame frame;
@@ -798,7 +800,6 @@ void ExchangeLarge(Pair& pair, Recorder& recorder, int rounds) {
       expected.push_back(size);
     }
   }
-  const size_t before = recorder.count();
   bool arrived =
       WaitUntil([&] { return recorder.count() == before + expected.size(); });
   INFO(recorder.count() - before << " of " << expected.size()
