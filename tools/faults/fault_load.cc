@@ -5,6 +5,7 @@
 //   fault_load client --uri URI --seconds S [--concurrency N]
 //       [--max-size BYTES] [--deadline-ms MS] [--name ROW]
 //       [--retry-count N]   (TransportOptions::rdma_retry_count)
+//   Either side: [--pooled-grants 0|1] (TransportOptions::rdma_pooled_grants)
 //
 // Each request is a 24-byte header (client id, sequence number, payload
 // length, checksum of the payload) and the payload: 16 B to 4 MiB of bytes
@@ -93,6 +94,8 @@ int Serve(const examples::Flags& flags) {
   rpc::ServerOptions options;
   options.transport.max_payload_size = 8 << 20;
   options.max_response_size = 8 << 20;
+  options.transport.rdma_pooled_grants = flags.GetInt(
+      "pooled-grants", options.transport.rdma_pooled_grants) != 0;
   rpc::Server server(options);
   server.RegisterService(&service);
   const StatusOr<std::string> uri = server.Listen(flags.Get("uri", ""));
@@ -127,6 +130,9 @@ int Load(const examples::Flags& flags) {
   channel_options.transport.max_payload_size = 8 << 20;
   channel_options.transport.rdma_retry_count = static_cast<uint8_t>(
       flags.GetInt("retry-count", tunables::kRdmaRetryCount));
+  channel_options.transport.rdma_pooled_grants =
+      flags.GetInt("pooled-grants",
+                   channel_options.transport.rdma_pooled_grants) != 0;
   rpc::Channel channel(flags.Get("uri", ""), channel_options);
   Tally tally;
   uint64_t seq = 0;
