@@ -36,6 +36,12 @@ class RingQueue {
     slots_[(head_ + size_) & (slots_.size() - 1)] = std::move(value);
     ++size_;
   }
+  void push_front(T value) {
+    if (size_ == slots_.size()) Grow();
+    head_ = (head_ + slots_.size() - 1) & (slots_.size() - 1);
+    slots_[head_] = std::move(value);
+    ++size_;
+  }
   // Destroys the front element's contents now (a released Buffer returns to
   // its owner at once).
   void pop_front() {

@@ -120,6 +120,10 @@ inline constexpr uint32_t kRdmaInitialCredits = 3;
 // A completion group's receive pool (and its send-staging pool) grows by
 // chunks of this many buffers, registered at once.
 inline constexpr uint32_t kRdmaPoolChunkBuffers = 64;
+// Its send-staging pool grows by chunks of this many slots; the first is
+// registered with the group, so that a frame too large to go inline always
+// has slots to wait for (kept small: every group pins it, busy or not).
+inline constexpr uint32_t kRdmaSendChunkBuffers = 8;
 // A process that may lock (pin) less than kRdmaSmallPinnedBudget bytes
 // (RLIMIT_MEMLOCK without CAP_IPC_LOCK: Debian's default is 8 MiB) receives
 // into buffers of kRdmaSmallReceiveBufferSize: an idle connection then pins
@@ -188,8 +192,9 @@ inline constexpr uint32_t kRdmaMaxInline = 256;
 // written from there, this many chunks in flight at once.
 inline constexpr uint32_t kRdmaBounceChunkSize = 1 << 20;
 inline constexpr uint32_t kRdmaBounceChunks = 4;
-// A loop's connections share its bounce chunks: kRdmaBounceChunks are
-// registered at first use, and as many again while every one is busy. One
+// A loop's connections share its bounce chunks, registered one at a time
+// while every one is busy (so a process that may pin little still sends
+// through one), up to kRdmaGroupBounceChunks. One
 // connection holds at most kRdmaBounceChunks, so a peer that stops
 // acknowledging (until its QP times out) leaves the others half of them.
 inline constexpr uint32_t kRdmaGroupBounceChunks = 2 * kRdmaBounceChunks;
@@ -212,6 +217,12 @@ inline constexpr uint32_t kRdmaGrantPoolMinBlock = 32u << 10;
 inline constexpr uint32_t kRdmaGrantPoolMaxBlock = 4u << 20;
 inline constexpr uint32_t kRdmaGrantPoolChunkSize = 1u << 20;
 inline constexpr uint64_t kRdmaGrantPoolMaxBytes = 64ull << 20;
+// A frame larger than the receiver may pin at once, or than a grant-pool
+// block (with pooled grants), is granted in segments of kRdmaSegmentSize
+// (fewer when less may be pinned, never fewer than kRdmaMinSegment: below
+// that the payload is dropped for the memory limit).
+inline constexpr uint32_t kRdmaSegmentSize = 1u << 20;
+inline constexpr uint32_t kRdmaMinSegment = 32u << 10;
 
 static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
               "credits travel in a u16; one is held back for CREDIT");
@@ -224,6 +235,11 @@ static_assert(kRdmaSmallReceiveBufferSize >= kFramePrefixSize + 64 &&
               "a small receive buffer still holds any control message");
 static_assert(kRdmaPoolChunkBuffers >= kRdmaReceiveDepth,
               "one chunk holds any single connection's receives");
+static_assert(kRdmaSendChunkBuffers >= 1 &&
+                  (kRdmaConnectionsPerGroup * kRdmaSendDepth) %
+                          kRdmaSendChunkBuffers ==
+                      0,
+              "the send pool grows in whole chunks to its most");
 static_assert(kRdmaConnectionsPerGroup *
                           (uint64_t{kRdmaSendDepth} + kRdmaReceiveDepth) +
                       kRdmaPoolChunkBuffers <
@@ -251,6 +267,10 @@ static_assert(kLargeBlockCacheBytes >=
                                                      kMaxCallHeaderSize),
               "a connection's open grants of largest frames must fit the "
               "large-block cache");
+static_assert(kRdmaMinSegment > kRdmaReceiveBufferSize &&
+                  kRdmaMinSegment <= kRdmaSegmentSize &&
+                  kRdmaSegmentSize <= kRdmaGrantPoolMaxBlock,
+              "a segment is a large frame's worth, and fits a pool block");
 static_assert(std::has_single_bit(kRdmaGrantPoolMinBlock) &&
                   std::has_single_bit(kRdmaGrantPoolMaxBlock) &&
                   kRdmaGrantPoolMinBlock <= kRdmaGrantPoolMaxBlock,

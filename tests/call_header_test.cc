@@ -268,13 +268,17 @@ TEST_CASE("ring queue: FIFO order across growth and wrap-around") {
   CHECK(queue.empty());
 }
 
-TEST_CASE("ring queue: indexing and pop_back agree with std::deque") {
+TEST_CASE(
+    "ring queue: indexing, push_front and pop_back agree with std::deque") {
   RingQueue<std::unique_ptr<int>> queue;
   std::deque<int> model;
   std::mt19937_64 random(5);
   for (int step = 0; step < 20000; ++step) {
-    const auto op = random() % 4;
-    if (op <= 1 || model.empty()) {
+    const auto op = random() % 5;
+    if (op == 4) {
+      queue.push_front(std::make_unique<int>(step));
+      model.push_front(step);
+    } else if (op <= 1 || model.empty()) {
       queue.push_back(std::make_unique<int>(step));
       model.push_back(step);
     } else if (op == 2) {

@@ -150,17 +150,34 @@ TEST_CASE("limits: frame size, refused without losing the connection") {
   CHECK(server.stats().connections == 1);
 }
 
+// A payload larger than the receiver may pin at once (max_grant_bytes)
+// arrives in segments: granted, written and copied in turn.
 TEST_CASE("limits: registered memory for incoming transfers") {
   ServerOptions options;
   options.transport.max_grant_bytes = 1 << 20;
   TestServer server(options);
-  LogCapture log;
   Channel channel(server.uri);
-  const CallResult big = CallSync(channel, "Echo", std::string(2 << 20, 'm'));
+  const std::string payload(2 << 20, 'm');
+  const CallResult big = CallSync(channel, "Echo", payload);
+  INFO(big.status.ToString());
+  CHECK(big.status.ok());
+  CHECK(big.response == payload);
   const CallResult fits =
       CallSync(channel, "Echo", std::string(512 * 1024, 'f'));
   CHECK(fits.status.ok());
   CHECK(fits.response.size() == 512 * 1024);
+  CHECK(server.stats().connections == 1);
+}
+
+// Below the smallest segment, a payload is refused, never waited for: the
+// call fails RESOURCE_EXHAUSTED naming the limit, the connection goes on.
+TEST_CASE("limits: a payload refused when not a segment may be pinned") {
+  ServerOptions options;
+  options.transport.max_grant_bytes = 16 << 10;  // < kRdmaMinSegment.
+  TestServer server(options);
+  LogCapture log;
+  Channel channel(server.uri);
+  const CallResult big = CallSync(channel, "Echo", std::string(64 << 10, 'm'));
   if (OverRdma()) {
     CHECK(big.status.code() == StatusCode::kResourceExhausted);
     CHECK(big.status.message().find("registered-memory limit") !=
@@ -170,6 +187,7 @@ TEST_CASE("limits: registered memory for incoming transfers") {
     // TCP registers nothing: the limit does not apply.
     CHECK(big.status.ok());
   }
+  CHECK(CallSync(channel, "Echo", "after").response == "after");
   CHECK(server.stats().connections == 1);
 }
 

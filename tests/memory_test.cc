@@ -2,6 +2,7 @@
 // cuts a large frame into RDMA WRITEs. Neither needs a device.
 #include "transport/memory.h"
 
+#include <algorithm>
 #include <catch2/catch_test_macros.hpp>
 #include <cstring>
 #include <numeric>
@@ -194,6 +195,54 @@ TEST_CASE("write plan: no WRITE exceeds the maximum length") {
   const WritePlan plan = PlanWrites(sources, 5, 64, 1000);
   CHECK(plan.writes.size() == 11);  // 10 + 10000 bytes, 1000 at a time.
   CheckPlan(plan, sources, 5, 64, 1000);
+}
+
+// A segment grant covers part of a frame: the sources are cut to it, and
+// the segments planned one after another cover every byte once, in order.
+TEST_CASE("write plan: segments of a frame cover it once, in order") {
+  std::vector<std::byte> memory(1000);
+  std::vector<WriteSource> frame;
+  size_t at = 0;
+  for (int i = 0; i < 5; ++i) {  // 100, 150, 200, 250, 300 bytes.
+    const size_t size = 100 + 50 * i;
+    frame.push_back({Bytes(memory, at, size),
+                     i % 2 ? std::optional<uint32_t>(9) : std::nullopt});
+    at += size;
+  }
+  std::vector<const std::byte*> whole, cut;
+  for (const auto& source : frame) {
+    for (const std::byte& b : source.bytes) whole.push_back(&b);
+  }
+  for (uint64_t segment : {1u, 99u, 100u, 101u, 333u, 1000u}) {
+    cut.clear();
+    for (uint64_t offset = 0; offset < whole.size(); offset += segment) {
+      const uint64_t length =
+          std::min<uint64_t>(segment, whole.size() - offset);
+      std::vector<WriteSource> sources = frame;
+      const size_t kept = rdma::SliceSources(sources, offset, length);
+      uint64_t bytes = 0;
+      for (size_t i = 0; i < kept; ++i) {
+        CHECK(!sources[i].bytes.empty());
+        bytes += sources[i].bytes.size();
+        for (const std::byte& b : sources[i].bytes) cut.push_back(&b);
+      }
+      CHECK(bytes == length);
+      // Each source keeps its registration.
+      for (size_t i = 0; i < kept; ++i) {
+        const auto* first = sources[i].bytes.data();
+        const auto owner =
+            std::find_if(frame.begin(), frame.end(), [&](auto& f) {
+              return first >= f.bytes.data() &&
+                     first < f.bytes.data() + f.bytes.size();
+            });
+        REQUIRE(owner != frame.end());
+        CHECK(owner->lkey == sources[i].lkey);
+      }
+      CheckPlan(PlanWrites(std::span(sources.data(), kept), 2, 64, 1 << 20),
+                std::span(sources.data(), kept), 2, 64);
+    }
+    CHECK(cut == whole);
+  }
 }
 
 TEST_CASE("write plan: an empty frame is one empty WRITE") {

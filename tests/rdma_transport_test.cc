@@ -448,11 +448,14 @@ TEST_CASE("rdma: URI options pick the device, GID and QoS of the path") {
 TEST_CASE(
     "rdma: pools stop at rdma_max_pool_bytes; the next connection fails") {
   TransportOptions options;
-  // This process's pools, and each side's first chunk of receive buffers
-  // (one group on each loop): room for about ten connections, not forty.
+  // This process's pools, and each side's first chunks of receive buffers
+  // and send slots (one group on each loop): room for about ten
+  // connections, not forty.
   const uint64_t before = rdma::PooledRegisteredBytes();
   options.rdma_max_pool_bytes =
-      before + 2 * uint64_t{tunables::kRdmaPoolChunkBuffers} *
+      before + 2 *
+                   uint64_t{tunables::kRdmaPoolChunkBuffers +
+                            tunables::kRdmaSendChunkBuffers} *
                    tunables::kRdmaReceiveBufferSize;
   rpc::EventLoop server_loop, client_loop;
   std::mutex mu;
@@ -759,6 +762,53 @@ TEST_CASE("rdma: a pipelined frame over the grant budget waits, not dropped") {
   }
   CHECK(pair.server->stats().oversized_frames_dropped == 0);
   CHECK(pair.client->stats().pipelined_transfers >= 1);
+}
+
+// A frame larger than the receiver may pin at once goes in segments: each
+// granted, written and copied into the frame in turn, so it arrives whole
+// and in order with the frames around it, and nothing is dropped.
+TEST_CASE("rdma: a frame over the grant budget arrives in segments") {
+  const bool pooled = GENERATE(true, false);
+  INFO("pooled grants " << pooled);
+  Pair pair(PollMode::kEvent, /*max_grant_bytes=*/1 << 20, nullptr, pooled);
+  const std::vector<size_t> sizes = {(3 << 20) + 7, 100 << 10, 20,
+                                     (5 << 19) + 1, 10};
+  for (size_t size : sizes) REQUIRE(pair.client->Send(MakeFrame(size)).ok());
+  REQUIRE(pair.WaitFor(sizes.size()));
+  {
+    std::lock_guard lock(pair.recorder->mu);
+    CHECK(pair.recorder->intact);
+    CHECK(pair.recorder->sizes ==
+          std::vector<uint64_t>(sizes.begin(), sizes.end()));
+  }
+  const ConnectionStats& received = pair.server->stats();
+  CHECK(received.oversized_frames_dropped == 0);
+  CHECK(received.segmented_frames == 2);
+  // 1 MiB segments: 3 MiB + 10 bytes in 4, 2.5 MiB + 4 bytes in 3.
+  CHECK(received.segments_received == 7);
+  CHECK(pair.client->stats().segments_sent == 5);  // All but each last.
+}
+
+// With the pool, a frame larger than its largest block goes in segments its
+// blocks take: after warm-up, no registration at all.
+TEST_CASE("rdma: a frame over a pool block goes in pooled segments") {
+  Pair pair(PollMode::kEvent);
+  constexpr size_t kFrame = (6 << 20) + 5;
+  REQUIRE(pair.client->Send(MakeFrame(kFrame)).ok());  // Warm-up.
+  REQUIRE(pair.WaitFor(1));
+  const uint64_t registrations = rdma::RegistrationCalls();
+  REQUIRE(pair.client->Send(MakeFrame(kFrame)).ok());
+  REQUIRE(pair.WaitFor(2));
+  {
+    std::lock_guard lock(pair.recorder->mu);
+    CHECK(pair.recorder->intact);
+    CHECK(pair.recorder->sizes == std::vector<uint64_t>(2, kFrame));
+  }
+  CHECK(rdma::RegistrationCalls() == registrations);
+  const ConnectionStats& received = pair.server->stats();
+  CHECK(received.segmented_frames == 2);
+  CHECK(received.segments_received == 2 * 7);  // 6 MiB + 8 bytes.
+  CHECK(received.registered_grants == 0);
 }
 
 // Large frames land in blocks of the device's grant pool, each behind a

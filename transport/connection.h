@@ -174,6 +174,11 @@ struct ConnectionStats {
   // themselves (larger than a pool block, or the pool full).
   std::atomic<uint64_t> pooled_grants{0};
   std::atomic<uint64_t> registered_grants{0};
+  // Frames received in segments (larger than what may be pinned at once,
+  // or than a grant-pool block), and their segments.
+  std::atomic<uint64_t> segmented_frames{0};
+  std::atomic<uint64_t> segments_received{0};
+  std::atomic<uint64_t> segments_sent{0};    // Before each frame's last one.
   std::atomic<uint64_t> credit_stalls{0};    // Flushes held back by credits.
   std::atomic<uint64_t> credit_messages{0};  // Explicit CREDIT messages sent.
   // Receive credits lent the peer beyond its initial ones (it was busy), and

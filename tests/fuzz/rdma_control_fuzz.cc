@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   while (!in.empty()) {
-    switch (in.Take<uint8_t>() % 3) {
+    switch (in.Take<uint8_t>() % 4) {
       case 0: {  // A SEND from the peer.
         const auto message = in.Bytes(in.Take<uint8_t>());
         auto inbound = CheckInbound(message, kMaxPayload);
@@ -117,16 +117,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             plan = PlanGrant(control, ahead, max_open, kMaxPayload, left());
             FUZZ_CHECK(plan.ok());
           }
-          if (plan->drop_reason == DropReason::kNone) {
+          const uint64_t total =
+              uint64_t{control.header_size} + control.payload_size;
+          if (plan->segment) {
+            // Over the budget with none ahead: the first segment, of what
+            // the budget allows, no less than the smallest.
+            FUZZ_CHECK(ahead == 0 && plan->drop_reason == DropReason::kNone);
+            FUZZ_CHECK(total > left());
+            FUZZ_CHECK(left() >= rdmarpc::tunables::kRdmaMinSegment);
+            FUZZ_CHECK(plan->length <= left() && plan->length < total);
+            FUZZ_CHECK(plan->length >= rdmarpc::tunables::kRdmaMinSegment &&
+                       plan->length <= rdmarpc::tunables::kRdmaSegmentSize);
+          } else if (plan->drop_reason == DropReason::kNone) {
             FUZZ_CHECK(control.payload_size <= kMaxPayload);
             FUZZ_CHECK(plan->length <= left());
-            FUZZ_CHECK(plan->length ==
-                       uint64_t{control.header_size} + control.payload_size);
+            FUZZ_CHECK(plan->length == total);
           } else {
             FUZZ_CHECK(plan->length == control.header_size);
             FUZZ_CHECK(plan->dropped_payload == control.payload_size);
-            FUZZ_CHECK(plan->drop_reason == DropReason::kTooLarge ||
-                       ahead == 0);
+            FUZZ_CHECK(
+                plan->drop_reason == DropReason::kTooLarge ||
+                (ahead == 0 && left() < rdmarpc::tunables::kRdmaMinSegment));
           }
           open.push_back(OpenGrant{control.transfer, plan->length});
           granted_bytes += plan->length;
@@ -135,10 +146,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (granted < pending.size()) oldest = pending[granted];
           if (!CheckGrant(control, oldest).ok()) return 0;
           FUZZ_CHECK(oldest && oldest->id == control.transfer);
-          FUZZ_CHECK(control.length ==
-                     oldest->header_size +
-                         (control.dropped ? 0 : oldest->payload_size));
-          ++granted;
+          PendingTransfer& transfer = pending[granted];
+          const uint64_t total = transfer.header_size + transfer.payload_size;
+          if (control.flags & rdmarpc::transport::rdma::kGrantSegment) {
+            // The next part of the frame, after its last was written.
+            FUZZ_CHECK(!transfer.writing && !control.dropped);
+            FUZZ_CHECK(control.length > 0 &&
+                       transfer.covered + control.length <= total);
+            transfer.covered += control.length;
+            transfer.writing = true;
+          } else {
+            FUZZ_CHECK(transfer.covered == 0);
+            FUZZ_CHECK(control.length ==
+                       transfer.header_size +
+                           (control.dropped ? 0 : transfer.payload_size));
+            transfer.covered = total;
+          }
+          if (transfer.covered == total) ++granted;
         }
         break;
       }
@@ -155,6 +179,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 2:  // We send something: a credit is used up.
         if (credits > 1) --credits;
+        break;
+      case 3:  // We posted the WRITEs of the segment granted last.
+        if (granted < pending.size()) pending[granted].writing = false;
         break;
     }
   }

@@ -176,9 +176,9 @@ CompletionGroup::CompletionGroup(asio::io_context& context,
                 kRdmaConnectionsPerGroup * kRdmaReceiveDepth,
                 options.rdma_max_pool_bytes),
       sends_(kRdmaReceiveBufferSize, kRdmaConnectionsPerGroup * kRdmaSendDepth,
-             options.rdma_max_pool_bytes),
+             options.rdma_max_pool_bytes, tunables::kRdmaSendChunkBuffers),
       bounces_(tunables::kRdmaBounceChunkSize, tunables::kRdmaGroupBounceChunks,
-               options.rdma_max_pool_bytes, tunables::kRdmaBounceChunks),
+               options.rdma_max_pool_bytes, /*slots_per_chunk=*/1),
       fd_(context) {}
 
 CompletionGroup::~CompletionGroup() {
@@ -216,6 +216,16 @@ Status CompletionGroup::Open() {
   if (srq_ == nullptr) return ErrnoStatus("ibv_create_srq", errno);
   repost_wrs_.reserve(kRdmaPoolChunkBuffers);
   repost_sges_.reserve(kRdmaPoolChunkBuffers);
+  // The first chunk of send-staging slots, now. A frame that does not go
+  // inline waits for a slot until a send completes and frees one; with no
+  // slot at all (the pool unable to grow under RLIMIT_MEMLOCK once receive
+  // buffers and bounce chunks took the rest) it would wait forever.
+  if (Status grown = sends_.Grow(domain_->pd(), "send buffers"); !grown.ok()) {
+    return grown;
+  }
+  for (uint32_t slot = sends_.size(); slot-- > 0;) {
+    free_send_slots_.push_back(slot);
+  }
   fd_.assign(channel_->fd);
   if (poll_mode_ == PollMode::kBusy) {
     asio::post(context_, [weak = weak_from_this()] {

@@ -40,4 +40,12 @@ Buffer ZeroedGrantBlock(size_t size) {
       block, size, [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
 }
 
+Buffer FrameBlock(size_t size) {
+  if (size >= kLargeBlockMin) return LargeBlock(size, BlockFill::kAnything);
+  auto* block = new (std::nothrow) std::byte[std::max<size_t>(size, 1)];
+  if (block == nullptr) return Buffer();
+  return Buffer(
+      block, size, [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
+}
+
 }  // namespace rdmarpc::transport::rdma

@@ -27,6 +27,10 @@ namespace rdmarpc::transport::rdma {
 // Buffer returns a large block to the cache.
 Buffer ZeroedGrantBlock(size_t size);
 
+// `size` bytes the caller overwrites whole (a segmented frame's, which its
+// segments are copied into); an empty Buffer when memory is exhausted.
+Buffer FrameBlock(size_t size);
+
 // Bytes of receive grants held now by every connection of this process
 // (checked against TransportOptions::max_grant_bytes).
 uint64_t GrantedBytes();

@@ -1,5 +1,6 @@
 #include "transport/rdma/peer_checks.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -100,7 +101,8 @@ Status CreditReturnViolation(uint32_t held, uint16_t returned,
 
 StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
                               uint32_t max_open_grants,
-                              uint64_t max_payload_size, uint64_t budget_left) {
+                              uint64_t max_payload_size, uint64_t budget_left,
+                              uint64_t whole_limit) {
   if (rts.kind != ControlKind::kRts) return Violation("not an RTS");
   if (ahead >= max_open_grants) {
     return Violation("transfer " + std::to_string(rts.transfer) + " while " +
@@ -118,8 +120,13 @@ StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
   } else if (plan.length > budget_left && ahead > 0) {
     plan.wait = true;
     return plan;
-  } else if (plan.length > budget_left) {
+  } else if (plan.length > budget_left &&
+             budget_left < tunables::kRdmaMinSegment) {
     plan.drop_reason = DropReason::kMemoryLimit;
+  } else if (plan.length > budget_left || plan.length > whole_limit) {
+    plan.segment = true;
+    plan.length = PlanSegment(plan.length, budget_left);
+    return plan;
   }
   if (plan.drop_reason != DropReason::kNone) {
     plan.length = rts.header_size;
@@ -128,17 +135,42 @@ StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
   return plan;
 }
 
+uint64_t PlanSegment(uint64_t remaining, uint64_t budget_left) {
+  const uint64_t floor =
+      std::min<uint64_t>(remaining, tunables::kRdmaMinSegment);
+  return std::max(floor, std::min({remaining, budget_left,
+                                   uint64_t{tunables::kRdmaSegmentSize}}));
+}
+
 Status CheckGrant(const ControlMessage& grant,
                   const std::optional<PendingTransfer>& pending) {
   if (grant.kind != ControlKind::kGrant) return Violation("not a GRANT");
   if (!pending || pending->id != grant.transfer) {
     return Violation("grant for no open transfer");
   }
-  const uint64_t want =
-      pending->header_size + (grant.dropped ? 0 : pending->payload_size);
-  if (grant.length != want) {
-    return Violation("grant of " + std::to_string(grant.length) +
-                     " bytes for a transfer of " + std::to_string(want));
+  if ((grant.flags & ~kGrantSegment) != 0) {
+    return Violation("grant with unknown flags " + std::to_string(grant.flags));
+  }
+  if ((grant.flags & kGrantSegment) == 0) {
+    const uint64_t want =
+        pending->header_size + (grant.dropped ? 0 : pending->payload_size);
+    if (pending->covered != 0 || grant.length != want) {
+      return Violation(
+          "grant of " + std::to_string(grant.length) +
+          " bytes for a transfer of " + std::to_string(want) +
+          (pending->covered != 0 ? " already partly granted" : ""));
+    }
+    return Status();
+  }
+  const uint64_t left =
+      pending->header_size + pending->payload_size - pending->covered;
+  if (grant.dropped != 0 || grant.length == 0 || grant.length > left) {
+    return Violation("segment grant of " + std::to_string(grant.length) +
+                     " bytes for a transfer with " + std::to_string(left) +
+                     " left" + (grant.dropped != 0 ? ", dropping" : ""));
+  }
+  if (pending->writing) {
+    return Violation("segment grant before the segment before was written");
   }
   return Status();
 }

@@ -59,26 +59,43 @@ struct GrantPlan {
   // Not now: the payload exceeds the budget while grants ahead of it are
   // open. Plan it again once they have landed.
   bool wait = false;
+  // `length` is the frame's first segment, not all of it (PlanSegment plans
+  // the others).
+  bool segment = false;
 };
 
 // An RTS. `ahead`: the peer's transfers to us already under way (granted or
 // waiting), at most `max_open_grants` in all. `budget_left`: registered
-// bytes this receiver may still grant. A payload that does not fit waits
-// while transfers are ahead (their landing frees memory), and is dropped
-// when none are: it is never waited for on other connections' account.
+// bytes this receiver may still grant. A frame that does not fit waits
+// while transfers are ahead (their landing frees memory); with none ahead it
+// goes in segments (of what the budget allows, at least kRdmaMinSegment),
+// or is dropped when not even that fits: it is never waited for on other
+// connections' account. A frame over `whole_limit` goes in segments too.
 StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
                               uint32_t max_open_grants,
-                              uint64_t max_payload_size, uint64_t budget_left);
+                              uint64_t max_payload_size, uint64_t budget_left,
+                              uint64_t whole_limit = UINT64_MAX);
+
+// The next segment of a segmented frame with `remaining` bytes not yet
+// granted: up to kRdmaSegmentSize, and what the budget allows, though never
+// less than kRdmaMinSegment (the frame is under way; it does not wait).
+uint64_t PlanSegment(uint64_t remaining, uint64_t budget_left);
 
 // The transfer of ours that a GRANT must answer.
 struct PendingTransfer {
   uint32_t id = 0;
   uint64_t header_size = 0;
   uint64_t payload_size = 0;
+  // Bytes of it covered by segments granted so far, and whether WRITEs of
+  // the last of them are still to be posted.
+  uint64_t covered = 0;
+  bool writing = false;
 };
 
-// A GRANT: it must answer our oldest ungranted transfer, for exactly the
-// bytes we asked for (or the header alone when it drops the payload).
+// A GRANT: it must answer our oldest transfer not yet covered by grants:
+// for exactly the bytes we asked for (or the header alone when it drops the
+// payload), or, with kGrantSegment, for the next non-empty segment of them,
+// once the segment before has been written.
 Status CheckGrant(const ControlMessage& grant,
                   const std::optional<PendingTransfer>& pending);
 

@@ -44,6 +44,18 @@
 //      a window is invalidated (a LOCAL_INV work request; the frame, and
 //      every message received after it, waits for its completion), a
 //      region deregistered
+// Segments: a frame larger than the receiver may pin at once (what is left
+// of max_grant_bytes or of RLIMIT_MEMLOCK), or larger than a grant-pool
+// block when grants come from the pool, is granted in segments of up to
+// kRdmaSegmentSize. Each GRANT then has kGrantSegment set and covers the
+// next `length` bytes of the frame, from where the one before ended. The
+// sender writes each segment like a whole frame, the last WRITE of each
+// with the immediate; the receiver copies a landed segment into the frame's
+// own (unregistered) memory and grants the next, until the frame is
+// covered. No GRANT for a later transfer goes out before a segmented
+// frame's last one, so grants still answer transfers in order. A frame is
+// dropped for the memory limit only when not even kRdmaMinSegment can be
+// pinned.
 // A grant starts zero-filled: the receiver cannot tell which bytes one-sided
 // WRITEs covered, so a peer that skips some delivers zeros, never this
 // process's old memory (a pool block is zeroed when the application
@@ -77,7 +89,8 @@ namespace rdmarpc::transport::rdma {
 inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
 // 3: receives come from a shared receive queue; a peer starts with
 // initial_credits and may be lent up to receive_depth.
-inline constexpr uint16_t kConnVersion = 3;
+// 4: a GRANT may cover a segment of its frame (kGrantSegment).
+inline constexpr uint16_t kConnVersion = 4;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
@@ -134,10 +147,13 @@ enum class ControlKind : uint8_t {
   kPong = 5,
 };
 
+// ControlMessage::flags of a GRANT.
+inline constexpr uint16_t kGrantSegment = 1;  // Covers a segment only.
+
 struct ControlMessage {
   ControlKind kind = ControlKind::kCredit;
   uint8_t dropped = 0;  // GRANT: the payload exceeded the maximum.
-  uint16_t reserved = 0;
+  uint16_t flags = 0;   // GRANT: kGrantSegment.
   uint32_t transfer = 0;
   uint32_t header_size = 0;   // RTS.
   uint32_t payload_size = 0;  // RTS.

@@ -128,7 +128,11 @@ class RdmaConnection final
     WritePlan plan;
     size_t next_write = 0;       // Index into plan.writes.
     uint64_t remote_offset = 0;  // Where the next WRITE lands in the grant.
-    uint64_t last_seq = 0;       // Its WRITE WITH IMMEDIATE's, once posted.
+    // Bytes of the frame its grants have covered (one grant covers all of
+    // it; segment grants, protocol.h, one part after another).
+    uint64_t covered = 0;
+    uint64_t total = 0;     // Bytes the grants will cover, once granted.
+    uint64_t last_seq = 0;  // Its last WRITE WITH IMMEDIATE's, once posted.
     // The registrations the plan reads from stay alive until it is done.
     std::vector<std::shared_ptr<MemoryRegistration>> pins;
   };
@@ -149,6 +153,19 @@ class RdmaConnection final
     bool invalidate_posted = false;
     MemoryRegion region;
     GrantCharge charge;  // For the block's bytes.
+    // Granted in segments (protocol.h): `block` holds the open segment, and
+    // landed segments are copied into `assembled` (the whole frame, not
+    // registered) at `landed`; `covered` counts the bytes granted so far.
+    bool segmented = false;
+    Buffer assembled;
+    uint64_t landed = 0;
+    uint64_t covered = 0;
+    uint64_t Total() const {
+      return uint64_t{rts.header_size} + rts.payload_size;
+    }
+    // A segmented frame not yet covered: no transfer behind it is granted
+    // before its last segment is.
+    bool Blocking() const { return segmented && covered < Total(); }
   };
 
   // Connection setup (rdma_cm events).
@@ -174,8 +191,12 @@ class RdmaConnection final
   void AfterBatch(bool woken);
   void OnControl(const ControlMessage& message);
   void OnRts(const ControlMessage& rts);
-  // PlanGrant for `rts` with `ahead` of the peer's transfers before it.
-  StatusOr<GrantPlan> PlanGrantFor(const ControlMessage& rts, size_t ahead);
+  // PlanGrant for `transfer` with `ahead` of the peer's transfers before
+  // it; for a segmented one, its next segment.
+  StatusOr<GrantPlan> PlanGrantFor(const IncomingTransfer& transfer,
+                                   size_t ahead);
+  // Registered bytes this connection may grant now.
+  uint64_t GrantBudget(uint64_t length);
   void Grant(IncomingTransfer& transfer, const GrantPlan& plan);
   void GrantWaiting();  // Grants RTSs that waited for memory, in order.
   // The pool this connection's grants come from: null when
@@ -196,6 +217,9 @@ class RdmaConnection final
   // window's invalidation completes (OnInvalidated): until then the peer
   // could still write into it, so it and every message after it wait.
   void Deliver(IncomingTransfer transfer);
+  // A segment landed: copied into the frame, the next one granted; false
+  // once the frame is whole (`transfer.block` then holds it).
+  bool SegmentLanded(IncomingTransfer& transfer);
   void PostInvalidates();
   void OnInvalidated();
   // Completions held while a landed frame's window is invalidated (and

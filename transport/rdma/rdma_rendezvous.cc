@@ -28,18 +28,29 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
       return OnRts(message);
     case ControlKind::kGrant: {
       // Grants answer our RTSs in order: this one is for the oldest transfer
-      // still without one.
+      // not yet covered by grants (without one, or with segments to come).
       OutgoingTransfer* oldest = nullptr;
       for (size_t i = 0; i < outgoing_.size() && !oldest; ++i) {
-        if (!outgoing_[i].granted) oldest = &outgoing_[i];
+        if (!outgoing_[i].granted ||
+            outgoing_[i].covered < outgoing_[i].total) {
+          oldest = &outgoing_[i];
+        }
       }
       std::optional<PendingTransfer> pending;
       if (oldest) {
-        pending = PendingTransfer{oldest->id, oldest->frame.header.size(),
-                                  oldest->frame.payload_size()};
+        pending = PendingTransfer{
+            oldest->id, oldest->frame.header.size(),
+            oldest->frame.payload_size(), oldest->covered,
+            oldest->granted && oldest->next_write < oldest->plan.writes.size()};
       }
       if (Status s = CheckGrant(message, pending); !s.ok()) {
         return ProtocolError(s);
+      }
+      if (!oldest->granted) {
+        oldest->total =
+            (message.flags & kGrantSegment)
+                ? oldest->frame.header.size() + oldest->frame.payload_size()
+                : message.length;
       }
       oldest->granted = true;
       oldest->grant = message;
@@ -48,35 +59,54 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
   }
 }
 
-StatusOr<GrantPlan> RdmaConnection::PlanGrantFor(const ControlMessage& rts,
-                                                 size_t ahead) {
+uint64_t RdmaConnection::GrantBudget(uint64_t length) {
   const uint64_t in_use = GrantedBytes();
   const uint64_t limit = options_.max_grant_bytes;
   uint64_t budget = in_use < limit ? limit - in_use : 0;
   // A process that may pin only so much (RLIMIT_MEMLOCK, no CAP_IPC_LOCK)
-  // cannot register more than what is left of it: the payload is refused
-  // (RESOURCE_EXHAUSTED) rather than the registration failing.
-  // A frame that a free grant-pool block will take pins nothing new.
+  // cannot register more than what is left of it: the payload goes in
+  // segments, or is refused (RESOURCE_EXHAUSTED), rather than the
+  // registration failing. A grant that a free grant-pool block will take
+  // pins nothing new.
   GrantPool* pool = PooledGrants();
   const std::optional<uint64_t> lockable = LockedMemoryLimit();
-  if (lockable &&
-      !(pool && pool->HasFree(uint64_t{rts.header_size} + rts.payload_size))) {
+  if (lockable && !(pool && pool->HasFree(length))) {
     const uint64_t registered = LiveRegisteredBytes();
     budget =
         std::min(budget, *lockable > registered ? *lockable - registered : 0);
   }
-  return PlanGrant(rts, static_cast<uint32_t>(ahead),
+  return budget;
+}
+
+StatusOr<GrantPlan> RdmaConnection::PlanGrantFor(
+    const IncomingTransfer& transfer, size_t ahead) {
+  if (transfer.segmented) {  // Its next segment: it is under way.
+    const uint64_t remaining = transfer.Total() - transfer.covered;
+    GrantPlan plan;
+    plan.segment = true;
+    plan.length = PlanSegment(
+        remaining,
+        GrantBudget(std::min<uint64_t>(remaining, tunables::kRdmaSegmentSize)));
+    return plan;
+  }
+  // With the pool, a frame larger than its blocks goes in segments that
+  // its blocks take, rather than registering memory of its own.
+  const uint64_t whole_limit =
+      PooledGrants() ? tunables::kRdmaGrantPoolMaxBlock : UINT64_MAX;
+  return PlanGrant(transfer.rts, static_cast<uint32_t>(ahead),
                    tunables::kRdmaMaxOpenGrants, options_.max_payload_size,
-                   budget);
+                   GrantBudget(transfer.Total()), whole_limit);
 }
 
 void RdmaConnection::OnRts(const ControlMessage& rts) {
-  StatusOr<GrantPlan> plan = PlanGrantFor(rts, incoming_.size());
-  if (!plan.ok()) return ProtocolError(plan.status());
-  // Behind one that waits for memory, it waits too: grants go out in order.
-  const bool behind = !incoming_.empty() && !incoming_.back().granted;
   IncomingTransfer transfer;
   transfer.rts = rts;
+  StatusOr<GrantPlan> plan = PlanGrantFor(transfer, incoming_.size());
+  if (!plan.ok()) return ProtocolError(plan.status());
+  // Behind one that waits for memory, or for the rest of its segments, it
+  // waits too: grants go out in order.
+  const bool behind = !incoming_.empty() && (!incoming_.back().granted ||
+                                             incoming_.back().Blocking());
   incoming_.push_back(std::move(transfer));
   if (!behind && !plan->wait) Grant(incoming_.back(), *plan);
 }
@@ -84,12 +114,14 @@ void RdmaConnection::OnRts(const ControlMessage& rts) {
 void RdmaConnection::GrantWaiting() {
   for (size_t i = 0; i < incoming_.size() && !torn_down_; ++i) {
     IncomingTransfer& transfer = incoming_[i];
-    if (transfer.granted) continue;
-    // Checked when it arrived; only the budget can have changed.
-    StatusOr<GrantPlan> plan = PlanGrantFor(transfer.rts, i);
-    if (!plan.ok()) return ProtocolError(plan.status());
-    if (plan->wait) return;
-    Grant(transfer, *plan);
+    if (!transfer.granted) {
+      // Checked when it arrived; only the budget can have changed.
+      StatusOr<GrantPlan> plan = PlanGrantFor(transfer, i);
+      if (!plan.ok()) return ProtocolError(plan.status());
+      if (plan->wait) return;
+      Grant(transfer, *plan);
+    }
+    if (transfer.Blocking()) return;  // Its next segment comes first.
   }
 }
 
@@ -117,6 +149,19 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
     Bump(stats_.oversized_frames_dropped);
   }
   const size_t length = plan.length;
+  if (plan.segment && !transfer.segmented) {
+    // The frame's own memory, which its segments are copied into: not
+    // registered, so not bounded by what may be pinned.
+    transfer.assembled = FrameBlock(transfer.Total());
+    if (transfer.assembled.empty() && transfer.Total() > 0) {
+      return CloseNow(Status(StatusCode::kResourceExhausted,
+                             "cannot allocate " +
+                                 std::to_string(transfer.Total()) +
+                                 " bytes for a transfer from " + peer_));
+    }
+    transfer.segmented = true;
+    Bump(stats_.segmented_frames);
+  }
   // At least one byte, so there is always something to register or bind.
   const size_t extent = std::max<size_t>(length, 1);
   const bool pooled = GrantFromPool(transfer, extent);
@@ -135,7 +180,8 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
       const Status failed =
           RegistrationFailed("ibv_reg_mr (grant)", extent, errno);
       if (failed.code() == StatusCode::kResourceExhausted &&
-          plan.drop_reason == DropReason::kNone && rts.payload_size > 0) {
+          plan.drop_reason == DropReason::kNone && rts.payload_size > 0 &&
+          transfer.covered == 0) {
         // Out of lockable memory after all (others registered meanwhile):
         // this payload is refused, as one over the budget is (logged and
         // counted so); the connection and its other calls go on.
@@ -143,7 +189,10 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
         dropped.length = rts.header_size;
         dropped.dropped_payload = rts.payload_size;
         dropped.drop_reason = DropReason::kMemoryLimit;
+        dropped.segment = false;
         transfer.block = Buffer();
+        transfer.segmented = false;
+        transfer.assembled = Buffer();
         return Grant(transfer, dropped);
       }
       return CloseNow(failed);
@@ -152,10 +201,12 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   transfer.block.Truncate(length);
   transfer.charge = GrantCharge(extent);
   transfer.granted = true;
+  transfer.covered += length;
   Bump(pooled ? stats_.pooled_grants : stats_.registered_grants);
   ControlMessage grant;
   grant.kind = ControlKind::kGrant;
   grant.dropped = static_cast<uint8_t>(plan.drop_reason);
+  grant.flags = plan.segment ? kGrantSegment : 0;
   grant.transfer = rts.transfer;
   grant.addr = reinterpret_cast<uint64_t>(transfer.block.data());
   grant.rkey = pooled ? transfer.window_rkey : transfer.region->rkey;
@@ -286,8 +337,34 @@ void RdmaConnection::OnInvalidated() {
   ReplayHeld();
 }
 
+bool RdmaConnection::SegmentLanded(IncomingTransfer& transfer) {
+  const size_t size = transfer.block.size();
+  if (size > 0) {
+    std::memcpy(transfer.assembled.data() + transfer.landed,
+                transfer.block.data(), size);
+  }
+  transfer.landed += size;
+  transfer.block = Buffer();  // A pool block goes back (zeroed).
+  Bump(stats_.segments_received);
+  if (transfer.landed < transfer.Total()) {
+    transfer.granted = false;  // Its next segment is granted next.
+    transfer.pool_region = nullptr;
+    transfer.window_bound = false;
+    transfer.invalidate_posted = false;
+    return true;
+  }
+  transfer.block = std::move(transfer.assembled);
+  return false;
+}
+
 void RdmaConnection::Deliver(IncomingTransfer transfer) {
   transfer.charge.Release();
+  if (transfer.segmented && SegmentLanded(transfer)) {
+    // Still the oldest: nothing behind it was granted, nothing landed.
+    incoming_.push_front(std::move(transfer));
+    if (!torn_down_) GrantWaiting();
+    return;
+  }
   Bump(stats_.bytes_received, transfer.block.size());
   Bump(stats_.frames_received);
   {
@@ -304,7 +381,8 @@ bool RdmaConnection::WritesPending() {
   // its own, so has every one before it.
   if (outgoing_.empty()) return false;
   const OutgoingTransfer& newest = outgoing_.back();
-  return !newest.granted || newest.next_write < newest.plan.writes.size();
+  return !newest.granted || newest.next_write < newest.plan.writes.size() ||
+         newest.covered < newest.total;
 }
 
 void RdmaConnection::PostWrites() {
@@ -314,6 +392,8 @@ void RdmaConnection::PostWrites() {
     while (transfer.next_write < transfer.plan.writes.size()) {
       if (!PostWrite(transfer)) return;
     }
+    // Its next segment's grant comes before any later transfer is written.
+    if (transfer.covered < transfer.total) return;
   }
 }
 
@@ -323,6 +403,7 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
   sources[count++] = {transfer.frame.header.span(), std::nullopt};
   RegistrationCache& registrations = domain_->registrations();
   const uint64_t registrations_before = registrations.registrations();
+  const bool first = transfer.covered == 0;  // Pins are taken once.
   for (size_t i = 0;
        !transfer.grant.dropped && i < transfer.frame.payload_slices; ++i) {
     const Buffer& slice = transfer.frame.payload[i];
@@ -346,10 +427,17 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
                      .message());
       continue;
     }
-    transfer.pins.push_back(std::move(registration));
+    if (first) transfer.pins.push_back(std::move(registration));
   }
   Bump(stats_.registrations,
        registrations.registrations() - registrations_before);
+  // The bytes this grant covers: all of the frame, or its next segment.
+  const uint64_t length = transfer.grant.length;
+  count =
+      SliceSources(std::span(sources.data(), count), transfer.covered, length);
+  transfer.covered += length;
+  transfer.next_write = 0;
+  transfer.remote_offset = 0;
   transfer.plan =
       PlanWrites(std::span(sources.data(), count), tunables::kRdmaMaxSendSge,
                  tunables::kRdmaBounceChunkSize, tunables::kRdmaMaxWriteSize);
@@ -357,7 +445,9 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
 
 bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   const PlannedWrite& write = transfer.plan.writes[transfer.next_write];
+  // The last of its grant's (it carries the immediate), and of the frame.
   const bool last = transfer.next_write + 1 == transfer.plan.writes.size();
+  const bool final = last && transfer.covered == transfer.total;
   if (!SendSlotFree()) return false;
   // Only the last WRITE carries an immediate and so consumes a receive.
   if (last && credits_ < 1) {
@@ -403,7 +493,7 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   wr.num_sge = count;
   wr.wr.rdma.remote_addr = transfer.grant.addr + transfer.remote_offset;
   wr.wr.rdma.rkey = transfer.grant.rkey;
-  if (last) {
+  if (final) {
     wr.wr_id = WrId(kWriteTag, seq);
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.imm_data = htonl(transfer.id);
@@ -411,6 +501,16 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
     unsignaled_ = 0;
     --credits_;
     transfer.last_seq = seq;
+  } else if (last) {  // A segment's: the receiver copies it, grants more.
+    wr.wr_id = WrId(kSendTag, seq);
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(transfer.id);
+    if (chunk || ++unsignaled_ >= tunables::kRdmaSignalEvery) {
+      wr.send_flags = IBV_SEND_SIGNALED;
+      unsignaled_ = 0;
+    }
+    --credits_;
+    Bump(stats_.segments_sent);
   } else {
     wr.wr_id = WrId(kSendTag, seq);
     wr.opcode = IBV_WR_RDMA_WRITE;

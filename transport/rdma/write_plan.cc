@@ -5,6 +5,24 @@
 
 namespace rdmarpc::transport::rdma {
 
+size_t SliceSources(std::span<WriteSource> sources, uint64_t offset,
+                    uint64_t length) {
+  size_t kept = 0;
+  uint64_t at = 0;  // Where the current source starts in the frame.
+  const uint64_t end = offset + length;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const WriteSource source = sources[i];  // Slot `kept` may be this one.
+    const uint64_t from = std::max(at, offset);
+    const uint64_t to = std::min(at + source.bytes.size(), end);
+    if (from < to) {
+      sources[kept++] = {source.bytes.subspan(from - at, to - from),
+                         source.lkey};
+    }
+    at += source.bytes.size();
+  }
+  return kept;
+}
+
 WritePlan PlanWrites(std::span<const WriteSource> sources, uint32_t max_sge,
                      uint32_t staging_size, uint32_t max_length) {
   assert(max_sge >= 1 && staging_size >= 1 && max_length >= staging_size);

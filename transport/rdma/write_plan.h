@@ -44,6 +44,12 @@ struct WritePlan {
   std::vector<PlannedWrite> writes;  // Never empty: a 0-byte frame is 1 WRITE.
 };
 
+// Bytes [offset, offset + length) of the concatenated `sources`, in place:
+// the sources before and after that range dropped, those at its edges cut.
+// Returns how many are left, from the front (the range must be inside).
+size_t SliceSources(std::span<WriteSource> sources, uint64_t offset,
+                    uint64_t length);
+
 // Each source is at most 4 GiB - 1 (the grant length is a u32).
 WritePlan PlanWrites(std::span<const WriteSource> sources, uint32_t max_sge,
                      uint32_t staging_size, uint32_t max_length);
