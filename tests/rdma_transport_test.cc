@@ -771,16 +771,7 @@ TEST_CASE("rdma: a frame over the grant budget arrives in segments") {
   const bool pooled = GENERATE(true, false);
   INFO("pooled grants " << pooled);
   Pair pair(PollMode::kEvent, /*max_grant_bytes=*/1 << 20, nullptr, pooled);
-  const std::vector<size_t> sizes = {(3 << 20) + 7, 100 << 10, 20,
-                                     (5 << 19) + 1, 10};
-  for (size_t size : sizes) REQUIRE(pair.client->Send(MakeFrame(size)).ok());
-  REQUIRE(pair.WaitFor(sizes.size()));
-  {
-    std::lock_guard lock(pair.recorder->mu);
-    CHECK(pair.recorder->intact);
-    CHECK(pair.recorder->sizes ==
-          std::vector<uint64_t>(sizes.begin(), sizes.end()));
-  }
+  SendAllInOrder(pair, {(3 << 20) + 7, 100 << 10, 20, (5 << 19) + 1, 10});
   const ConnectionStats& received = pair.server->stats();
   CHECK(received.oversized_frames_dropped == 0);
   CHECK(received.segmented_frames == 2);
