@@ -220,12 +220,7 @@ Status CompletionGroup::Open() {
   // inline waits for a slot until a send completes and frees one; with no
   // slot at all (the pool unable to grow under RLIMIT_MEMLOCK once receive
   // buffers and bounce chunks took the rest) it would wait forever.
-  if (Status grown = sends_.Grow(domain_->pd(), "send buffers"); !grown.ok()) {
-    return grown;
-  }
-  for (uint32_t slot = sends_.size(); slot-- > 0;) {
-    free_send_slots_.push_back(slot);
-  }
+  if (Status grown = GrowSendSlots(); !grown.ok()) return grown;
   fd_.assign(channel_->fd);
   if (poll_mode_ == PollMode::kBusy) {
     asio::post(context_, [weak = weak_from_this()] {
@@ -328,21 +323,25 @@ void CompletionGroup::FlushReposts() {
 
 // --- Send staging ------------------------------------------------------------
 
+Status CompletionGroup::GrowSendSlots() {
+  const uint32_t first = sends_.size();
+  if (Status grown = sends_.Grow(domain_->pd(), "send buffers"); !grown.ok()) {
+    return grown;
+  }
+  for (uint32_t slot = sends_.size(); slot-- > first;) {
+    free_send_slots_.push_back(slot);
+  }
+  return Status();
+}
+
 std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireSendSlot(
     RdmaConnection* waiter) {
-  if (free_send_slots_.empty()) {
-    const uint32_t first = sends_.size();
-    if (Status grown = sends_.Grow(domain_->pd(), "send buffers");
-        !grown.ok()) {
-      if (!waiter->waiting_for_staging_) {
-        waiter->waiting_for_staging_ = true;
-        send_waiters_.push_back(waiter->weak_from_this());
-      }
-      return std::nullopt;
+  if (free_send_slots_.empty() && !GrowSendSlots().ok()) {
+    if (!waiter->waiting_for_staging_) {
+      waiter->waiting_for_staging_ = true;
+      send_waiters_.push_back(waiter->weak_from_this());
     }
-    for (uint32_t slot = sends_.size(); slot-- > first;) {
-      free_send_slots_.push_back(slot);
-    }
+    return std::nullopt;
   }
   const uint32_t index = free_send_slots_.back();
   free_send_slots_.pop_back();

@@ -189,6 +189,8 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
  private:
   Status Open();
   Status GrowReceives();
+  // One more chunk of send-staging slots, all free.
+  Status GrowSendSlots();
   // Receive buffers neither lent nor kept for those being re-posted.
   uint32_t Spare() const;
   void Repost(uint32_t slot);

@@ -32,20 +32,25 @@ void GrantCharge::Release() {
   granted_bytes.fetch_sub(std::exchange(bytes_, 0), std::memory_order_relaxed);
 }
 
-Buffer ZeroedGrantBlock(size_t size) {
-  if (size >= kLargeBlockMin) return LargeBlock(size, BlockFill::kZeroed);
-  auto* block = new (std::nothrow) std::byte[std::max<size_t>(size, 1)]();
+namespace {
+
+// A large block, or a heap block below kLargeBlockMin; empty when memory is
+// exhausted.
+Buffer Block(size_t size, BlockFill fill) {
+  if (size >= kLargeBlockMin) return LargeBlock(size, fill);
+  const size_t bytes = std::max<size_t>(size, 1);
+  auto* block = fill == BlockFill::kZeroed
+                    ? new (std::nothrow) std::byte[bytes]()
+                    : new (std::nothrow) std::byte[bytes];
   if (block == nullptr) return Buffer();
   return Buffer(
       block, size, [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
 }
 
-Buffer FrameBlock(size_t size) {
-  if (size >= kLargeBlockMin) return LargeBlock(size, BlockFill::kAnything);
-  auto* block = new (std::nothrow) std::byte[std::max<size_t>(size, 1)];
-  if (block == nullptr) return Buffer();
-  return Buffer(
-      block, size, [](void*, std::byte* b) noexcept { delete[] b; }, nullptr);
-}
+}  // namespace
+
+Buffer ZeroedGrantBlock(size_t size) { return Block(size, BlockFill::kZeroed); }
+
+Buffer FrameBlock(size_t size) { return Block(size, BlockFill::kAnything); }
 
 }  // namespace rdmarpc::transport::rdma

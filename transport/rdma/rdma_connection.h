@@ -155,10 +155,10 @@ class RdmaConnection final
     GrantCharge charge;  // For the block's bytes.
     // Granted in segments (protocol.h): `block` holds the open segment, and
     // landed segments are copied into `assembled` (the whole frame, not
-    // registered) at `landed`; `covered` counts the bytes granted so far.
+    // registered); `covered` counts the bytes granted so far, the open
+    // segment's last.
     bool segmented = false;
     Buffer assembled;
-    uint64_t landed = 0;
     uint64_t covered = 0;
     uint64_t Total() const {
       return uint64_t{rts.header_size} + rts.payload_size;

@@ -338,15 +338,15 @@ void RdmaConnection::OnInvalidated() {
 }
 
 bool RdmaConnection::SegmentLanded(IncomingTransfer& transfer) {
+  // The open segment is the last `size` bytes covered.
   const size_t size = transfer.block.size();
   if (size > 0) {
-    std::memcpy(transfer.assembled.data() + transfer.landed,
+    std::memcpy(transfer.assembled.data() + (transfer.covered - size),
                 transfer.block.data(), size);
   }
-  transfer.landed += size;
   transfer.block = Buffer();  // A pool block goes back (zeroed).
   Bump(stats_.segments_received);
-  if (transfer.landed < transfer.Total()) {
+  if (transfer.covered < transfer.Total()) {
     transfer.granted = false;  // Its next segment is granted next.
     transfer.pool_region = nullptr;
     transfer.window_bound = false;
@@ -493,31 +493,24 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   wr.num_sge = count;
   wr.wr.rdma.remote_addr = transfer.grant.addr + transfer.remote_offset;
   wr.wr.rdma.rkey = transfer.grant.rkey;
+  wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  if (last) {  // The immediate takes one of the peer's receives.
+    wr.imm_data = htonl(transfer.id);
+    --credits_;
+  }
   if (final) {
     wr.wr_id = WrId(kWriteTag, seq);
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.imm_data = htonl(transfer.id);
     wr.send_flags = IBV_SEND_SIGNALED;  // Its completion frees the buffers.
     unsignaled_ = 0;
-    --credits_;
     transfer.last_seq = seq;
-  } else if (last) {  // A segment's: the receiver copies it, grants more.
-    wr.wr_id = WrId(kSendTag, seq);
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.imm_data = htonl(transfer.id);
-    if (chunk || ++unsignaled_ >= tunables::kRdmaSignalEvery) {
-      wr.send_flags = IBV_SEND_SIGNALED;
-      unsignaled_ = 0;
-    }
-    --credits_;
-    Bump(stats_.segments_sent);
   } else {
     wr.wr_id = WrId(kSendTag, seq);
-    wr.opcode = IBV_WR_RDMA_WRITE;
     if (chunk || ++unsignaled_ >= tunables::kRdmaSignalEvery) {
       wr.send_flags = IBV_SEND_SIGNALED;  // A chunk is free once it is done.
       unsignaled_ = 0;
     }
+    // A segment's last: the receiver copies it and grants the next.
+    if (last) Bump(stats_.segments_sent);
   }
   send_wrs_.push_back(wr);
   transfer.remote_offset += write.length;
