@@ -77,6 +77,12 @@ class Buffer {
   }
   void Truncate(size_t n) noexcept { size_ = n < size_ ? n : size_; }
 
+  // Cuts the window in two without copying: returns its first `n` bytes
+  // (`n` at most size()) as a Buffer of their own and keeps the rest. The
+  // block is released once both are gone. Costs one small allocation when
+  // the block has a release hook (a shared count); none for a borrowed one.
+  Buffer Split(size_t n);
+
   // Releases the block now; the Buffer becomes empty. Always inline: the hot
   // path destroys and moves many empty Buffers, and GCC's heuristics stopped
   // inlining it into TcpConnection::Send after unrelated changes there

@@ -18,6 +18,7 @@ enum Field : uint32_t {
   kPayloadSizeField = 8,
   kOutOfBandField = 9,
   kMethodIdField = 10,
+  kAttachmentSizeField = 11,
 };
 enum WireType : uint32_t {
   kVarint = 0,
@@ -220,7 +221,8 @@ size_t CallHeader::EncodedSize() const {
          VarintFieldSize(kStatusCodeField, Int32Bits(status_code_)) +
          BytesFieldSize(kStatusMessageField, status_message_) +
          VarintFieldSize(kPayloadSizeField, payload_size_) +
-         Fixed64FieldSize(kMethodIdField, method_id_);
+         Fixed64FieldSize(kMethodIdField, method_id_) +
+         VarintFieldSize(kAttachmentSizeField, attachment_size_);
 }
 
 std::byte* CallHeader::Encode(std::byte* out) const {
@@ -232,7 +234,8 @@ std::byte* CallHeader::Encode(std::byte* out) const {
   out = PutVarintField(out, kStatusCodeField, Int32Bits(status_code_));
   out = PutBytesField(out, kStatusMessageField, status_message_);
   out = PutVarintField(out, kPayloadSizeField, payload_size_);
-  return PutFixed64Field(out, kMethodIdField, method_id_);
+  out = PutFixed64Field(out, kMethodIdField, method_id_);
+  return PutVarintField(out, kAttachmentSizeField, attachment_size_);
 }
 
 // Encode's own output: each field at most once, in field order, nothing
@@ -267,6 +270,10 @@ bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
     return false;
   }
   if (in.Take(Tag(kMethodIdField, kFixed64)) && !in.Fixed64(method_id_)) {
+    return false;
+  }
+  if (in.Take(Tag(kAttachmentSizeField, kVarint)) &&
+      !in.Varint(attachment_size_)) {
     return false;
   }
   return in.done();
@@ -329,6 +336,9 @@ std::optional<CallHeader> CallHeader::DecodeAny(
         break;
       case kPayloadSizeField:
         if (varint) header.payload_size_ = value;
+        break;
+      case kAttachmentSizeField:
+        if (varint) header.attachment_size_ = value;
         break;
       case kOutOfBandField:
         if (!varint) ++header.out_of_band_count_;

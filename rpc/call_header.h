@@ -31,6 +31,8 @@ class CallHeader {
   int32_t status_code() const { return status_code_; }
   std::string_view status_message() const { return status_message_; }
   uint64_t payload_size() const { return payload_size_; }
+  // How many of the payload's bytes, at its end, are the attachment.
+  uint64_t attachment_size() const { return attachment_size_; }
   // Entries of the reserved out_of_band field seen when decoding.
   uint32_t out_of_band_count() const { return out_of_band_count_; }
 
@@ -70,16 +72,20 @@ class CallHeader {
     payload_size_ = n;
     return *this;
   }
+  CallHeader& set_attachment_size(uint64_t n) {
+    attachment_size_ = n;
+    return *this;
+  }
 
   // Bytes Encode writes.
   size_t EncodedSize() const;
   // At least EncodedSize(), and cheaper to compute: every varint counted at
   // its longest.
   size_t MaxEncodedSize() const {
-    // Nine one-byte tags, five varint fields of at most 10 bytes, a fixed64,
+    // Ten one-byte tags, six varint fields of at most 10 bytes, a fixed64,
     // and three strings with their lengths.
     constexpr size_t kMaxVarint = 10;
-    return 9 + 5 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
+    return 10 + 6 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
            method_.size() + status_message_.size();
   }
   // Writes EncodedSize() bytes (proto3: fields at their default omitted);
@@ -108,6 +114,7 @@ class CallHeader {
   uint64_t payload_size_ = 0;
   uint32_t out_of_band_count_ = 0;
   uint64_t method_id_ = 0;
+  uint64_t attachment_size_ = 0;
 };
 
 }  // namespace rdmarpc::rpc

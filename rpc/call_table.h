@@ -18,11 +18,14 @@
 #include "base/status.h"
 #include "base/unique_function.h"
 #include "rpc/call_options.h"
+#include "rpc/payload.h"
 
 namespace rdmarpc::rpc {
 
-// Move-only, so an Asio completion handler can be wrapped without a copy.
-using ResponseCallback = UniqueFunction<void(const Status&, Buffer response)>;
+// Move-only, so an Asio completion handler can be wrapped without a copy. A
+// callable taking (const Status&, Buffer) fits too: it gets the message, and
+// the attachment is released (rpc/payload.h).
+using ResponseCallback = UniqueFunction<void(const Status&, Payload response)>;
 
 class CallTable {
  public:

@@ -38,7 +38,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // Names the method by `method_id` if it is not 0 (the names are then
   // empty), else by the names.
   CallId StartCall(std::string_view service, std::string_view method,
-                   uint64_t method_id, Buffer request,
+                   uint64_t method_id, Payload request,
                    const CallOptions& call_options, ResponseCallback done);
   void Cancel(CallId id);
   // Fails every call with `why` and drops the connection.
@@ -62,7 +62,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // Runs a user callback; an exception it throws is logged, not propagated
   // into the transport (where it would stall the connection).
   static void Invoke(ResponseCallback& done, const Status& status,
-                     Buffer response) {
+                     Payload response) {
     try {
       done(status, std::move(response));
     } catch (const std::exception& e) {
@@ -71,7 +71,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   }
 
  private:
-  void Complete(ResponseCallback done, const Status& status, Buffer response) {
+  void Complete(ResponseCallback done, const Status& status, Payload response) {
     asio::post(context_, [done = std::move(done), status,
                           response = std::move(response)]() mutable {
       Invoke(done, status, std::move(response));
@@ -119,7 +119,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
 
 Channel::CallId Channel::Impl::StartCall(std::string_view service,
                                          std::string_view method,
-                                         uint64_t method_id, Buffer request,
+                                         uint64_t method_id, Payload request,
                                          const CallOptions& call_options,
                                          ResponseCallback done) {
   RDMARPC_TRACE(0, "call");
@@ -405,7 +405,10 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
         " of " + std::to_string(options_.transport.max_payload_size));
   }
   RDMARPC_TRACE(0, "callback");
-  Invoke(done, status, status.ok() ? std::move(frame).TakePayload() : Buffer());
+  Invoke(done, status,
+         status.ok() ? SplitPayload(std::move(frame).TakePayload(),
+                                    header->attachment_size())
+                     : Payload());
 }
 
 void Channel::Impl::OnClose(const Status& reason) {
@@ -518,13 +521,13 @@ Channel::~Channel() {
 }
 
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,
-                              Buffer request, const CallOptions& options,
+                              Payload request, const CallOptions& options,
                               ResponseCallback done) {
   return impl_->StartCall(service, method, 0, std::move(request), options,
                           std::move(done));
 }
 
-Channel::CallId Channel::Call(const MethodRef& method, Buffer request,
+Channel::CallId Channel::Call(const MethodRef& method, Payload request,
                               const CallOptions& options,
                               ResponseCallback done) {
   return impl_->StartCall({}, {}, method.id(), std::move(request), options,

@@ -11,6 +11,13 @@
 //                rpc::CallOptions::WithTimeout(100ms),
 //                [](const Status& status, Buffer response) { ... });
 //
+// A call with an attachment (rpc/payload.h) passes a Payload, and a callback
+// that takes a Payload gets the response's attachment too:
+//   channel.Call(kPut, rpc::Payload(std::move(message), std::move(bulk)),
+//                options, [](const Status& status, rpc::Payload response) {
+//                  ... response.message, response.attachment ...
+//                });
+//
 // Every callback runs exactly once, on the channel's event loop thread;
 // calls still outstanding when the Channel is destroyed complete CANCELLED on
 // the destroying thread instead (from inside one of the channel's own
@@ -76,12 +83,13 @@ class Channel {
   // Starts a call; callable from any thread. `done` gets the status and, when
   // it is OK, the response payload. The request names the method by its id
   // (rpc/method_ref.h): fewer bytes on the wire than the names.
-  CallId Call(const MethodRef& method, Buffer request,
+  CallId Call(const MethodRef& method, Payload request,
               const CallOptions& options, ResponseCallback done);
   // The same, naming the method by service and method names: for callers
   // that learn them at run time, and for a server's errors to name them.
-  CallId Call(std::string_view service, std::string_view method, Buffer request,
-              const CallOptions& options, ResponseCallback done);
+  CallId Call(std::string_view service, std::string_view method,
+              Payload request, const CallOptions& options,
+              ResponseCallback done);
 
   // Completes the call with CANCELLED (if it has not completed yet) and tells
   // the server to stop working on it.

@@ -18,6 +18,7 @@
 #include "base/buffer.h"
 #include "base/status.h"
 #include "rpc/call_options.h"
+#include "rpc/payload.h"
 
 namespace rdmarpc::rpc {
 
@@ -30,7 +31,7 @@ class ServerCall {
   // registry of services).
   ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
              const std::string& service, const std::string& method,
-             Buffer request, std::optional<Clock::time_point> deadline,
+             Payload request, std::optional<Clock::time_point> deadline,
              MethodMetrics* metrics = nullptr);
   ~ServerCall();
   ServerCall(const ServerCall&) = delete;
@@ -38,7 +39,13 @@ class ServerCall {
 
   const std::string& service() const { return *service_; }
   const std::string& method() const { return *method_; }
+  // The request's message. With an attachment, a window on the same block
+  // as it (rpc/payload.h).
   const Buffer& request() const { return request_; }
+  // The request's attachment; empty if it has none. The handler may take it
+  // to keep its bytes beyond the call (into a store, say) without a copy.
+  const Buffer& request_attachment() const { return request_attachment_; }
+  Buffer TakeRequestAttachment() { return std::move(request_attachment_); }
   // When the client stops waiting, if it set a deadline.
   std::optional<Clock::time_point> deadline() const { return deadline_; }
 
@@ -51,8 +58,9 @@ class ServerCall {
   void OnCancel(std::function<void()> on_cancel);
 
   // Sends the response (only when `status` is OK) or the error status. The
-  // first call counts; later ones are logged and ignored.
-  void Finish(const Status& status, Buffer response = Buffer());
+  // first call counts; later ones are logged and ignored. A Buffer is a
+  // response without an attachment.
+  void Finish(const Status& status, Payload response = Payload());
 
  private:
   friend class ServerSession;
@@ -62,7 +70,9 @@ class ServerCall {
   const uint64_t id_;
   const std::string* const service_;
   const std::string* const method_;
+  const uint64_t request_size_;  // Message and attachment.
   const Buffer request_;
+  Buffer request_attachment_;
   const std::optional<Clock::time_point> deadline_;
   MethodMetrics* const metrics_;  // Lives in the server's core.
   // For the metrics' latency only: a clock read is not free everywhere

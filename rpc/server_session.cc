@@ -15,14 +15,16 @@ namespace rdmarpc::rpc {
 
 ServerCall::ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
                        const std::string& service, const std::string& method,
-                       Buffer request,
+                       Payload request,
                        std::optional<Clock::time_point> deadline,
                        MethodMetrics* metrics)
     : session_(std::move(session)),
       id_(id),
       service_(&service),
       method_(&method),
-      request_(std::move(request)),
+      request_size_(request.size()),
+      request_(std::move(request.message)),
+      request_attachment_(std::move(request.attachment)),
       deadline_(deadline),
       metrics_(metrics) {}
 
@@ -66,7 +68,7 @@ void ServerCall::MarkCancelled() {
   }
 }
 
-void ServerCall::Finish(const Status& status, Buffer response) {
+void ServerCall::Finish(const Status& status, Payload response) {
   if (finished_.exchange(true)) {
     Log().error("{}/{}: call {} finished twice; ignoring {}", *service_,
                 *method_, id_, status.ToString());
@@ -161,7 +163,9 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   // Pooled: no heap allocation per call in steady state.
   auto call = std::allocate_shared<ServerCall>(
       PoolAllocator<ServerCall>(), shared_from_this(), id, *entry.service,
-      *entry.method, std::move(frame).TakePayload(), deadline, metrics);
+      *entry.method,
+      SplitPayload(std::move(frame).TakePayload(), header.attachment_size()),
+      deadline, metrics);
   // Only this thread enters calls in live_, and a call not entered has
   // finished or is this one. So with live_ empty no other call is in flight:
   // none can hold this id, and the limit is not reached. No lock.
@@ -260,7 +264,7 @@ MethodEntry* ServerSession::ResolveMethod(const CallHeader& header) {
 }
 
 void ServerSession::Complete(ServerCall& call, const Status& status,
-                             Buffer response) {
+                             Payload response) {
   RDMARPC_TRACE(1, "complete");
   uint8_t state = ServerCall::kNotYet;
   if (!call.tracking_.compare_exchange_strong(state, ServerCall::kNever)) {
@@ -271,7 +275,7 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
   const StatusCode sent = Send(call, status, std::move(response));
   if (call.metrics_ != nullptr) {
     const auto elapsed = Clock::now() - call.started_;
-    call.metrics_->Record(sent, elapsed, call.request_.size(),
+    call.metrics_->Record(sent, elapsed, call.request_size_,
                           sent == StatusCode::kOk ? response_size : 0);
     if (Log().should_log(spdlog::level::debug)) {
       Log().debug("{}: call {} {}/{} finished {} in {} us", connection_->peer(),
@@ -286,7 +290,7 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
 }
 
 StatusCode ServerSession::Send(ServerCall& call, const Status& status,
-                               Buffer response) {
+                               Payload response) {
   if (call.IsCancelled()) {
     core_->responses_dropped++;
     Log().debug("{}: dropping response to cancelled call {}",

@@ -95,11 +95,11 @@ class ServerSession final : public transport::ConnectionObserver,
   void OnClose(const Status& reason) override;
 
   // Called by ServerCall::Finish.
-  void Complete(ServerCall& call, const Status& status, Buffer response);
+  void Complete(ServerCall& call, const Status& status, Payload response);
 
  private:
   // Returns the status the client gets (CANCELLED when it stopped waiting).
-  StatusCode Send(ServerCall& call, const Status& status, Buffer response);
+  StatusCode Send(ServerCall& call, const Status& status, Payload response);
   void Reply(uint64_t id, const Status& status);
   void ProtocolError(const Status& error);
   // RESOURCE_EXHAUSTED (logged once) when max_calls_per_connection calls

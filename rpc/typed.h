@@ -12,6 +12,11 @@
 //   - asio::use_awaitable:   auto [status, response] = co_await ...;
 // The handler runs on its associated executor (a coroutine's own), or on
 // the channel's event loop when it has none.
+//
+// Attachments (rpc/payload.h): a handler reads the request's with
+// request_attachment() and sends one with set_response_attachment(); a
+// client passes a ClientContext (rpc/client_context.h) to the stub's
+// overload that takes one.
 #ifndef RDMARPC_RPC_TYPED_H_
 #define RDMARPC_RPC_TYPED_H_
 
@@ -30,6 +35,8 @@
 #include "base/buffer.h"
 #include "base/status.h"
 #include "rpc/channel.h"
+#include "rpc/client_context.h"
+#include "rpc/payload.h"
 #include "rpc/server_call.h"
 #include "rpc/service.h"
 
@@ -55,12 +62,27 @@ class TypedCall {
     return call_->deadline();
   }
   bool IsCancelled() const { return call_->IsCancelled(); }
+  // The generic call underneath: the method's names, the request's bytes.
+  const ServerCall& server_call() const { return *call_; }
   void OnCancel(std::function<void()> on_cancel) {
     call_->OnCancel(std::move(on_cancel));
   }
-  // Sends response() when `status` is OK, else the error alone.
+  // The request's attachment; empty if it has none. Take it to keep its
+  // bytes beyond the call without a copy.
+  const Buffer& request_attachment() const {
+    return call_->request_attachment();
+  }
+  Buffer TakeRequestAttachment() { return call_->TakeRequestAttachment(); }
+  // Sent beside response() by a Finish that is OK.
+  void set_response_attachment(Buffer attachment) {
+    response_attachment_ = std::move(attachment);
+  }
+  // Sends response() (and the attachment) when `status` is OK, else the
+  // error alone.
   void Finish(const Status& status = Status()) {
-    call_->Finish(status, status.ok() ? SerializeMessage(response_) : Buffer());
+    if (!status.ok()) return call_->Finish(status);
+    call_->Finish(status, Payload(SerializeMessage(response_),
+                                  std::move(response_attachment_)));
   }
 
  private:
@@ -70,6 +92,7 @@ class TypedCall {
   std::shared_ptr<ServerCall> call_;
   Request request_;
   Response response_;
+  Buffer response_attachment_;
 };
 
 // A generic handler that parses the request and hands a TypedCall to
@@ -89,6 +112,66 @@ MethodHandler MakeUnaryHandler(F handle) {
 // unless the message names them already. Other statuses pass unchanged.
 Status NameMethodInError(const MethodRef& method, Status status);
 
+namespace internal {
+
+struct ClientContextAccess {
+  static Buffer& request_attachment(ClientContext& context) {
+    return context.request_attachment_;
+  }
+  static Buffer& response_attachment(ClientContext& context) {
+    return context.response_attachment_;
+  }
+};
+
+// The unary call behind both AsyncUnaryCall overloads. `response_attachment`,
+// unless null, receives the response's attachment before the completion
+// handler is dispatched.
+template <typename Response, typename CompletionToken>
+auto StartUnaryCall(Channel& channel, const MethodRef& method,
+                    const google::protobuf::MessageLite& request,
+                    const CallOptions& options, Buffer request_attachment,
+                    Buffer* response_attachment, CompletionToken&& token) {
+  // `options` by value: use_awaitable initiates later, at the co_await.
+  auto initiate = [&channel, &method, options, response_attachment](
+                      auto handler, Payload payload) {
+    // Keeps the handler's executor (e.g. a coroutine's io_context) busy
+    // until the call completes, so its run() does not return early.
+    auto executor = boost::asio::prefer(
+        boost::asio::get_associated_executor(handler, channel.executor()),
+        boost::asio::execution::outstanding_work.tracked);
+    channel.Call(method, std::move(payload), options,
+                 [handler = std::move(handler), executor = std::move(executor),
+                  named = &method, response_attachment](
+                     const Status& status, Payload payload) mutable {
+                   Response response;
+                   Status result = status;
+                   if (!result.ok()) {
+                     result = NameMethodInError(*named, std::move(result));
+                   } else {
+                     result = ParseMessage(payload.message, response);
+                     // Not the response type: a server bug, INTERNAL as in
+                     // gRPC.
+                     if (!result.ok()) {
+                       result = Status(StatusCode::kInternal, result.message());
+                     }
+                   }
+                   if (response_attachment != nullptr && result.ok()) {
+                     *response_attachment = std::move(payload.attachment);
+                   }
+                   boost::asio::dispatch(
+                       executor, [handler = std::move(handler), result,
+                                  response = std::move(response)]() mutable {
+                         std::move(handler)(result, std::move(response));
+                       });
+                 });
+  };
+  return boost::asio::async_initiate<CompletionToken, void(Status, Response)>(
+      std::move(initiate), token,
+      Payload(SerializeMessage(request), std::move(request_attachment)));
+}
+
+}  // namespace internal
+
 // Calls `method` (by its id: rpc/method_ref.h) with `request`. Generated
 // stubs call this with their static MethodRefs: `method` must outlive the
 // call.
@@ -96,38 +179,24 @@ template <typename Response, typename CompletionToken>
 auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
                     const google::protobuf::MessageLite& request,
                     const CallOptions& options, CompletionToken&& token) {
-  // `options` by value: use_awaitable initiates later, at the co_await.
-  auto initiate = [&channel, &method, options](auto handler, Buffer bytes) {
-    // Keeps the handler's executor (e.g. a coroutine's io_context) busy
-    // until the call completes, so its run() does not return early.
-    auto executor = boost::asio::prefer(
-        boost::asio::get_associated_executor(handler, channel.executor()),
-        boost::asio::execution::outstanding_work.tracked);
-    channel.Call(
-        method, std::move(bytes), options,
-        [handler = std::move(handler), executor = std::move(executor),
-         named = &method](const Status& status, Buffer payload) mutable {
-          Response response;
-          Status result = status;
-          if (!result.ok()) {
-            result = NameMethodInError(*named, std::move(result));
-          } else {
-            result = ParseMessage(payload, response);
-            // Not the response type: a server bug, INTERNAL as in
-            // gRPC.
-            if (!result.ok()) {
-              result = Status(StatusCode::kInternal, result.message());
-            }
-          }
-          boost::asio::dispatch(
-              executor, [handler = std::move(handler), result,
-                         response = std::move(response)]() mutable {
-                std::move(handler)(result, std::move(response));
-              });
-        });
-  };
-  return boost::asio::async_initiate<CompletionToken, void(Status, Response)>(
-      std::move(initiate), token, SerializeMessage(request));
+  return internal::StartUnaryCall<Response>(
+      channel, method, request, options, Buffer(), nullptr,
+      std::forward<CompletionToken>(token));
+}
+
+// The same with a ClientContext: its request attachment goes with the call,
+// and the response's lands in it. `context` must outlive the call.
+template <typename Response, typename CompletionToken>
+auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
+                    const google::protobuf::MessageLite& request,
+                    ClientContext& context, CompletionToken&& token) {
+  using Access = internal::ClientContextAccess;
+  Buffer& response_attachment = Access::response_attachment(context);
+  response_attachment.Reset();
+  return internal::StartUnaryCall<Response>(
+      channel, method, request, context.options,
+      std::move(Access::request_attachment(context)), &response_attachment,
+      std::forward<CompletionToken>(token));
 }
 
 }  // namespace rdmarpc::rpc

@@ -9,21 +9,23 @@
 #include "base/buffer.h"
 #include "base/status_or.h"
 #include "rpc/call_header.h"
+#include "rpc/payload.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
 
 // A request names its method by `method_id` (rpc/method_ref.h; service
 // and method empty) or, with `method_id` 0, by service and method. The
-// header carries what is set: empty names and a 0 id are not encoded.
+// header carries what is set: empty names and a 0 id are not encoded. The
+// frame's payload is the message, then the attachment.
 transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
                                           std::string_view service,
                                           std::string_view method,
                                           uint64_t method_id,
-                                          uint64_t timeout_us, Buffer request);
+                                          uint64_t timeout_us, Payload request);
 transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            const Status& status,
-                                           Buffer response);
+                                           Payload response);
 transport::OutgoingFrame MakeCancelFrame(uint64_t call_id);
 
 // Parses and validates a received frame's header; its strings are views

@@ -52,7 +52,8 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
         .set_status_code(static_cast<int32_t>(RandomNumber(random)))
         .set_status_message(message)
         .set_payload_size(RandomNumber(random))
-        .set_method_id(RandomNumber(random));
+        .set_method_id(RandomNumber(random))
+        .set_attachment_size(RandomNumber(random));
     // The bound senders size their space by holds every header.
     REQUIRE(ours.MaxEncodedSize() >= ours.EncodedSize());
     std::string encoded(ours.MaxEncodedSize(), '\0');
@@ -71,6 +72,7 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     CHECK(theirs.status_message() == message);
     CHECK(theirs.payload_size() == ours.payload_size());
     CHECK(theirs.method_id() == ours.method_id());
+    CHECK(theirs.attachment_size() == ours.attachment_size());
     // Byte for byte what protobuf writes.
     REQUIRE(theirs.SerializeAsString() == encoded);
 
@@ -85,6 +87,7 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     CHECK(decoded->status_message() == message);
     CHECK(decoded->payload_size() == ours.payload_size());
     CHECK(decoded->method_id() == ours.method_id());
+    CHECK(decoded->attachment_size() == ours.attachment_size());
   }
 }
 
@@ -108,7 +111,7 @@ TEST_CASE("call header: what protobuf writes (unknown fields too) decodes") {
   // An unknown field of every wire type, as a newer peer might send.
   std::string bytes = theirs.SerializeAsString();
   bytes += std::string("\x50\x01", 2);  // 10 (method_id) as a varint: unknown
-  bytes += std::string("\x59", 1) + std::string(8, 'x');  // 11: fixed64
+  bytes += std::string("\x59", 1) + std::string(8, 'x');  // 11 as a fixed64
   bytes += std::string("\x62\x02hi", 4);                  // 12: bytes
   bytes += std::string("\x6d", 1) + std::string(4, 'y');  // 13: fixed32
   REQUIRE(wire::CallHeader().ParseFromString(bytes));
@@ -120,6 +123,7 @@ TEST_CASE("call header: what protobuf writes (unknown fields too) decodes") {
   CHECK(ours->status_message() == "no");
   CHECK(ours->out_of_band_count() == 1);
   CHECK(ours->method_id() == 0);
+  CHECK(ours->attachment_size() == 0);
 }
 
 // Decode reads rdmarpc's own field order on a fast path; any other order,
@@ -131,7 +135,7 @@ TEST_CASE(
     std::vector<std::string> fields;
     for (int f = 0, n = static_cast<int>(random() % 10); f < n; ++f) {
       wire::CallHeader one;  // One field set: its bytes are that field's.
-      switch (random() % 9) {
+      switch (random() % 10) {
         case 0:
           one.set_kind(static_cast<wire::CallHeader::Kind>(random() % 4));
           break;
@@ -156,6 +160,9 @@ TEST_CASE(
         case 7:
           one.set_method_id(RandomNumber(random) | 1);
           break;
+        case 8:
+          one.set_attachment_size(RandomNumber(random) | 1);
+          break;
         default:
           one.set_payload_size(RandomNumber(random) | 1);
           break;
@@ -179,6 +186,7 @@ TEST_CASE(
     CHECK(ours->status_message() == theirs.status_message());
     CHECK(ours->payload_size() == theirs.payload_size());
     CHECK(ours->method_id() == theirs.method_id());
+    CHECK(ours->attachment_size() == theirs.attachment_size());
   }
 }
 

@@ -813,6 +813,32 @@ TEST_CASE(
   CHECK(WaitFor([&] { return server.cancels_observed() == 1; }));
 }
 
+TEST_CASE("malformed: an attachment larger than the payload") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  RawPeer peer(server.uri);
+  rpc::CallHeader header;
+  header.set_kind(rpc::CallHeader::kRequest)
+      .set_call_id(4)
+      .set_service("test.Test")
+      .set_method("Echo")
+      .set_payload_size(2)
+      .set_attachment_size(3);
+  transport::OutgoingFrame frame;
+  std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
+  frame.header.Commit(header.Encode(out) - out);
+  frame.AddPayload(Buffer::CopyOf(std::string_view("ok")));
+  LogCapture log;
+  peer.Write(WireBytes(frame));
+  CHECK(peer.ReadError() == boost::asio::error::eof);
+  CHECK(server.stats().protocol_errors == 1);
+  CHECK(server.calls_started() == 0);
+  CHECK(server.Logged(log, "the attachment is 3 of the payload's 2 bytes",
+                      spdlog::level::warn));
+}
+
 TEST_CASE("malformed: a request naming its method by id and by name") {
   if (transport::ParseUri(ListenUri())->scheme != "tcp") {
     SKIP("raw bytes need a TCP socket");

@@ -333,6 +333,7 @@ void HostServices(rpc::Server& server, TestService& service, unsigned hosts,
   server.RegisterService(&service);
   if (hosts & kHostCalculator) keep.push_back(MakeCalculator());
   if (hosts & kHostClock) keep.push_back(MakeClock());
+  if (hosts & kHostBlob) keep.push_back(MakeBlob());
   for (const auto& hosted : keep) server.RegisterService(hosted.get());
   if (hosts & kHostIntrospection) rpc::EnableIntrospection(server);
 }

@@ -4,7 +4,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <cstdint>
+#include <cstring>
 #include <future>
+#include <span>
 
 #include "rpc/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
@@ -20,7 +23,9 @@ using namespace std::chrono_literals;
 // the other host in the two-host suite.
 struct Fixture {
   testing::TestServer server{
-      {}, "", testing::kHostCalculator | testing::kHostClock};
+      {},
+      "",
+      testing::kHostCalculator | testing::kHostClock | testing::kHostBlob};
   std::shared_ptr<rpc::Channel> channel =
       std::make_shared<rpc::Channel>(server.uri);
 };
@@ -87,6 +92,130 @@ TEST_CASE("typed: use_awaitable completion in a C++20 coroutine") {
   REQUIRE(total.has_value());
   CHECK(*total == -3);
   CHECK(label == "now (seen)@1700000000");
+}
+
+// Bytes that differ at every offset, so a shifted or torn copy shows.
+Buffer Pattern(size_t size) {
+  Buffer buffer = Buffer::Allocate(size);
+  for (size_t i = 0; i < size; ++i) {
+    buffer.data()[i] = std::byte(static_cast<uint8_t>(i * 131 + i / 251));
+  }
+  return buffer;
+}
+
+uint64_t Fnv1a(std::span<const std::byte> bytes) {
+  uint64_t hash = 14695981039346656037u;
+  for (const std::byte b : bytes) {
+    hash = (hash ^ static_cast<uint8_t>(b)) * 1099511628211u;
+  }
+  return hash;
+}
+
+BlobInfo Labelled(const std::string& label) {
+  BlobInfo info;
+  info.set_label(label);
+  return info;
+}
+
+TEST_CASE("typed: attachments go both ways beside the messages, uncopied") {
+  Fixture f;
+  Blob::Stub stub(f.channel);
+  // Inline, a send slot, a grant, several grant blocks or segments.
+  for (const size_t size : {size_t{1}, size_t{200}, size_t{4096},
+                            size_t{(1 << 20) + 3}, size_t{6 << 20}}) {
+    CAPTURE(size);
+    const Buffer sent = Pattern(size);
+    rpc::ClientContext context(rpc::CallOptions::WithTimeout(60s));
+    context.set_request_attachment(Buffer::Borrow(sent.span()));
+    auto [status, seen] =
+        stub.async_Bounce(context, Labelled("blob"), asio::use_future).get();
+    REQUIRE(status.ok());
+    CHECK(seen.label() == "blob");
+    CHECK(seen.attachment_size() == size);
+    CHECK(seen.checksum() == Fnv1a(sent.span()));
+    // The handler's attachment is a window on the block the request landed
+    // in, right after the message: not a copy.
+    CHECK(seen.contiguous());
+    const Buffer& back = context.response_attachment();
+    REQUIRE(back.size() == size);
+    CHECK(std::memcmp(back.data(), sent.data(), size) == 0);
+  }
+}
+
+TEST_CASE("typed: a message alone, and an error, carry no attachment") {
+  Fixture f;
+  Blob::Stub stub(f.channel);
+  rpc::ClientContext context;
+  auto [plain, seen] =
+      stub.async_Bounce(context, Labelled("none"), asio::use_future).get();
+  REQUIRE(plain.ok());
+  CHECK(seen.attachment_size() == 0);
+  CHECK(context.response_attachment().empty());
+
+  // The handler set a response attachment, then failed the call.
+  const Buffer sent = Pattern(5000);
+  context.set_request_attachment(Buffer::Borrow(sent.span()));
+  auto [failed, ignored] =
+      stub.async_Bounce(context, Labelled("fail"), asio::use_future).get();
+  CHECK(failed.code() == StatusCode::kFailedPrecondition);
+  CHECK(context.response_attachment().empty());
+
+  // A context's options apply: a deadline already past.
+  rpc::ClientContext late(rpc::CallOptions::WithDeadline(rpc::Clock::now()));
+  auto [expired, nothing] =
+      stub.async_Bounce(late, Labelled("late"), asio::use_future).get();
+  CHECK(expired.code() == StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("typed: attachments in a coroutine") {
+  Fixture f;
+  Blob::Stub stub(f.channel);
+  asio::io_context io;
+  std::string result;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        rpc::ClientContext context;
+        context.set_request_attachment(Buffer::CopyOf(std::string_view("xy")));
+        auto [status, seen] = co_await stub.async_Bounce(
+            context, Labelled("co"), asio::use_awaitable);
+        if (status.ok()) {
+          result = seen.label() + ":" +
+                   std::string(context.TakeResponseAttachment().view());
+        }
+      },
+      asio::detached);
+  io.run();
+  CHECK(result == "co:xy");
+}
+
+// Through the generic Channel: a Payload callback sees the attachment, a
+// (Status, Buffer) one the message alone.
+TEST_CASE("generic: a Payload carries an attachment; a Buffer callback") {
+  Fixture f;
+  const std::string message = Labelled("raw").SerializeAsString();
+  std::promise<std::pair<std::string, std::string>> both;
+  f.channel->Call(Blob::kBounceMethod,
+                  rpc::Payload(Buffer::CopyOf(message), Buffer::CopyOf("tail")),
+                  {}, [&](const Status& status, rpc::Payload response) {
+                    REQUIRE(status.ok());
+                    both.set_value({std::string(response.message.view()),
+                                    std::string(response.attachment.view())});
+                  });
+  auto [reply, attachment] = both.get_future().get();
+  BlobInfo seen;
+  REQUIRE(seen.ParseFromString(reply));
+  CHECK(seen.attachment_size() == 4);
+  CHECK(attachment == "tail");
+
+  std::promise<std::string> alone;
+  f.channel->Call(Blob::kBounceMethod,
+                  rpc::Payload(Buffer::CopyOf(message), Buffer::CopyOf("tail")),
+                  {}, [&](const Status& status, Buffer response) {
+                    REQUIRE(status.ok());
+                    alone.set_value(std::string(response.view()));
+                  });
+  CHECK(alone.get_future().get() == reply);
 }
 
 TEST_CASE("typed: an unimplemented method answers UNIMPLEMENTED") {

@@ -1,6 +1,8 @@
 #include "tests/typed_services.h"
 
 #include <chrono>
+#include <cstdint>
+#include <span>
 #include <thread>
 
 #include "tests/proto/multi.rdmarpc.h"
@@ -9,10 +11,19 @@ namespace rdmarpc::testing {
 namespace {
 
 using rpc::TypedCall;
+using test::BlobInfo;
 using test::Number;
 using test::Pair;
 using test::Pair_Note;
 using test::Stamp;
+
+uint64_t Fnv1a(std::span<const std::byte> bytes) {
+  uint64_t hash = 14695981039346656037u;
+  for (const std::byte b : bytes) {
+    hash = (hash ^ static_cast<uint8_t>(b)) * 1099511628211u;
+  }
+  return hash;
+}
 
 class CalculatorImpl : public test::Calculator::Service {
  public:
@@ -51,7 +62,31 @@ class ClockImpl : public test::Clock::Service {
   }
 };
 
+class BlobImpl : public test::Blob::Service {
+ public:
+  void Bounce(std::shared_ptr<TypedCall<BlobInfo, BlobInfo>> call) override {
+    const Buffer& attachment = call->request_attachment();
+    BlobInfo& seen = call->response();
+    seen.set_label(call->request().label());
+    seen.set_attachment_size(attachment.size());
+    seen.set_checksum(Fnv1a(attachment.span()));
+    seen.set_contiguous(!attachment.empty() &&
+                        call->server_call().request().data() +
+                                call->server_call().request().size() ==
+                            attachment.data());
+    call->set_response_attachment(call->TakeRequestAttachment());
+    if (call->request().label() == "fail") {
+      return call->Finish(Status(StatusCode::kFailedPrecondition, "fail"));
+    }
+    call->Finish();
+  }
+};
+
 }  // namespace
+
+std::unique_ptr<rpc::Service> MakeBlob() {
+  return std::make_unique<BlobImpl>();
+}
 
 std::unique_ptr<rpc::Service> MakeCalculator() {
   return std::make_unique<CalculatorImpl>();

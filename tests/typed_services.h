@@ -9,6 +9,8 @@
 //   Clock.Echo           the stamp, its label + " (seen)"
 //   Clock.Describe       "note: " + text; INVALID_ARGUMENT "note text is
 //                        empty" when the text is empty
+//   Blob.Bounce          the request's attachment back, and what it saw
+//                        of it; FAILED_PRECONDITION for the label "fail"
 #ifndef RDMARPC_TESTS_TYPED_SERVICES_H_
 #define RDMARPC_TESTS_TYPED_SERVICES_H_
 
@@ -20,6 +22,7 @@ namespace rdmarpc::testing {
 
 std::unique_ptr<rpc::Service> MakeCalculator();
 std::unique_ptr<rpc::Service> MakeClock();
+std::unique_ptr<rpc::Service> MakeBlob();
 
 }  // namespace rdmarpc::testing
 

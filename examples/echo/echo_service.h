@@ -1,4 +1,5 @@
-// The echo example's service: returns the request's payload.
+// The echo example's service: returns the request's payload, and its
+// attachment (rpc/payload.h) as the response's, neither copied.
 #ifndef RDMARPC_EXAMPLES_ECHO_ECHO_SERVICE_H_
 #define RDMARPC_EXAMPLES_ECHO_ECHO_SERVICE_H_
 
@@ -12,6 +13,7 @@ class EchoImpl final : public Echo::Service {
       std::shared_ptr<rpc::TypedCall<EchoRequest, EchoReply>> call) override {
     *call->response().mutable_payload() =
         std::move(*call->mutable_request().mutable_payload());
+    call->set_response_attachment(call->TakeRequestAttachment());
     call->Finish();
   }
 };

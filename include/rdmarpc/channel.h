@@ -31,5 +31,6 @@
 #include "rpc/call_options.h"  // IWYU pragma: export
 #include "rpc/channel.h"       // IWYU pragma: export
 #include "rpc/method_ref.h"    // IWYU pragma: export
+#include "rpc/payload.h"       // IWYU pragma: export
 
 #endif  // RDMARPC_CHANNEL_H_

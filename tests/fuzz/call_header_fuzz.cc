@@ -21,7 +21,8 @@ bool SameFields(const CallHeader& a, const CallHeader& b) {
          a.status_code() == b.status_code() &&
          a.status_message() == b.status_message() &&
          a.payload_size() == b.payload_size() &&
-         a.method_id() == b.method_id();
+         a.method_id() == b.method_id() &&
+         a.attachment_size() == b.attachment_size();
 }
 
 }  // namespace
@@ -46,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(theirs.status_message() == ours->status_message());
     FUZZ_CHECK(theirs.payload_size() == ours->payload_size());
     FUZZ_CHECK(theirs.method_id() == ours->method_id());
+    FUZZ_CHECK(theirs.attachment_size() == ours->attachment_size());
   }
   std::string encoded(ours->MaxEncodedSize(), '\0');
   auto* const start = reinterpret_cast<std::byte*>(encoded.data());

@@ -152,6 +152,15 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
           "CompletionToken&& token) {\n"
           "  return async_$method$(request, ::rdmarpc::rpc::CallOptions{},\n"
           "      std::forward<CompletionToken>(token));\n"
+          "}\n"
+          "// With attachments: `context` (its options, its request\n"
+          "// attachment; the response's lands in it) must outlive the call.\n"
+          "template <typename CompletionToken>\n"
+          "auto async_$method$(::rdmarpc::rpc::ClientContext& context,\n"
+          "    const $request$& request, CompletionToken&& token) {\n"
+          "  return ::rdmarpc::rpc::AsyncUnaryCall<$response$>(\n"
+          "      *channel_, k$method$Method, request, context,\n"
+          "      std::forward<CompletionToken>(token));\n"
           "}\n\n");
     }
     p.Outdent();
