@@ -11,6 +11,8 @@
 //   rdmarpc::rpc::MethodRef        names a method ("pkg.Service", "Method")
 //                                  by a 64-bit id computed at compile time;
 //                                  generated classes have one per method.
+//   rdmarpc::rpc::Payload          a message and its attachment: bulk bytes
+//                                  sent beside it, never copied into it.
 //
 //   using namespace rdmarpc;
 //   auto channel = std::make_shared<rpc::Channel>("rdma://10.0.0.2:7000");

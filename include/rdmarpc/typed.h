@@ -3,10 +3,13 @@
 // yourself: the generated header does.
 //
 //   rdmarpc::rpc::TypedCall<Request, Response>   a typed ServerCall: request(),
-//                                                response(), Finish().
-//   Stub::async_Method(request, [options,] token) takes an Asio completion
-//   token with the signature void(rdmarpc::Status, Response): a callback,
-//   boost::asio::use_future, or boost::asio::use_awaitable (include
+//                                                response(), Finish(), and
+//                                                the attachments.
+//   rdmarpc::rpc::ClientContext                  a call's options and
+//                                                attachments, client side.
+//   Stub::async_Method([context,] request, [options,] token) takes an Asio
+//   completion token with the signature void(rdmarpc::Status, Response): a
+//   callback, boost::asio::use_future, or boost::asio::use_awaitable (include
 //   rdmarpc/awaitable.h).
 #ifndef RDMARPC_TYPED_H_
 #define RDMARPC_TYPED_H_
