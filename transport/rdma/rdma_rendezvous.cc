@@ -69,8 +69,8 @@ uint64_t RdmaConnection::GrantBudget(uint64_t length) {
   // registration failing. A grant that a free grant-pool block will take
   // pins nothing new.
   GrantPool* pool = PooledGrants();
-  const std::optional<uint64_t> lockable = LockedMemoryLimit();
-  if (lockable && !(pool && pool->HasFree(length))) {
+  if (pool && pool->HasFree(length)) return budget;
+  if (const std::optional<uint64_t> lockable = LockedMemoryLimit()) {
     const uint64_t registered = LiveRegisteredBytes();
     budget =
         std::min(budget, *lockable > registered ? *lockable - registered : 0);

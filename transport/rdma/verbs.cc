@@ -85,7 +85,7 @@ bool CanLockAnyMemory() {
 }
 }  // namespace
 
-std::optional<uint64_t> LockedMemoryLimit() {
+std::optional<uint64_t> LockedMemoryLimitNow() {
   rlimit limit{};
   if (CanLockAnyMemory() || getrlimit(RLIMIT_MEMLOCK, &limit) != 0 ||
       limit.rlim_cur == RLIM_INFINITY) {
@@ -94,8 +94,29 @@ std::optional<uint64_t> LockedMemoryLimit() {
   return limit.rlim_cur;
 }
 
+std::optional<uint64_t> LockedMemoryLimit() {
+  // Two system calls: read again at most once a second (a grant is planned
+  // on every large frame). The coarse clock is the kernel's tick, read from
+  // the vDSO without touching a hardware clock.
+  static std::atomic<int64_t> read_at_ns{INT64_MIN};
+  static std::atomic<uint64_t> cached{0};  // UINT64_MAX: no limit.
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  const int64_t now_ns = now.tv_sec * 1'000'000'000 + now.tv_nsec;
+  const int64_t then = read_at_ns.load(std::memory_order_acquire);
+  if (then != INT64_MIN && now_ns - then < 1'000'000'000) {
+    const uint64_t limit = cached.load(std::memory_order_relaxed);
+    if (limit == UINT64_MAX) return std::nullopt;
+    return limit;
+  }
+  const std::optional<uint64_t> limit = LockedMemoryLimitNow();
+  cached.store(limit.value_or(UINT64_MAX), std::memory_order_relaxed);
+  read_at_ns.store(now_ns, std::memory_order_release);
+  return limit;
+}
+
 Status RegistrationFailed(std::string_view what, size_t length, int error) {
-  const std::optional<uint64_t> limit = LockedMemoryLimit();
+  const std::optional<uint64_t> limit = LockedMemoryLimitNow();
   if ((error != ENOMEM && error != EAGAIN && error != EPERM) || !limit) {
     return ErrnoStatus(what, error);
   }

@@ -82,8 +82,10 @@ Status ChargePooledBytes(uint64_t bytes, uint64_t cap, std::string_view what);
 void UnchargePooledBytes(uint64_t bytes);
 
 // The bytes this process may register (pin), when it is limited: its
-// RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK or the limit is infinite.
+// RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK or the limit is infinite. Read
+// at most once a second; LockedMemoryLimitNow() reads it now.
 std::optional<uint64_t> LockedMemoryLimit();
+std::optional<uint64_t> LockedMemoryLimitNow();
 
 // "WHAT: strerror(errno)" as UNAVAILABLE.
 Status ErrnoStatus(std::string_view what, int error);
