@@ -170,6 +170,8 @@ ServerMetrics GetMetrics(const Server& server) {
     out->set_cq_polls(s.cq_polls);
     out->set_credits_lent(s.credits_lent);
     out->set_credits_withheld(s.credits_withheld);
+    out->set_credits_given_back(s.credits_given_back);
+    out->set_credits_taken_back(s.credits_taken_back);
   });
   RdmaResources* rdma = metrics.mutable_rdma();
   rdma->set_registrations(transport::rdma::RegistrationCalls());

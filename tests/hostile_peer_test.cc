@@ -864,6 +864,23 @@ TEST_CASE("hostile: more credits returned than the server ever used") {
   fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true, "credit");
 }
 
+TEST_CASE("hostile: more credits given back than it holds") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  // It holds the server's initial credits, less the one this SEND uses.
+  ControlMessage give_back;
+  give_back.kind = ControlKind::kGiveBack;
+  give_back.length = tunables::kRdmaInitialCredits;
+  const std::string sent =
+      peer.PostSendFrame(FrameType::kControl, AsBytes(give_back), {});
+  INFO("the SEND: " << sent);
+  CHECK((sent == kSuccess || sent == kClosedFirst));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
+                               "gave back 3 credits while holding 2");
+}
+
 // The server's receives are a queue shared by all its peers: a peer that
 // sends beyond the credits it was lent takes receives held for others. The
 // server closes it at the first such message.

@@ -69,8 +69,11 @@ struct Pair {
   explicit Pair(PollMode mode,
                 uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes,
                 std::shared_ptr<ConnectionObserver> server_observer = nullptr,
-                bool pooled_grants = true) {
+                bool pooled_grants = true,
+                std::chrono::milliseconds keepalive_interval =
+                    tunables::kKeepaliveInterval) {
     options.poll_mode = mode;
+    options.keepalive_interval = keepalive_interval;
     options.max_grant_bytes = max_grant_bytes;
     options.rdma_pooled_grants = pooled_grants;
     // (Members: see the note on the loops below.)
@@ -298,6 +301,36 @@ TEST_CASE("rdma: a busy peer is lent more credits") {
   CHECK(lent >= 8);
   CHECK(lent <= tunables::kRdmaReceiveDepth - tunables::kRdmaInitialCredits);
   CHECK(pair.server->stats().credits_withheld == 0);  // The pool had room.
+}
+
+// What a busy peer was lent beyond its initial credits it gives back once
+// keepalive finds the connection idle, so an idle connection keeps no more
+// of the shared receive queue than it started with; a new burst is lent
+// more again.
+TEST_CASE("rdma: an idle peer gives back the credits it was lent") {
+  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr, true,
+            /*keepalive_interval=*/100ms);
+  constexpr int kFrames = 2000;
+  for (int i = 0; i < kFrames; ++i) {
+    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
+  }
+  REQUIRE(pair.WaitFor(kFrames));
+  const uint64_t lent = pair.server->stats().credits_lent;
+  REQUIRE(lent >= 8);
+  REQUIRE(pair.server->stats().credits_withheld == 0);
+  // Credits still on their way back ride on the PONGs, and are given back
+  // at the next idle tick.
+  CHECK(WaitUntil(
+      [&] { return pair.server->stats().credits_taken_back == lent; }));
+  CHECK(pair.client->stats().credits_given_back == lent);
+  CHECK(pair.client->stats().protocol_errors == 0);
+  CHECK(pair.server->stats().protocol_errors == 0);
+
+  for (int i = 0; i < kFrames; ++i) {
+    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
+  }
+  REQUIRE(pair.WaitFor(2 * kFrames));
+  CHECK(pair.server->stats().credits_lent >= lent + 8);
 }
 
 // Small sends are signaled one in kRdmaSignalEvery, so a lone message costs

@@ -25,8 +25,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "base/buffer.h"
@@ -185,6 +187,10 @@ struct ConnectionStats {
   // kept back from it (the shared receive pool was short).
   std::atomic<uint64_t> credits_lent{0};
   std::atomic<uint64_t> credits_withheld{0};
+  // Credits given back unused once keepalive found the connection idle,
+  // and those an idle peer gave back to the shared receive pool.
+  std::atomic<uint64_t> credits_given_back{0};
+  std::atomic<uint64_t> credits_taken_back{0};
   std::atomic<uint64_t> rnr_errors{0};
   // Completion-channel wake-ups, and batches of completions drained, that
   // had completions of this connection's.
@@ -239,6 +245,15 @@ enum class PollMode {
   // Poll for up to hybrid_spin after activity, then wait as kEvent does.
   kHybrid,
 };
+
+// "event", "busy" or "hybrid" (as flags and tools spell them); nullopt for
+// anything else.
+inline std::optional<PollMode> PollModeFromName(std::string_view name) {
+  if (name == "event") return PollMode::kEvent;
+  if (name == "busy") return PollMode::kBusy;
+  if (name == "hybrid") return PollMode::kHybrid;
+  return std::nullopt;
+}
 
 // Options shared by every transport.
 struct TransportOptions {

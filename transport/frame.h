@@ -2,7 +2,7 @@
 //
 //   offset  size  field
 //        0     4  magic       "RRPC" (bytes 0x52 0x52 0x50 0x43)
-//        4     1  version     kFrameVersion (2)
+//        4     1  version     kFrameVersion (3)
 //        5     1  type        FrameType
 //        6     2  credits     RDMA only: receive credits returned; zero on TCP
 //        8     4  header_size little-endian; at most kMaxCallHeaderSize
@@ -32,7 +32,9 @@ namespace rdmarpc::transport {
 
 inline constexpr std::array<std::byte, 4> kFrameMagic = {
     std::byte{'R'}, std::byte{'R'}, std::byte{'P'}, std::byte{'C'}};
-inline constexpr uint8_t kFrameVersion = 2;
+// 3: a CallHeader may carry attachment_size (proto/wire.proto), which a
+// version-2 receiver would read as part of the message.
+inline constexpr uint8_t kFrameVersion = 3;
 
 enum class FrameType : uint8_t {
   // Carries an RPC: header is a CallHeader. The only type the RPC layer sees.

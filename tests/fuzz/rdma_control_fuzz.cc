@@ -141,6 +141,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           }
           open.push_back(OpenGrant{control.transfer, plan->length});
           granted_bytes += plan->length;
+        } else if (control.kind == ControlKind::kGiveBack) {
+          // What the peer holds, as this side counts it.
+          const uint32_t held = in.Take<uint8_t>();
+          if (!CheckGiveBack(control.length, held).ok()) return 0;
+          FUZZ_CHECK(control.length >= 1 && control.length <= held);
         } else if (control.kind == ControlKind::kGrant) {
           std::optional<PendingTransfer> oldest;
           if (granted < pending.size()) oldest = pending[granted];

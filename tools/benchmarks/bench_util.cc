@@ -60,9 +60,14 @@ BenchService::BenchService() : rpc::Service(kService) {
 }
 
 transport::PollMode ParsePoll(const std::string& poll) {
-  return poll == "busy"     ? transport::PollMode::kBusy
-         : poll == "hybrid" ? transport::PollMode::kHybrid
-                            : transport::PollMode::kEvent;
+  const std::optional<transport::PollMode> mode =
+      transport::PollModeFromName(poll);
+  if (!mode) {
+    std::fprintf(stderr, "bench: --poll event|busy|hybrid, not '%s'\n",
+                 poll.c_str());
+    std::exit(64);
+  }
+  return *mode;
 }
 
 void Progress(const std::string& what, uint64_t done, uint64_t total) {

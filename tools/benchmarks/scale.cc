@@ -39,6 +39,7 @@
 #include <future>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -229,10 +230,14 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   rpc::ServerOptions options;
   options.workers = static_cast<int>(flags.GetInt("workers", options.workers));
   const std::string poll = flags.Get("poll", "event");  // The server's.
-  options.transport.poll_mode = poll == "busy" ? transport::PollMode::kBusy
-                                : poll == "hybrid"
-                                    ? transport::PollMode::kHybrid
-                                    : transport::PollMode::kEvent;
+  const std::optional<transport::PollMode> mode =
+      transport::PollModeFromName(poll);
+  if (!mode) {
+    std::fprintf(stderr, "scale: --poll event|busy|hybrid, not '%s'\n",
+                 poll.c_str());
+    std::exit(64);
+  }
+  options.transport.poll_mode = *mode;
   rpc::Server server(options);
   server.RegisterService(&service);
   const StatusOr<std::string> uri = server.Listen(listen);

@@ -99,6 +99,12 @@ Status CreditReturnViolation(uint32_t held, uint16_t returned,
                    ")");
 }
 
+Status CheckGiveBack(uint32_t count, uint32_t held) {
+  if (count >= 1 && count <= held) return Status();
+  return Violation("peer gave back " + std::to_string(count) +
+                   " credits while holding " + std::to_string(held));
+}
+
 StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
                               uint32_t max_open_grants,
                               uint64_t max_payload_size, uint64_t budget_left,

@@ -51,6 +51,10 @@ inline Status CheckCreditReturn(uint32_t held, uint16_t returned,
   return CreditReturnViolation(held, returned, peer_receive_depth);
 }
 
+// A GIVE_BACK of `count` credits from a peer we believe holds `held`
+// (after the GIVE_BACK's own): at least one, and no more than it holds.
+Status CheckGiveBack(uint32_t count, uint32_t held);
+
 // What to grant for an RTS.
 struct GrantPlan {
   uint64_t length = 0;  // Bytes the peer may write: the header, maybe more.

@@ -21,7 +21,11 @@
 // keeps most of its credits in use and the pool has buffers to spare (never
 // past `receive_depth`), or keeps (one fewer) while the pool is short and
 // the peer holds more than it started with. A message beyond the peer's
-// credits is a protocol error that closes its connection.
+// credits is a protocol error that closes its connection. A side that finds
+// its connection idle (keepalive: nothing received for an interval) gives
+// back the credits it holds beyond `initial_credits` with a GIVE_BACK
+// {length = count}, so that an idle peer does not keep receives the shared
+// queue's other peers could use; more than it holds is a protocol error.
 //
 // Frames up to the receive buffer size travel as one SEND (inline when they
 // fit max_inline_data). A larger frame travels by rendezvous:
@@ -90,7 +94,8 @@ inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
 // 3: receives come from a shared receive queue; a peer starts with
 // initial_credits and may be lent up to receive_depth.
 // 4: a GRANT may cover a segment of its frame (kGrantSegment).
-inline constexpr uint16_t kConnVersion = 4;
+// 5: an idle side gives back credits (kGiveBack).
+inline constexpr uint16_t kConnVersion = 5;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
@@ -145,6 +150,8 @@ enum class ControlKind : uint8_t {
   kGrant = 3,
   kPing = 4,  // Keepalive (transport/keepalive.h): answered with kPong.
   kPong = 5,
+  // Credits given back unused (`length` of them) by an idle side.
+  kGiveBack = 6,
 };
 
 // ControlMessage::flags of a GRANT.
@@ -159,7 +166,8 @@ struct ControlMessage {
   uint32_t payload_size = 0;  // RTS.
   uint64_t addr = 0;          // GRANT.
   uint32_t rkey = 0;          // GRANT.
-  uint32_t length = 0;        // GRANT: bytes the sender may write.
+  uint32_t length =
+      0;  // GRANT: bytes the sender may write. GIVE_BACK: credits.
 };
 static_assert(sizeof(ControlMessage) == 32);
 
@@ -169,7 +177,7 @@ inline std::optional<ControlMessage> DecodeControl(
   ControlMessage message;
   std::memcpy(&message, bytes.data(), sizeof(message));
   if (message.kind < ControlKind::kCredit ||
-      message.kind > ControlKind::kPong) {
+      message.kind > ControlKind::kGiveBack) {
     return std::nullopt;
   }
   return message;

@@ -381,12 +381,30 @@ void RdmaConnection::ArmKeepalive() {
       keepalive_timer_, keepalive_, stats_, peer_, shared_from_this(),
       [this] { return torn_down_; },
       [this] {
+        GiveBackIdleCredits();
         ControlMessage ping;
         ping.kind = ControlKind::kPing;
         control_queue_.push_back(ping);
         Flush();
       },
       [this](const Status& dead) { CloseNow(dead); });
+}
+
+void RdmaConnection::GiveBackIdleCredits() {
+  const uint32_t keep = peer_params_.initial_credits;
+  if (credits_ <= keep || !outgoing_.empty() ||
+      queued_frames_.load(std::memory_order_relaxed) > 0) {
+    return;
+  }
+  ControlMessage give_back;
+  give_back.kind = ControlKind::kGiveBack;
+  give_back.length = credits_ - keep;
+  // Spent now: nothing queued later may use them. The GIVE_BACK itself, and
+  // the PING after it, use two of those kept (at least two), which come back
+  // as any do.
+  credits_ = keep;
+  Bump(stats_.credits_given_back, give_back.length);
+  control_queue_.push_back(give_back);
 }
 
 Status RdmaConnection::SetTos() {

@@ -267,6 +267,9 @@ class RdmaConnection final
 
   // Keepalive (transport/keepalive.h): the timer's next tick.
   void ArmKeepalive();
+  // Keepalive found the connection idle: queues a GIVE_BACK of the credits
+  // held beyond the peer's initial ones, if nothing waits to be sent.
+  void GiveBackIdleCredits();
 
   void MaybeFinishClose();
   void ProtocolError(const Status& error);

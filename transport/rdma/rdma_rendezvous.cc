@@ -24,6 +24,17 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
       control_queue_.push_back(pong);  // Drain's Flush posts it.
       return;
     }
+    case ControlKind::kGiveBack:
+      // Our pool's: the peer was idle and holds no more than it started
+      // with (peer_holds_ already counts this message's own credit used).
+      if (Status s = CheckGiveBack(message.length, peer_holds_); !s.ok()) {
+        return ProtocolError(s);
+      }
+      peer_holds_ -= message.length;
+      lent_ -= message.length;
+      group_->Unlend(message.length);
+      Bump(stats_.credits_taken_back, message.length);
+      return;
     case ControlKind::kRts:
       return OnRts(message);
     case ControlKind::kGrant: {
