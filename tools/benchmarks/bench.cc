@@ -55,6 +55,7 @@
 
 #include "base/log.h"
 #include "examples/common/flags.h"
+#include "tools/benchmarks/poll_flag.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::bench {
@@ -93,7 +94,7 @@ int CpuWindow(const examples::Flags& flags) {
   const size_t size = static_cast<size_t>(flags.GetInt("size", 16));
   Options options;
   options.uri = flags.Get("uri", "");
-  options.poll = ParsePoll(flags.Get("poll", "event"));
+  options.poll = PollModeOrExit(flags.Get("poll", "event"), "bench");
   rpc::Channel channel(options.uri, ChannelOptionsFor(options));
   auto arena = Arena(size);
   const auto echo = [&] { return Payload(*arena, size); };
@@ -121,7 +122,8 @@ int Run(int argc, char** argv) {
     Log().set_level(spdlog::level::warn);
   }
   if (flags.Get("serve", "") != "") {
-    return Serve(flags.Get("serve", ""), ParsePoll(flags.Get("poll", "event")));
+    return Serve(flags.Get("serve", ""),
+                 PollModeOrExit(flags.Get("poll", "event"), "bench"));
   }
   if (flags.Get("cpu-window", "") != "") return CpuWindow(flags);
   Options options;
@@ -140,7 +142,7 @@ int Run(int argc, char** argv) {
   options.connections = static_cast<int>(flags.GetInt("connections", 1));
   options.seconds = std::stod(flags.Get("seconds", "3"));
   const std::string poll = flags.Get("poll", "event");
-  options.poll = ParsePoll(poll);
+  options.poll = PollModeOrExit(poll, "bench");
   options.raw = flags.GetInt("raw", 1) != 0;
   options.pooled_grants = flags.GetInt("pooled-grants", 1) != 0;
   options.by_name = flags.GetInt("by-name", 0) != 0;

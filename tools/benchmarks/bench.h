@@ -91,7 +91,6 @@ void Window(bool open);
 // baseline's threads alike.
 extern bool pin_sides;
 void PinTo(int cpu);
-transport::PollMode ParsePoll(const std::string& poll);
 // A progress line on a terminal's stderr.
 void Progress(const std::string& what, uint64_t done, uint64_t total);
 // The q-quantile of sorted samples (0 when empty).

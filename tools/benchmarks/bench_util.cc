@@ -59,17 +59,6 @@ BenchService::BenchService() : rpc::Service(kService) {
             });
 }
 
-transport::PollMode ParsePoll(const std::string& poll) {
-  const std::optional<transport::PollMode> mode =
-      transport::PollModeFromName(poll);
-  if (!mode) {
-    std::fprintf(stderr, "bench: --poll event|busy|hybrid, not '%s'\n",
-                 poll.c_str());
-    std::exit(64);
-  }
-  return *mode;
-}
-
 void Progress(const std::string& what, uint64_t done, uint64_t total) {
   if (!Tty()) return;
   std::fprintf(stderr, "\r  %-34s %10llu / %llu", what.c_str(),

@@ -39,7 +39,6 @@
 #include <future>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -51,6 +50,7 @@
 #include "rpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/service.h"
+#include "tools/benchmarks/poll_flag.h"
 #include "tools/benchmarks/spawn.h"
 #include "transport/rdma/completion_group.h"
 
@@ -230,14 +230,7 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   rpc::ServerOptions options;
   options.workers = static_cast<int>(flags.GetInt("workers", options.workers));
   const std::string poll = flags.Get("poll", "event");  // The server's.
-  const std::optional<transport::PollMode> mode =
-      transport::PollModeFromName(poll);
-  if (!mode) {
-    std::fprintf(stderr, "scale: --poll event|busy|hybrid, not '%s'\n",
-                 poll.c_str());
-    std::exit(64);
-  }
-  options.transport.poll_mode = *mode;
+  options.transport.poll_mode = PollModeOrExit(poll, "scale");
   rpc::Server server(options);
   server.RegisterService(&service);
   const StatusOr<std::string> uri = server.Listen(listen);

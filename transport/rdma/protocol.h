@@ -166,8 +166,8 @@ struct ControlMessage {
   uint32_t payload_size = 0;  // RTS.
   uint64_t addr = 0;          // GRANT.
   uint32_t rkey = 0;          // GRANT.
-  uint32_t length =
-      0;  // GRANT: bytes the sender may write. GIVE_BACK: credits.
+  // GRANT: bytes the sender may write. GIVE_BACK: credits given back.
+  uint32_t length = 0;
 };
 static_assert(sizeof(ControlMessage) == 32);
 
