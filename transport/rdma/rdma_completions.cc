@@ -24,7 +24,7 @@ void RdmaConnection::AfterBatch(bool woken) {
   Flush();
 }
 
-bool RdmaConnection::UseCredit() {
+bool RdmaConnection::UseCredit(bool frame) {
   if (peer_holds_ == 0) {
     ProtocolError(Status(StatusCode::kUnavailable,
                          "peer sent a message with no credit left (" +
@@ -46,8 +46,10 @@ bool RdmaConnection::UseCredit() {
   ++credits_to_return_;
   // A peer using half or more of what it was lent is busy: lend it one more,
   // so its window grows by one for each message while it stays busy.
-  if (lent_ < tunables::kRdmaReceiveDepth && peer_holds_ * 2 <= lent_ &&
-      group_->LendOne()) {
+  // Control messages (a PING, a GIVE_BACK) do not count: an idle peer's
+  // PING would be lent one it gives back at its next idle tick, and so on.
+  if (frame && lent_ < tunables::kRdmaReceiveDepth &&
+      peer_holds_ * 2 <= lent_ && group_->LendOne()) {
     ++lent_;
     ++credits_to_return_;
     Bump(stats_.credits_lent);
@@ -80,10 +82,15 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
   }
   switch (tag) {
     case kRecvTag: {
-      if (!UseCredit()) return;
       const bool write = wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM;
       const std::byte* data =
           write ? nullptr : group_->ReceiveData(static_cast<uint32_t>(value));
+      // Byte 5 of a SEND's prefix is its type (checked when it is read).
+      const bool frame =
+          write ||
+          (wc.byte_len > 5 &&
+           data[5] != std::byte{static_cast<uint8_t>(FrameType::kControl)});
+      if (!UseCredit(frame)) return;
       if (!started_ || !invalidating_.empty()) {
         // Kept, with a copy of the message, for Start or for the end of
         // the hold (ReplayHeld).

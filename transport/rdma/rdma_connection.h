@@ -186,7 +186,9 @@ class RdmaConnection final
   void OnWriteLanded(uint32_t imm, uint32_t bytes);
   // Receive-credit accounting for one message received from the peer (a
   // SEND or WRITE WITH IMMEDIATE): false (closed) when it had no credit.
-  bool UseCredit();
+  // `frame`: an RPC frame or a transfer's landing, not a control message;
+  // only frames show a busy peer that is lent more.
+  bool UseCredit(bool frame);
   // The group ended a batch that had completions of ours: flush.
   void AfterBatch(bool woken);
   void OnControl(const ControlMessage& message);
