@@ -295,11 +295,8 @@ struct TransportOptions {
   uint64_t rdma_max_pool_bytes = tunables::kDefaultRdmaMaxPoolBytes;
   // RDMA: a large frame lands in a block of the device's grant pool, behind
   // a memory window bound for it (no ibv_reg_mr per frame), where the device
-  // has type 2 windows. False registers every grant for itself. Off by
-  // default for now: with it on, the two-host fault rows lost a connection
-  // (keepalive: 8 s with nothing received) in about 1 run in 4, which is not
-  // understood yet (issue #28).
-  bool rdma_pooled_grants = false;
+  // has type 2 windows. False registers every grant for itself.
+  bool rdma_pooled_grants = true;
   // RDMA: which device, port and GID a connection or listener uses. Empty:
   // the device that owns the route to the peer (or the listener's address),
   // as rdma_cm picks it. Otherwise the source (or bind) address is the one

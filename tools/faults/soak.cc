@@ -5,6 +5,7 @@
 //   soak client [--tcp URI] [--rdma URI] --seconds S [--report-seconds R]
 //       [--connections N] [--in-flight K] [--churn-seconds C]
 //       [--warmup-seconds W] [--check 1]
+//   Either side: [--pooled-grants 0|1] (TransportOptions::rdma_pooled_grants)
 //
 // The client opens N channels to each URI and keeps K calls in flight on each:
 // payloads of 16 B to 4 MiB in rotation, every byte checked by both sides (a
@@ -123,6 +124,8 @@ int Serve(const examples::Flags& flags) {
   rpc::ServerOptions options;
   options.transport.max_payload_size = kMaxMessage;
   options.max_response_size = kMaxMessage;
+  options.transport.rdma_pooled_grants =
+      flags.GetInt("pooled-grants", options.transport.rdma_pooled_grants) != 0;
   rpc::Server server(options);
   server.RegisterService(&service);
   for (const char* name : {"tcp", "rdma"}) {
@@ -165,6 +168,9 @@ class Client {
         check_(flags.GetInt("check", 0) != 0),
         uris_{flags.Get("tcp", ""), flags.Get("rdma", "")} {
     options_.transport.max_payload_size = kMaxMessage;
+    options_.transport.rdma_pooled_grants =
+        flags.GetInt("pooled-grants", options_.transport.rdma_pooled_grants) !=
+        0;
     const int connections = flags.GetInt("connections", 8);
     for (int t = 0; t < 2; ++t) {
       if (uris_[t].empty()) continue;  // That transport is not soaked.

@@ -89,6 +89,7 @@ DeviceDomain::DeviceDomain(ibv_context* verbs)
   if (!pd_) return;
   registrations_.emplace(pd_.get());
   if (GrantPool::Supported(verbs)) grant_pool_.reset(new GrantPool(pd_.get()));
+  local_ops_need_idle_ = IsSoftRoce(verbs);
 }
 
 DeviceDomain::~DeviceDomain() {

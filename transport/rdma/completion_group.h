@@ -73,6 +73,13 @@ class DeviceDomain {
   RegistrationCache& registrations() { return *registrations_; }
   // Null where the device binds no type 2 memory windows.
   GrantPool* grant_pool() const { return grant_pool_.get(); }
+  // Whether memory-window work requests (BIND_MW, LOCAL_INV) must wait for
+  // an idle send queue: true on rxe, which executes a local operation again
+  // when it retransmits a request posted before it. The second bind of a
+  // window fails inside rxe, whose requester then stops without an error
+  // completion; the queue pair is silent until its retries run out. (Seen
+  // under 1 % loss: docs/reliability.md.)
+  bool local_ops_need_idle_send_queue() const { return local_ops_need_idle_; }
 
  private:
   ibv_context* const verbs_;
@@ -80,6 +87,7 @@ class DeviceDomain {
   ProtectionDomain pd_;
   std::optional<RegistrationCache> registrations_;
   std::unique_ptr<GrantPool, GrantPoolRetirer> grant_pool_;
+  bool local_ops_need_idle_ = false;
 };
 
 // Registered memory in equal slots, grown by chunks (never shrunk).

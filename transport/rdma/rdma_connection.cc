@@ -211,6 +211,9 @@ Status RdmaConnection::CreateResources() {
   auto domain = DeviceDomain::For(verbs);
   if (!domain.ok()) return domain.status();
   domain_ = std::move(*domain);
+  // Only grants from the pool bind and invalidate windows.
+  local_ops_need_idle_ =
+      domain_->local_ops_need_idle_send_queue() && PooledGrants() != nullptr;
   auto group = CompletionGroup::Join(context_, domain_, options_);
   if (!group.ok()) return group.status();
   group_ = std::move(*group);

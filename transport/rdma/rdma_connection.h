@@ -224,6 +224,11 @@ class RdmaConnection final
   bool SegmentLanded(IncomingTransfer& transfer);
   void PostInvalidates();
   void OnInvalidated();
+  // Whether a BIND_MW or LOCAL_INV may be posted now: where the device
+  // needs an idle send queue for them (DeviceDomain), only once every
+  // request that could be retransmitted has completed. Else it marks
+  // local_op_waiting_, and Flush posts nothing else until it goes.
+  bool LocalOpMayGo();
   // Completions held while a landed frame's window is invalidated (and
   // those that came before Start), in order, until the hold ends.
   void ReplayHeld();
@@ -351,6 +356,22 @@ class RdmaConnection final
   uint64_t completed_ = 0;
   uint64_t signaled_ = 0;
   uint32_t unsignaled_ = 0;
+  // Where local operations need an idle send queue and this connection's
+  // grants use windows (set at Open): every request is signaled, so completed_
+  // always catches up with posted_, and last_transmit_ is the last request that
+  // goes on the wire (SEND, WRITE).
+  bool local_ops_need_idle_ = false;
+  bool local_op_waiting_ = false;
+  uint64_t last_transmit_ = 0;
+  // Whether the next request is signaled (every kRdmaSignalEvery-th, or
+  // each one where local ops need an idle send queue).
+  bool SignalNext() {
+    if (!local_ops_need_idle_ && ++unsignaled_ < tunables::kRdmaSignalEvery) {
+      return false;
+    }
+    unsignaled_ = 0;
+    return true;
+  }
   std::vector<ibv_send_wr> send_wrs_;  // The chain being built.
   std::vector<ibv_sge> send_sges_;
   // Inline sends of the chain being built, max_inline_ bytes each.

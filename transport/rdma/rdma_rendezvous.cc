@@ -275,6 +275,7 @@ bool RdmaConnection::PostQueuedControl(const ControlMessage& message) {
       // The bind and the GRANT: two work requests, in this order on the
       // send queue, so the window is open before the peer learns its key.
       if (posted_ + 2 - completed_ > tunables::kRdmaSendDepth) return false;
+      if (!LocalOpMayGo()) return false;
       ibv_send_wr wr{};
       wr.wr_id = WrId(kSendTag, ++posted_);
       wr.opcode = IBV_WR_BIND_MW;
@@ -286,10 +287,7 @@ bool RdmaConnection::PostQueuedControl(const ControlMessage& message) {
       wr.bind_mw.bind_info.length =
           std::max<uint64_t>(transfer->block.size(), 1);
       wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
-      if (++unsignaled_ >= tunables::kRdmaSignalEvery) {
-        wr.send_flags = IBV_SEND_SIGNALED;
-        unsignaled_ = 0;
-      }
+      if (SignalNext()) wr.send_flags = IBV_SEND_SIGNALED;
       send_wrs_.push_back(wr);
       transfer->window_bound = true;
     }
@@ -323,6 +321,7 @@ void RdmaConnection::PostInvalidates() {
     IncomingTransfer& transfer = invalidating_[i];
     if (transfer.invalidate_posted) continue;
     if (!SendSlotFree()) return;  // Flush posts it once a slot is free.
+    if (!LocalOpMayGo()) return;  // Flush posts it once the queue is idle.
     ibv_send_wr wr{};
     wr.wr_id = WrId(kSendTag, ++posted_);
     wr.opcode = IBV_WR_LOCAL_INV;
@@ -332,6 +331,12 @@ void RdmaConnection::PostInvalidates() {
     send_wrs_.push_back(wr);
     transfer.invalidate_posted = true;
   }
+}
+
+bool RdmaConnection::LocalOpMayGo() {
+  if (!local_ops_need_idle_ || completed_ >= last_transmit_) return true;
+  local_op_waiting_ = true;
+  return false;
 }
 
 void RdmaConnection::OnInvalidated() {
@@ -516,14 +521,16 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
     transfer.last_seq = seq;
   } else {
     wr.wr_id = WrId(kSendTag, seq);
-    if (chunk || ++unsignaled_ >= tunables::kRdmaSignalEvery) {
-      wr.send_flags = IBV_SEND_SIGNALED;  // A chunk is free once it is done.
+    // A chunk is free once it is done.
+    if (SignalNext() || chunk) {
+      wr.send_flags = IBV_SEND_SIGNALED;
       unsignaled_ = 0;
     }
     // A segment's last: the receiver copies it and grants the next.
     if (last) Bump(stats_.segments_sent);
   }
   send_wrs_.push_back(wr);
+  last_transmit_ = seq;
   transfer.remote_offset += write.length;
   ++transfer.next_write;
   Bump(stats_.bytes_sent, write.length);

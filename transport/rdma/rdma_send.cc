@@ -70,9 +70,9 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
 
 bool RdmaConnection::CanPostSmallAtOnce(uint64_t frame_bytes) const {
   // The conditions under which Flush would post it first, as its own SEND.
-  return established_ && !torn_down_ && control_queue_.empty() &&
-         credits_ >= 2 && SendSlotFree() && outgoing_.empty() &&
-         frame_bytes <= SmallLimit();
+  return established_ && !torn_down_ && !local_op_waiting_ &&
+         control_queue_.empty() && credits_ >= 2 && SendSlotFree() &&
+         outgoing_.empty() && frame_bytes <= SmallLimit();
 }
 
 void RdmaConnection::Flush() {
@@ -81,11 +81,18 @@ void RdmaConnection::Flush() {
     flush_pending_.store(false, std::memory_order_relaxed);
   }
   if (torn_down_ || !established_) return;
+  local_op_waiting_ = false;
   // Windows to invalidate, then grants: the peer's frames wait on them.
   if (!invalidating_.empty()) PostInvalidates();
-  while (!control_queue_.empty() && credits_ >= 1 && SendSlotFree() &&
-         PostQueuedControl(control_queue_.front())) {
+  while (!local_op_waiting_ && !control_queue_.empty() && credits_ >= 1 &&
+         SendSlotFree() && PostQueuedControl(control_queue_.front())) {
     control_queue_.pop_front();
+  }
+  if (local_op_waiting_) {
+    // A bind or an invalidation waits for the send queue to drain (rxe):
+    // nothing goes ahead of it. The completion of the last request posted
+    // flushes again.
+    return Post();
   }
   if (!outgoing_.empty()) PostWrites();  // Large frames only: no call else.
   const size_t small_limit = SmallLimit();
@@ -226,11 +233,9 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
     wr.send_flags |= IBV_SEND_INLINE;
     Bump(stats_.inline_sends);
   }
-  if (++unsignaled_ >= tunables::kRdmaSignalEvery) {
-    wr.send_flags |= IBV_SEND_SIGNALED;
-    unsignaled_ = 0;
-  }
+  if (SignalNext()) wr.send_flags |= IBV_SEND_SIGNALED;
   send_wrs_.push_back(wr);
+  last_transmit_ = seq;
   --credits_;
   peer_holds_ += credits;
   Bump(stats_.bytes_sent, length);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -130,10 +131,16 @@ Status RegistrationFailed(std::string_view what, size_t length, int error) {
           "LimitMEMLOCK) or give it CAP_IPC_LOCK");
 }
 
+void Unmapper::operator()(std::byte* memory) const { munmap(memory, size); }
+
 StatusOr<RegisteredMemory> RegisteredMemory::Allocate(ibv_pd* pd, size_t size,
                                                       int access) {
   RegisteredMemory memory;
-  memory.memory_.reset(new std::byte[size]);
+  void* mapped = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) return ErrnoStatus("mmap (registered pool)", errno);
+  memory.memory_ = std::unique_ptr<std::byte[], Unmapper>(
+      static_cast<std::byte*>(mapped), Unmapper{size});
   memory.size_ = size;
   memory.mr_ = RegisterRegion(pd, memory.memory_.get(), size, access);
   if (!memory.mr_) return RegistrationFailed("ibv_reg_mr", size, errno);
@@ -214,6 +221,13 @@ Status CheckRdmaAvailable() {
 
 std::string DeviceName(const ibv_context* context) {
   return context != nullptr ? ibv_get_device_name(context->device) : "?";
+}
+
+bool IsSoftRoce(ibv_context* context) {
+  constexpr uint32_t kRxeVendorId = 0xffffff;  // The kernel's RXE_VENDOR_ID.
+  ibv_device_attr attr{};
+  return context != nullptr && ibv_query_device(context, &attr) == 0 &&
+         attr.vendor_id == kRxeVendorId && attr.vendor_part_id == 0;
 }
 
 namespace {

@@ -103,6 +103,12 @@ struct MwDeleter {
 // QP's peer alone, until invalidated).
 using MemoryWindow = std::unique_ptr<ibv_mw, MwDeleter>;
 
+// Unmaps `size` bytes (RegisteredMemory's).
+struct Unmapper {
+  size_t size = 0;
+  void operator()(std::byte* memory) const;
+};
+
 // Owned, registered memory.
 class RegisteredMemory {
  public:
@@ -113,7 +119,9 @@ class RegisteredMemory {
   uint32_t lkey() const { return mr_->lkey; }
 
  private:
-  std::unique_ptr<std::byte[]> memory_;
+  // Mapped, not from malloc: page-aligned for the device, and a pool's
+  // growth (bounded by its cap) does not read as the heap growing.
+  std::unique_ptr<std::byte[], Unmapper> memory_;
   size_t size_ = 0;
   MemoryRegion mr_;  // Destroyed before memory_.
 };
@@ -124,6 +132,9 @@ Status CheckRdmaAvailable();
 
 // The device's name ("rxe0"), or "?" for no context, for messages.
 std::string DeviceName(const ibv_context* context);
+
+// Whether `context` is Soft-RoCE (rdma_rxe): vendor id 0xffffff, part 0.
+bool IsSoftRoce(ibv_context* context);
 
 // One of rdmarpc's users of a verbs context (librdmacm's, shared by all ids
 // on a device): a connection's resources, or a listening id.
