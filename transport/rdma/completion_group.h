@@ -74,11 +74,11 @@ class DeviceDomain {
   // Null where the device binds no type 2 memory windows.
   GrantPool* grant_pool() const { return grant_pool_.get(); }
   // Whether memory-window work requests (BIND_MW, LOCAL_INV) must wait for
-  // an idle send queue: true on rxe, which executes a local operation again
-  // when it retransmits a request posted before it. The second bind of a
-  // window fails inside rxe, whose requester then stops without an error
-  // completion; the queue pair is silent until its retries run out. (Seen
-  // under 1 % loss: docs/reliability.md.)
+  // an idle send queue: true on rxe. There, a retransmission restarts the
+  // send queue at the oldest unacknowledged request and executes again a
+  // bind or invalidation queued after it (rxe_req.c), and what is seen is a
+  // queue pair that stops sending with no error completion, until the
+  // peer's keepalive or its own retries end it (docs/reliability.md).
   bool local_ops_need_idle_send_queue() const { return local_ops_need_idle_; }
 
  private:
