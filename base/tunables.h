@@ -120,6 +120,10 @@ inline constexpr uint32_t kRdmaInitialCredits = 3;
 // A completion group's receive pool (and its send-staging pool) grows by
 // chunks of this many buffers, registered at once.
 inline constexpr uint32_t kRdmaPoolChunkBuffers = 64;
+// After its receive pool failed to grow (a cap, the memlock limit), a group
+// lends no more receives, and tries to grow again after this long: memory
+// others held may be free by then.
+inline constexpr std::chrono::milliseconds kRdmaReceiveGrowthRetry{1000};
 // Its send-staging pool grows by chunks of this many slots; the first is
 // registered with the group, so that a frame too large to go inline always
 // has slots to wait for (kept small: every group pins it, busy or not).

@@ -71,8 +71,11 @@ struct Pair {
                 std::shared_ptr<ConnectionObserver> server_observer = nullptr,
                 bool pooled_grants = true,
                 std::chrono::milliseconds keepalive_interval =
-                    tunables::kKeepaliveInterval) {
+                    tunables::kKeepaliveInterval,
+                uint64_t max_pool_bytes = tunables::kDefaultRdmaMaxPoolBytes,
+                std::chrono::milliseconds client_keepalive_interval = {}) {
     options.poll_mode = mode;
+    options.rdma_max_pool_bytes = max_pool_bytes;
     options.keepalive_interval = keepalive_interval;
     options.max_grant_bytes = max_grant_bytes;
     options.rdma_pooled_grants = pooled_grants;
@@ -87,7 +90,11 @@ struct Pair {
     REQUIRE(bound.ok());
     listener = std::move(*bound);
     std::promise<StatusOr<std::shared_ptr<Connection>>> connected;
-    Connect(client_loop.context(), listener->uri(), options,
+    TransportOptions client_options = options;
+    if (client_keepalive_interval.count() > 0) {
+      client_options.keepalive_interval = client_keepalive_interval;
+    }
+    Connect(client_loop.context(), listener->uri(), client_options,
             [&](StatusOr<std::shared_ptr<Connection>> c) {
               connected.set_value(std::move(c));
             });
@@ -333,6 +340,28 @@ TEST_CASE("rdma: an idle peer gives back the credits it was lent") {
   CHECK(pair.server->stats().credits_lent >= lent + 8);
 }
 
+// The same when the peer is never silent for a whole keepalive interval of
+// its own, because the other side's shorter keepalive PINGs it: a PING
+// received is keepalive traffic too, and lent credits go back with it.
+// (Before, only a silent interval gave back, so such a peer kept them.)
+TEST_CASE("rdma: a peer kept busy by keepalive PINGs gives back its credits") {
+  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr, true,
+            /*keepalive_interval=*/100ms, tunables::kDefaultRdmaMaxPoolBytes,
+            /*client_keepalive_interval=*/2000ms);
+  constexpr int kFrames = 2000;
+  for (int i = 0; i < kFrames; ++i) {
+    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
+  }
+  REQUIRE(pair.WaitFor(kFrames));
+  const uint64_t lent = pair.server->stats().credits_lent;
+  REQUIRE(lent >= 8);
+  CHECK(WaitUntil(
+      [&] { return pair.server->stats().credits_taken_back == lent; }));
+  CHECK(pair.server->stats().keepalive_pings > 0);
+  CHECK(pair.client->stats().protocol_errors == 0);
+  CHECK(pair.server->stats().protocol_errors == 0);
+}
+
 // Small sends are signaled one in kRdmaSignalEvery, so a lone message costs
 // its receiver's completion only, not a send completion (and its wake-up)
 // as well; and a graceful close, which waits for every send to complete,
@@ -542,6 +571,47 @@ TEST_CASE(
     for (auto& c : accepted) c->Close(Status(StatusCode::kCancelled, "done"));
   }
   std::this_thread::sleep_for(50ms);
+}
+
+// A receive pool that once failed to grow tries again later: before, one
+// failure (another loop's pools at the cap) stopped its growth for good.
+// Pair `a` and pair `b` (a group on each of their four loops) leave no room
+// under rdma_max_pool_bytes for a second chunk of receives; b's busy peer
+// makes b's server group try, and fail. Once pair a is gone, a busy peer
+// again makes it grow.
+TEST_CASE("rdma: a receive pool that could not grow tries again later") {
+  const uint64_t group_bytes = uint64_t{tunables::kRdmaPoolChunkBuffers +
+                                        tunables::kRdmaSendChunkBuffers} *
+                               tunables::kRdmaReceiveBufferSize;
+  const uint64_t cap = rdma::PooledRegisteredBytes() + 4 * group_bytes +
+                       group_bytes / 2;  // Not one more receive chunk.
+  auto a = std::make_unique<Pair>(
+      PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr,
+      /*pooled_grants=*/false, tunables::kKeepaliveInterval, cap);
+  Pair b(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr,
+         /*pooled_grants=*/false, tunables::kKeepaliveInterval, cap);
+  auto busy = [&b](size_t frames) {
+    const size_t before = b.recorder->count();
+    for (size_t i = 0; i < frames; ++i) {
+      REQUIRE(b.client->Send(MakeFrame(16)).ok());
+    }
+    REQUIRE(b.WaitFor(before + frames));
+  };
+  busy(2000);
+  const uint64_t at_cap = rdma::PooledRegisteredBytes();
+  INFO("pooled bytes: cap " << cap << ", with both pairs " << at_cap);
+  REQUIRE(at_cap <= cap);
+  a.reset();  // Its groups, and their pools, go.
+  REQUIRE(WaitUntil([&] {
+    return rdma::PooledRegisteredBytes() + 2 * group_bytes <= at_cap;
+  }));
+  const uint64_t freed = rdma::PooledRegisteredBytes();
+  std::this_thread::sleep_for(tunables::kRdmaReceiveGrowthRetry + 200ms);
+  busy(2000);
+  INFO("pooled bytes once pair a was gone " << freed << ", after more load "
+                                            << rdma::PooledRegisteredBytes());
+  CHECK(rdma::PooledRegisteredBytes() > freed);
+  CHECK(b.recorder->intact);
 }
 
 // A large payload in unregistered memory is copied through bounce chunks
@@ -894,14 +964,25 @@ TEST_CASE("rdma: large frames land in the grant pool and register nothing") {
   auto recorder = std::make_shared<SampledRecorder>();
   Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, recorder,
             pooled);
-  ExchangeLarge(pair, *recorder, 2);  // Warm-up: the pools grow.
+  // Warm-up: the pools grow to what this load needs (grant-pool blocks,
+  // the loop's bounce chunks, receives lent to a busy peer), until a
+  // warm-up registers nothing more (at most five; without the grant pool
+  // every grant registers, so one).
+  uint64_t warmup_rounds = 0;
+  for (int i = 0; i < (pooled ? 5 : 1); ++i) {
+    const uint64_t before = rdma::RegistrationCalls();
+    ExchangeLarge(pair, *recorder, 2);
+    warmup_rounds += 2;
+    if (rdma::RegistrationCalls() == before) break;
+  }
+  INFO(warmup_rounds << " warm-up rounds");
   const uint64_t registrations = rdma::RegistrationCalls();
   constexpr int kRounds = 25;  // 4 large frames each.
   ExchangeLarge(pair, *recorder, kRounds);
   const ConnectionStats& received = pair.server->stats();
   if (pooled) {
     CHECK(rdma::RegistrationCalls() == registrations);
-    CHECK(received.pooled_grants == 4 * (kRounds + 2));
+    CHECK(received.pooled_grants == 4 * (kRounds + warmup_rounds));
     CHECK(received.registered_grants == 0);
   } else {
     CHECK(rdma::RegistrationCalls() >= registrations + 4 * kRounds);

@@ -266,8 +266,11 @@ Status CompletionGroup::GrowReceives() {
   if (Status grown = receives_.Grow(domain_->pd(), "receive buffers");
       !grown.ok()) {
     receives_exhausted_ = true;
+    retry_growth_at_ =
+        std::chrono::steady_clock::now() + tunables::kRdmaReceiveGrowthRetry;
     return grown;
   }
+  receives_exhausted_ = false;
   for (uint32_t slot = first; slot < receives_.size(); ++slot) Repost(slot);
   FlushReposts();
   return failed_ ? Status(StatusCode::kUnavailable, "ibv_post_srq_recv failed")
@@ -288,7 +291,7 @@ Status CompletionGroup::Reserve(uint32_t count) {
 }
 
 bool CompletionGroup::LendOne() {
-  if (Spare() <= kSpareLow && (receives_exhausted_ || !GrowReceives().ok())) {
+  if (Spare() <= kSpareLow && (GrowthOnHold() || !GrowReceives().ok())) {
     return false;
   }
   ++lent_;
@@ -296,7 +299,8 @@ bool CompletionGroup::LendOne() {
 }
 
 bool CompletionGroup::Short() const {
-  return receives_exhausted_ && Spare() <= kSpareLow;
+  // Once the hold is over, lending tries to grow the pool again (LendOne).
+  return receives_exhausted_ && Spare() <= kSpareLow && GrowthOnHold();
 }
 
 void CompletionGroup::Repost(uint32_t slot) {

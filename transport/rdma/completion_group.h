@@ -21,8 +21,9 @@
 // it no longer needs. The lent total never exceeds the buffers registered,
 // all of which are posted to the shared receive queue or about to be again,
 // so no peer that honours its credits can find it empty. The pool grows by
-// chunks of kRdmaPoolChunkBuffers as connections need it, never per call,
-// and a connection that cannot get its initial credits is refused.
+// chunks of kRdmaPoolChunkBuffers as connections need it, never per call
+// (after a failed growth, not again for kRdmaReceiveGrowthRetry), and a
+// connection that cannot get its initial credits is refused.
 //
 // Everything here runs on the group's loop thread, except DeviceDomain's
 // registration cache, which any thread may use.
@@ -158,8 +159,9 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   Status Reserve(uint32_t count);
   bool LendOne();  // One more buffer for a busy peer, when one is spare.
   void Unlend(uint32_t count) { lent_ -= count; }
-  // The pool has few buffers to spare and cannot grow: peers holding more
-  // than their initial credits should give some back.
+  // The pool has few buffers to spare and cannot grow (its last growth
+  // failed, less than kRdmaReceiveGrowthRetry ago): peers holding more than
+  // their initial credits should give some back.
   bool Short() const;
   // A received message in receive slot `slot`.
   const std::byte* ReceiveData(uint32_t slot) const {
@@ -241,6 +243,13 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   uint32_t lent_ = 0;
   uint32_t max_receives_ = 0;
   bool receives_exhausted_ = false;  // The last growth failed.
+  // When a failed growth may be tried again (kRdmaReceiveGrowthRetry).
+  std::chrono::steady_clock::time_point retry_growth_at_;
+  // The last growth failed and it is too soon to try again.
+  bool GrowthOnHold() const {
+    return receives_exhausted_ &&
+           std::chrono::steady_clock::now() < retry_growth_at_;
+  }
   std::vector<ibv_recv_wr> repost_wrs_;
   std::vector<ibv_sge> repost_sges_;
   std::vector<uint32_t> free_send_slots_;

@@ -14,11 +14,17 @@ using tunables::kRdmaReceiveBufferSize;
 void RdmaConnection::OnControl(const ControlMessage& message) {
   switch (message.kind) {
     case ControlKind::kCredit:
+      return;
     case ControlKind::kPong:  // Its bytes already counted as a sign of life.
+      // Keepalive traffic: this side sent nothing for an interval. Credits
+      // that came back since the last give-back go back now: once both
+      // sides ping, neither may be silent for a whole interval again.
+      GiveBackIdleCredits();
       return;
     case ControlKind::kPing: {
       keepalive_.PingReceived(tunables::kFramePrefixSize +
                               sizeof(ControlMessage));
+      GiveBackIdleCredits();  // As for a PONG: before the reply.
       ControlMessage pong;
       pong.kind = ControlKind::kPong;
       control_queue_.push_back(pong);  // Drain's Flush posts it.
