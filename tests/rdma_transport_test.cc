@@ -314,16 +314,23 @@ TEST_CASE("rdma: a busy peer is lent more credits") {
 // keepalive finds the connection idle, so an idle connection keeps no more
 // of the shared receive queue than it started with; a new burst is lent
 // more again.
+// A burst of `frames` small frames from the client; the credits the server
+// has lent it so far (at least 8: the burst kept it busy).
+uint64_t LendByBurst(Pair& pair, int frames) {
+  const size_t before = pair.recorder->count();
+  for (int i = 0; i < frames; ++i) {
+    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
+  }
+  REQUIRE(pair.WaitFor(before + frames));
+  const uint64_t lent = pair.server->stats().credits_lent;
+  REQUIRE(lent >= 8);
+  return lent;
+}
+
 TEST_CASE("rdma: an idle peer gives back the credits it was lent") {
   Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr, true,
             /*keepalive_interval=*/100ms);
-  constexpr int kFrames = 2000;
-  for (int i = 0; i < kFrames; ++i) {
-    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
-  }
-  REQUIRE(pair.WaitFor(kFrames));
-  const uint64_t lent = pair.server->stats().credits_lent;
-  REQUIRE(lent >= 8);
+  const uint64_t lent = LendByBurst(pair, 2000);
   REQUIRE(pair.server->stats().credits_withheld == 0);
   // Credits still on their way back ride on the PONGs, and are given back
   // at the next idle tick.
@@ -333,11 +340,7 @@ TEST_CASE("rdma: an idle peer gives back the credits it was lent") {
   CHECK(pair.client->stats().protocol_errors == 0);
   CHECK(pair.server->stats().protocol_errors == 0);
 
-  for (int i = 0; i < kFrames; ++i) {
-    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
-  }
-  REQUIRE(pair.WaitFor(2 * kFrames));
-  CHECK(pair.server->stats().credits_lent >= lent + 8);
+  CHECK(LendByBurst(pair, 2000) >= lent + 8);
 }
 
 // The same when the peer is never silent for a whole keepalive interval of
@@ -348,13 +351,7 @@ TEST_CASE("rdma: a peer kept busy by keepalive PINGs gives back its credits") {
   Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr, true,
             /*keepalive_interval=*/100ms, tunables::kDefaultRdmaMaxPoolBytes,
             /*client_keepalive_interval=*/2000ms);
-  constexpr int kFrames = 2000;
-  for (int i = 0; i < kFrames; ++i) {
-    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
-  }
-  REQUIRE(pair.WaitFor(kFrames));
-  const uint64_t lent = pair.server->stats().credits_lent;
-  REQUIRE(lent >= 8);
+  const uint64_t lent = LendByBurst(pair, 2000);
   CHECK(WaitUntil(
       [&] { return pair.server->stats().credits_taken_back == lent; }));
   CHECK(pair.server->stats().keepalive_pings > 0);
