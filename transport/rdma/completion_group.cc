@@ -300,7 +300,7 @@ bool CompletionGroup::LendOne() {
 
 bool CompletionGroup::Short() const {
   // Once the hold is over, lending tries to grow the pool again (LendOne).
-  return receives_exhausted_ && Spare() <= kSpareLow && GrowthOnHold();
+  return Spare() <= kSpareLow && GrowthOnHold();
 }
 
 void CompletionGroup::Repost(uint32_t slot) {

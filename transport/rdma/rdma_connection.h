@@ -357,9 +357,9 @@ class RdmaConnection final
   uint64_t signaled_ = 0;
   uint32_t unsignaled_ = 0;
   // Where local operations need an idle send queue and this connection's
-  // grants use windows (set with the queue pair): every request is signaled, so completed_
-  // always catches up with posted_, and last_transmit_ is the last request that
-  // goes on the wire (SEND, WRITE).
+  // grants use windows (set with the queue pair): every request is
+  // signaled, so completed_ always catches up with posted_, and
+  // last_transmit_ is the last request that goes on the wire (SEND, WRITE).
   bool local_ops_need_idle_ = false;
   bool local_op_waiting_ = false;
   uint64_t last_transmit_ = 0;
