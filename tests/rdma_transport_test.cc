@@ -365,10 +365,11 @@ TEST_CASE("rdma: a peer kept busy by keepalive PINGs gives back its credits") {
 // still ends at once: it signals a CREDIT after them rather than waiting
 // out kCloseFlushTimeout.
 TEST_CASE("rdma: lone small sends are unsignaled; a close still drains") {
-  // Without windows: on rxe, a connection whose grants use them signals
-  // every request (rdma_connection.h, local_ops_need_idle_).
-  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr,
-            /*pooled_grants=*/false);
+  // With grants from the pool (windows) too: on rxe, where their binds wait
+  // for an idle send queue, small sends stay unsignaled all the same.
+  const bool pooled = GENERATE(true, false);
+  INFO("pooled grants " << pooled);
+  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr, pooled);
   constexpr size_t kFrames = 5;
   static_assert(kFrames < tunables::kRdmaSignalEvery);
   const uint64_t polled = rdma::CompletionsPolled();
@@ -397,6 +398,39 @@ TEST_CASE("rdma: lone small sends are unsignaled; a close still drains") {
        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
        << " ms");
   CHECK(took < tunables::kCloseFlushTimeout);
+}
+
+// On rxe a window's bind waits until every request on the wire before it
+// has completed (rdma_connection.h, LocalOpMayGo). After small sends posted
+// unsignaled, no completion would ever say so: the connection asks for one
+// with a signaled zero-length WRITE, and the large frame that needs the
+// window lands. Without it, the frame would wait for 32 more sends.
+TEST_CASE("rdma: a window bound after unsignaled sends still opens") {
+  Pair pair(PollMode::kEvent);
+  constexpr size_t kSmall = 5;
+  static_assert(kSmall < tunables::kRdmaSignalEvery);
+  for (size_t i = 0; i < kSmall; ++i) {  // The server's: one chain each.
+    REQUIRE(pair.server->Send(MakeFrame(16)).ok());
+    REQUIRE(WaitUntil([&] { return pair.client_recorder->count() == i + 1; }));
+  }
+  // The server grants this from its pool: a window bound on its queue.
+  REQUIRE(pair.client->Send(MakeFrame(1 << 20)).ok());
+  REQUIRE(pair.WaitFor(1, 10s));
+  {
+    std::lock_guard lock(pair.recorder->mu);
+    CHECK(pair.recorder->intact);
+    CHECK(pair.recorder->sizes == std::vector<uint64_t>{1 << 20});
+  }
+  const ConnectionStats& server = pair.server->stats();
+  CHECK(server.pooled_grants == 1);
+  auto devices = rdma::ListDevices();
+  REQUIRE(devices.ok());
+  // The suites' devices: rxe0, or another driver's on real hardware.
+  const bool rxe =
+      !devices->empty() && devices->front().name.rfind("rxe", 0) == 0;
+  // One before the bind, one before the invalidation (the GRANT between
+  // them went unsignaled too).
+  CHECK(server.completion_probes == (rxe ? 2 : 0));
 }
 
 // Connects to `uri` on `loop`; the connection or why not.

@@ -192,6 +192,9 @@ struct ConnectionStats {
   std::atomic<uint64_t> credits_given_back{0};
   std::atomic<uint64_t> credits_taken_back{0};
   std::atomic<uint64_t> rnr_errors{0};
+  // Signaled zero-length WRITEs posted so that a window's bind or
+  // invalidation learns when the send queue is idle (rxe only).
+  std::atomic<uint64_t> completion_probes{0};
   // Completion-channel wake-ups, and batches of completions drained, that
   // had completions of this connection's.
   std::atomic<uint64_t> cq_events{0};

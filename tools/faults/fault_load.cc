@@ -17,8 +17,10 @@
 // The client keeps --concurrency calls in flight for --seconds, then waits
 // for the last ones; a call neither completed by its deadline plus a grace
 // period is "lost". It ends by asking the server what it saw and prints one
-// line, which tools/fault-table turns into a row:
+// line, which tools/fault-table turns into a row, and, if a call failed, a
+// second with the first failure's status:
 //   FAULTROW name ok=N failed=N lost=N twice=N corrupted=N statuses=CODE:N,...
+//   FAULTFIRST name CODE: message
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -94,8 +96,8 @@ int Serve(const examples::Flags& flags) {
   rpc::ServerOptions options;
   options.transport.max_payload_size = 8 << 20;
   options.max_response_size = 8 << 20;
-  options.transport.rdma_pooled_grants = flags.GetInt(
-      "pooled-grants", options.transport.rdma_pooled_grants) != 0;
+  options.transport.rdma_pooled_grants =
+      flags.GetInt("pooled-grants", options.transport.rdma_pooled_grants) != 0;
   rpc::Server server(options);
   server.RegisterService(&service);
   const StatusOr<std::string> uri = server.Listen(flags.Get("uri", ""));
@@ -115,6 +117,7 @@ struct Tally {
   uint64_t in_flight = 0;
   uint64_t ok = 0, failed = 0, corrupted = 0;
   std::map<std::string, uint64_t> statuses;
+  std::string first_error;  // The first failed call's status, whole.
 };
 
 int Load(const examples::Flags& flags) {
@@ -156,6 +159,9 @@ int Load(const examples::Flags& flags) {
           if (!status.ok()) {
             tally.failed++;
             tally.statuses[std::string(StatusCodeName(status.code()))]++;
+            if (tally.first_error.empty()) {
+              tally.first_error = status.ToString();
+            }
           } else if (response.size() != sent_size ||
                      Checksum(response.data(), response.size()) !=
                          sent_checksum) {
@@ -225,6 +231,9 @@ int Load(const examples::Flags& flags) {
       static_cast<unsigned long long>(twice),
       static_cast<unsigned long long>(tally.corrupted),
       statuses.empty() ? "-" : statuses.c_str(), server_stats.c_str());
+  if (!tally.first_error.empty()) {
+    std::printf("FAULTFIRST %s %s\n", name.c_str(), tally.first_error.c_str());
+  }
   std::fflush(stdout);
   // Lost calls would complete (CANCELLED) as the channel goes: not counted.
   std::_Exit(0);

@@ -227,8 +227,17 @@ class RdmaConnection final
   // Whether a BIND_MW or LOCAL_INV may be posted now: where the device
   // needs an idle send queue for them (DeviceDomain), only once every
   // request that could be retransmitted has completed. Else it marks
-  // local_op_waiting_, and Flush posts nothing else until it goes.
+  // local_op_waiting_, and Flush posts nothing else until it goes; and
+  // where nothing signaled follows the last request on the wire, it asks
+  // for a completion that says when it is done (SignalLastTransmit).
   bool LocalOpMayGo();
+  // Makes the last request on the wire signaled if it is still in the
+  // chain being built, else adds a signaled zero-length RDMA WRITE after it
+  // (no key is checked and nothing lands for a zero-length WRITE: IB spec
+  // C9-88; it takes none of the peer's receives). Its completion means
+  // every request before it is done. False if the send queue is full: a
+  // completion then comes anyway and Flush asks again.
+  bool SignalLastTransmit();
   // Completions held while a landed frame's window is invalidated (and
   // those that came before Start), in order, until the hold ends.
   void ReplayHeld();
@@ -357,18 +366,15 @@ class RdmaConnection final
   uint64_t signaled_ = 0;
   uint32_t unsignaled_ = 0;
   // Where local operations need an idle send queue and this connection's
-  // grants use windows (set with the queue pair): every request is
-  // signaled, so completed_ always catches up with posted_, and
-  // last_transmit_ is the last request that goes on the wire (SEND, WRITE).
+  // grants use windows (set with the queue pair): last_transmit_ is the
+  // last request that goes on the wire (SEND, WRITE), and a local operation
+  // waits until completed_ reaches it (LocalOpMayGo).
   bool local_ops_need_idle_ = false;
   bool local_op_waiting_ = false;
   uint64_t last_transmit_ = 0;
-  // Whether the next request is signaled (every kRdmaSignalEvery-th, or
-  // each one where local ops need an idle send queue).
+  // Whether the next request is signaled (every kRdmaSignalEvery-th).
   bool SignalNext() {
-    if (!local_ops_need_idle_ && ++unsignaled_ < tunables::kRdmaSignalEvery) {
-      return false;
-    }
+    if (++unsignaled_ < tunables::kRdmaSignalEvery) return false;
     unsignaled_ = 0;
     return true;
   }

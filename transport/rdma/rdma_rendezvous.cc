@@ -342,7 +342,30 @@ void RdmaConnection::PostInvalidates() {
 bool RdmaConnection::LocalOpMayGo() {
   if (!local_ops_need_idle_ || completed_ >= last_transmit_) return true;
   local_op_waiting_ = true;
+  if (signaled_ < last_transmit_) SignalLastTransmit();
   return false;
+}
+
+bool RdmaConnection::SignalLastTransmit() {
+  // The chain being built: posted_ - send_wrs_.size() + 1 onwards.
+  for (ibv_send_wr& wr : send_wrs_) {
+    if ((wr.wr_id & kValueMask) == last_transmit_) {
+      wr.send_flags |= IBV_SEND_SIGNALED;
+      unsignaled_ = 0;
+      return true;
+    }
+  }
+  if (!SendSlotFree()) return false;
+  ibv_send_wr wr{};
+  wr.wr_id = WrId(kSendTag, ++posted_);
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.num_sge = 0;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  unsignaled_ = 0;
+  send_wrs_.push_back(wr);
+  last_transmit_ = posted_;
+  Bump(stats_.completion_probes);
+  return true;
 }
 
 void RdmaConnection::OnInvalidated() {
