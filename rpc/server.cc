@@ -21,6 +21,12 @@ class Server::Impl {
     core_->max_response_size = options_.max_response_size;
     core_->metrics = options_.enable_metrics;
     core_->max_calls_per_connection = options_.max_calls_per_connection;
+    if (options_.handler_executor) {
+      core_->handler_executor = options_.handler_executor;
+    } else if (options_.handler_threads > 0) {
+      handler_pool_ = std::make_unique<ThreadPool>(options_.handler_threads);
+      core_->handler_executor = handler_pool_->executor();
+    }
     const int workers = options_.workers > 0 ? options_.workers : 1;
     for (int i = 0; i < workers; ++i) {
       workers_->push_back(std::make_unique<EventLoop>());
@@ -214,6 +220,9 @@ class Server::Impl {
   std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
   std::set<std::shared_ptr<ServerSession>> sessions_;            // Guarded.
   std::vector<std::unique_ptr<Service>> owned_services_;         // Guarded.
+  // Destroyed first: it runs the handlers given to it and waits for them,
+  // while the services they belong to still exist.
+  std::unique_ptr<ThreadPool> handler_pool_;
 };
 
 Server::Server(ServerOptions options)

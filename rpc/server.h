@@ -8,8 +8,9 @@
 //
 // N worker threads each run their own event loop; accepted connections are
 // assigned to them round robin, and a connection's handlers run on its
-// worker. Shutdown stops accepting, lets in-flight calls finish up to a grace
-// period, then closes every connection.
+// worker, or on an executor (ServerOptions::handler_threads). Shutdown stops
+// accepting, lets in-flight calls finish up to a grace period, then closes
+// every connection.
 #ifndef RDMARPC_RPC_SERVER_H_
 #define RDMARPC_RPC_SERVER_H_
 
@@ -23,6 +24,7 @@
 
 #include "base/status_or.h"
 #include "base/tunables.h"
+#include "rpc/executor.h"
 #include "rpc/metrics.h"
 #include "rpc/service.h"
 #include "transport/connection.h"
@@ -43,6 +45,15 @@ struct ServerOptions {
   // Open connections; a connection beyond it has each request answered
   // RESOURCE_EXHAUSTED and is closed (0: no limit).
   uint32_t max_connections = tunables::kDefaultMaxConnections;
+  // Where handlers run (rpc/executor.h). By default (0, no executor) on
+  // the connection's worker thread: the fastest, but a handler that blocks
+  // holds up that worker's other connections. With handler_threads > 0, on
+  // a pool of that many threads the server owns (its destructor runs the
+  // handlers given to the pool and waits for them); with handler_executor
+  // set, there instead: it must have run every task before the services
+  // are gone (those the server owns go with it).
+  int handler_threads = 0;
+  Executor handler_executor;
 };
 
 struct ServerStats {

@@ -199,24 +199,39 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     Log().debug("{}: call {} {}/{} started ({} bytes)", connection_->peer(), id,
                 *entry.service, *entry.method, call->request().size());
   }
-  try {
+  if (core_->handler_executor) {
+    // Off this thread: the call is in live_ (below) until it finishes.
+    core_->handler_executor([handler, call, &entry]() mutable {
+      RunHandler(*handler, std::move(call), entry);
+    });
+  } else {
     RDMARPC_TRACE(1, "handler");
-    (*handler)(call);
-  } catch (const std::exception& e) {
-    // The call may already be finished; Finish ignores a second attempt.
-    Log().error("{}/{}: handler of call {} threw: {}", *entry.service,
-                *entry.method, id, e.what());
+    RunHandler(*handler, call, entry);
   }
-  // A call that outlives its handler is entered in live_, for a Cancel frame
-  // or the connection's loss to reach it. Complete, on any thread, claims the
-  // call first (kNotYet -> kNever) or finds it kTracked and waits on mu_ to
-  // take it out, so a call is never left in live_ once finished.
+  // A call that outlives its handler (or has not met it yet) is entered in
+  // live_, for a Cancel frame or the connection's loss to reach it.
+  // Complete, on any thread, claims the call first (kNotYet -> kNever) or
+  // finds it kTracked and waits on mu_ to take it out, so a call is never
+  // left in live_ once finished.
   if (call->tracking_.load(std::memory_order_acquire) == ServerCall::kNotYet) {
     std::lock_guard lock(mu_);
     uint8_t state = ServerCall::kNotYet;
     if (call->tracking_.compare_exchange_strong(state, ServerCall::kTracked)) {
       TrackLocked(id, call);
     }
+  }
+}
+
+void ServerSession::RunHandler(const MethodHandler& handler,
+                               std::shared_ptr<ServerCall> call,
+                               const MethodEntry& entry) {
+  const uint64_t id = call->id_;
+  try {
+    handler(std::move(call));
+  } catch (const std::exception& e) {
+    // The call may already be finished; Finish ignores a second attempt.
+    Log().error("{}/{}: handler of call {} threw: {}", *entry.service,
+                *entry.method, id, e.what());
   }
 }
 

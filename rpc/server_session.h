@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "rpc/call_header.h"
+#include "rpc/executor.h"
 #include "rpc/method_index.h"
 #include "rpc/metrics.h"
 #include "rpc/server_call.h"
@@ -45,6 +46,8 @@ struct ServerCore {
   MethodIndex<MethodEntry> methods_by_id;  // The same methods, by id.
   uint64_t max_response_size = 0;
   bool metrics = true;
+  // Where handlers run; empty: inline, on the connection's thread.
+  Executor handler_executor;
   std::atomic<bool> draining{false};
 
   // Calls started and not finished. A call counts itself before it reads
@@ -98,6 +101,10 @@ class ServerSession final : public transport::ConnectionObserver,
   void Complete(ServerCall& call, const Status& status, Payload response);
 
  private:
+  // Runs `handler` on `call`; an exception it throws is logged.
+  static void RunHandler(const MethodHandler& handler,
+                         std::shared_ptr<ServerCall> call,
+                         const MethodEntry& entry);
   // Returns the status the client gets (CANCELLED when it stopped waiting).
   StatusCode Send(ServerCall& call, const Status& status, Payload response);
   void Reply(uint64_t id, const Status& status);

@@ -210,6 +210,11 @@ std::span<const ServerOptionFlag> ServerOptionFlags() {
   static constexpr ServerOptionFlag kFlags[] = {
       {"workers", [](const ServerOptions& o) -> long long { return o.workers; },
        [](ServerOptions& o, long long v) { o.workers = static_cast<int>(v); }},
+      {"handler-threads",
+       [](const ServerOptions& o) -> long long { return o.handler_threads; },
+       [](ServerOptions& o, long long v) {
+         o.handler_threads = static_cast<int>(v);
+       }},
       {"max-payload",
        [](const ServerOptions& o) -> long long {
          return o.transport.max_payload_size;

@@ -6,7 +6,8 @@
 //                                 stats(), per-method metrics.
 //   rdmarpc::rpc::ServerOptions   worker threads, transport options (poll
 //                                 mode, payload and memory limits), calls
-//                                 and connections allowed.
+//                                 and connections allowed, where handlers
+//                                 run (rpc/executor.h).
 //   rdmarpc::rpc::Service         a service: generated ones derive from it
 //                                 (Foo::Service, from foo.rdmarpc.h); code
 //                                 without generated stubs adds methods with
@@ -22,14 +23,16 @@
 //   server.RegisterService(&impl);
 //   auto uri = server.Listen("auto://0.0.0.0:7000");  // StatusOr<std::string>
 //
-// Handlers run on the connection's worker thread; one that blocks holds up
-// that worker's other connections, so hand long work to your own threads and
-// Finish from there.
+// Handlers run on the connection's worker thread by default; one that blocks
+// holds up that worker's other connections. Set ServerOptions::
+// handler_threads (or handler_executor) to run them on a pool instead, or
+// hand long work to your own threads and Finish from there.
 #ifndef RDMARPC_SERVER_H_
 #define RDMARPC_SERVER_H_
 
 #include "rdmarpc/buffer.h"   // IWYU pragma: export
 #include "rdmarpc/status.h"   // IWYU pragma: export
+#include "rpc/executor.h"     // IWYU pragma: export
 #include "rpc/server.h"       // IWYU pragma: export
 #include "rpc/server_call.h"  // IWYU pragma: export
 #include "rpc/service.h"      // IWYU pragma: export

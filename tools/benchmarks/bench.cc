@@ -4,7 +4,7 @@
 //         [--iters N] [--warmup N] [--outstanding K] [--connections C]
 //         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
 //         [--plot FILE.png] [--raw 0] [--pin 0] [--metrics 0] [--stats 1]
-//         [--by-name 1]
+//         [--by-name 1] [--handler-threads N]
 //   bench --serve URI [--poll event|busy|hybrid]
 //         a standalone server for another machine's bench
 //   bench --cpu-window N --uri URI [--outstanding K] [--size B]
@@ -38,7 +38,9 @@
 //
 // Calls name their method by id (rpc/method_ref.h), as generated stubs do;
 // --by-name 1 makes the latency loop send the service and method names
-// instead, to measure what the longer request costs.
+// instead, to measure what the longer request costs. --handler-threads N
+// runs the in-process server's handlers on a pool of N threads instead of
+// its worker (ServerOptions::handler_threads).
 #include "tools/benchmarks/bench.h"
 
 #include <algorithm>
@@ -150,6 +152,8 @@ int Run(int argc, char** argv) {
   options.plot = flags.Get("plot", "");
   options.stats = flags.GetInt("stats", 0) != 0;
   options.metrics = flags.GetInt("metrics", 1) != 0;
+  options.handler_threads =
+      static_cast<int>(flags.GetInt("handler-threads", 0));
   pin_sides = flags.GetInt(
                   "pin", std::thread::hardware_concurrency() >= 2 ? 1 : 0) != 0;
   if (options.mode != "latency" && options.mode != "throughput" &&
@@ -201,6 +205,7 @@ int Run(int argc, char** argv) {
   if (parsed->port == 0) {
     rpc::ServerOptions server_options;
     server_options.workers = 1;
+    server_options.handler_threads = options.handler_threads;
     server_options.enable_metrics = options.metrics;
     server_options.transport.poll_mode = options.poll;
     server_options.transport.rdma_pooled_grants = options.pooled_grants;

@@ -58,6 +58,9 @@ struct Options {
   bool stats = false;
   bool metrics = true;   // The in-process server's per-method metrics.
   bool by_name = false;  // Latency calls name the method, not its id.
+  // The in-process server's handler pool (0: handlers run inline, on its
+  // worker; ServerOptions::handler_threads).
+  int handler_threads = 0;
 };
 
 struct Result {
