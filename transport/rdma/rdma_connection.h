@@ -235,9 +235,9 @@ class RdmaConnection final
   // chain being built, else adds a signaled zero-length RDMA WRITE after it
   // (no key is checked and nothing lands for a zero-length WRITE: IB spec
   // C9-88; it takes none of the peer's receives). Its completion means
-  // every request before it is done. False if the send queue is full: a
+  // every request before it is done. Nothing if the send queue is full: a
   // completion then comes anyway and Flush asks again.
-  bool SignalLastTransmit();
+  void SignalLastTransmit();
   // Completions held while a landed frame's window is invalidated (and
   // those that came before Start), in order, until the hold ends.
   void ReplayHeld();

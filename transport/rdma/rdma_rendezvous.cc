@@ -346,16 +346,16 @@ bool RdmaConnection::LocalOpMayGo() {
   return false;
 }
 
-bool RdmaConnection::SignalLastTransmit() {
+void RdmaConnection::SignalLastTransmit() {
   // The chain being built: posted_ - send_wrs_.size() + 1 onwards.
   for (ibv_send_wr& wr : send_wrs_) {
     if ((wr.wr_id & kValueMask) == last_transmit_) {
       wr.send_flags |= IBV_SEND_SIGNALED;
       unsignaled_ = 0;
-      return true;
+      return;
     }
   }
-  if (!SendSlotFree()) return false;
+  if (!SendSlotFree()) return;
   ibv_send_wr wr{};
   wr.wr_id = WrId(kSendTag, ++posted_);
   wr.opcode = IBV_WR_RDMA_WRITE;
@@ -365,7 +365,6 @@ bool RdmaConnection::SignalLastTransmit() {
   send_wrs_.push_back(wr);
   last_transmit_ = posted_;
   Bump(stats_.completion_probes);
-  return true;
 }
 
 void RdmaConnection::OnInvalidated() {
