@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -24,6 +26,87 @@ using transport::Connection;
 using transport::OutgoingFrame;
 using transport::ReceivedFrame;
 
+namespace {
+
+// Runs a user callback; an exception it throws is logged, not propagated
+// into the transport (where it would stall the connection).
+void Invoke(ResponseCallback& done, const Status& status, Payload response) {
+  try {
+    done(status, std::move(response));
+  } catch (const std::exception& e) {
+    Log().error("a call's completion callback threw: {}", e.what());
+  }
+}
+
+}  // namespace
+
+// Hands a channel's callbacks to its callback executor
+// (ChannelOptions::callback_threads or callback_executor), and counts those
+// handed over and not yet run, so the channel can wait for them when it goes.
+class CallbackRunner {
+ public:
+  explicit CallbackRunner(const ChannelOptions& options) {
+    if (options.callback_executor) {
+      executor_ = options.callback_executor;
+    } else if (options.callback_threads > 0) {
+      pool_ = std::make_unique<ThreadPool>(options.callback_threads);
+      executor_ = pool_->executor();
+    }
+  }
+
+  // False: callbacks run on the event loop.
+  bool enabled() const { return static_cast<bool>(executor_); }
+
+  // Hands the callback to the executor; after Close, runs it here.
+  void Run(ResponseCallback done, Status status, Payload response) {
+    bool closed;
+    {
+      std::lock_guard lock(mu_);
+      closed = closed_;
+      if (!closed) ++running_;
+    }
+    if (closed) {
+      // Nothing completes a call once the channel is gone; should something,
+      // it runs here rather than on a pool that is gone.
+      Invoke(done, status, std::move(response));
+      return;
+    }
+    executor_([this, done = std::move(done), status = std::move(status),
+               response = std::move(response)]() mutable {
+      current_ = this;
+      Invoke(done, status, std::move(response));
+      done = nullptr;  // The user's closure goes before the channel may.
+      current_ = nullptr;
+      std::lock_guard lock(mu_);
+      if (--running_ == 0) idle_.notify_all();
+    });
+  }
+
+  // Whether this thread is inside one of this runner's callbacks.
+  bool InCallback() const { return current_ == this; }
+
+  // Waits until every callback handed over has run, then stops the pool (if
+  // the channel owns one). Must not run inside one of the callbacks.
+  void Close() {
+    std::unique_lock lock(mu_);
+    closed_ = true;
+    idle_.wait(lock, [this] { return running_ == 0; });
+    lock.unlock();
+    pool_.reset();  // Joins its threads.
+  }
+
+ private:
+  static thread_local const CallbackRunner* current_;
+  Executor executor_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  size_t running_ = 0;
+  bool closed_ = false;
+};
+
+thread_local const CallbackRunner* CallbackRunner::current_ = nullptr;
+
 class Channel::Impl final : public transport::ConnectionObserver,
                             public std::enable_shared_from_this<Impl> {
  public:
@@ -33,6 +116,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
         context_(context),
         timer_(context),
         reconnect_timer_(context),
+        runner_(std::make_shared<CallbackRunner>(options_)),
         backoff_(options_.initial_backoff) {}
 
   // Names the method by `method_id` if it is not 0 (the names are then
@@ -58,20 +142,25 @@ class Channel::Impl final : public transport::ConnectionObserver,
     return out;
   }
   const std::string& target() const { return target_; }
-
-  // Runs a user callback; an exception it throws is logged, not propagated
-  // into the transport (where it would stall the connection).
-  static void Invoke(ResponseCallback& done, const Status& status,
-                     Payload response) {
-    try {
-      done(status, std::move(response));
-    } catch (const std::exception& e) {
-      Log().error("a call's completion callback threw: {}", e.what());
-    }
-  }
+  const std::shared_ptr<CallbackRunner>& runner() const { return runner_; }
 
  private:
+  // Completes a call from the transport's side (the loop thread): the
+  // callback runs here, or on the callback executor.
+  void Deliver(ResponseCallback& done, const Status& status, Payload response) {
+    if (runner_->enabled()) {
+      runner_->Run(std::move(done), status, std::move(response));
+    } else {
+      Invoke(done, status, std::move(response));
+    }
+  }
+  // Completes a call from the caller's side (any thread, inside Call or
+  // Cancel): the callback runs later, on the loop or the callback executor.
   void Complete(ResponseCallback done, const Status& status, Payload response) {
+    if (runner_->enabled()) {
+      runner_->Run(std::move(done), status, std::move(response));
+      return;
+    }
     asio::post(context_, [done = std::move(done), status,
                           response = std::move(response)]() mutable {
       Invoke(done, status, std::move(response));
@@ -84,9 +173,8 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // With wait-for-ready calls waiting, connects again once the backoff is
   // over.
   void ReconnectAfterBackoff();
-  static void FailAll(std::vector<CallTable::Entry>& calls,
-                      const Status& status) {
-    for (auto& [id, done] : calls) Invoke(done, status, Buffer());
+  void FailAll(std::vector<CallTable::Entry>& calls, const Status& status) {
+    for (auto& [id, done] : calls) Deliver(done, status, Buffer());
   }
 
   const std::string target_;
@@ -94,6 +182,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   asio::io_context& context_;
   asio::steady_timer timer_;            // Loop thread only.
   asio::steady_timer reconnect_timer_;  // Loop thread only.
+  const std::shared_ptr<CallbackRunner> runner_;
 
   // Taken twice per call (StartCall, OnFrame), briefly: a FutexMutex costs
   // about 50 instructions less per pair than std::mutex.
@@ -405,10 +494,10 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
         " of " + std::to_string(options_.transport.max_payload_size));
   }
   RDMARPC_TRACE(0, "callback");
-  Invoke(done, status,
-         status.ok() ? SplitPayload(std::move(frame).TakePayload(),
-                                    header->attachment_size())
-                     : Payload());
+  Deliver(done, status,
+          status.ok() ? SplitPayload(std::move(frame).TakePayload(),
+                                     header->attachment_size())
+                      : Payload());
 }
 
 void Channel::Impl::OnClose(const Status& reason) {
@@ -466,6 +555,14 @@ namespace {
 bool NeedsOwnLoop(const ChannelOptions& options) {
   return options.transport.poll_mode != transport::PollMode::kEvent;
 }
+
+// For a channel destroyed where it cannot wait (on a loop thread, or inside
+// one of its own callbacks): the callbacks still handed over run, and the
+// pool stops, on a thread of their own.
+void CloseRunnerLater(std::shared_ptr<CallbackRunner> runner) {
+  if (!runner->enabled()) return;
+  std::thread([runner = std::move(runner)] { runner->Close(); }).detach();
+}
 }  // namespace
 
 Channel::Channel(std::string target, ChannelOptions options)
@@ -486,7 +583,8 @@ Channel::~Channel() {
     // Destroyed from a callback (e.g. the last Stub dropped there): this
     // thread runs a loop, so it can neither wait for one nor join itself.
     // Complete the calls here; callbacks already posted run on the loop.
-    for (auto& [id, done] : orphans) Impl::Invoke(done, destroyed, Buffer());
+    for (auto& [id, done] : orphans) Invoke(done, destroyed, Buffer());
+    CloseRunnerLater(impl_->runner());
     if (own_loop_) {
       std::thread([loop = std::move(own_loop_),
                    impl = std::move(impl_)]() mutable {
@@ -515,7 +613,12 @@ Channel::~Channel() {
     asio::post(loop_->context(), [&drained] { drained.set_value(); });
     drained.get_future().wait();
   }
-  for (auto& [id, done] : orphans) Impl::Invoke(done, destroyed, Buffer());
+  for (auto& [id, done] : orphans) Invoke(done, destroyed, Buffer());
+  if (impl_->runner()->InCallback()) {
+    CloseRunnerLater(impl_->runner());  // Cannot wait for itself.
+  } else {
+    impl_->runner()->Close();
+  }
   impl_.reset();
   ClientLoops::Release(std::move(pool_));
 }
@@ -536,6 +639,10 @@ Channel::CallId Channel::Call(const MethodRef& method, Payload request,
 
 void Channel::Cancel(CallId id) { impl_->Cancel(id); }
 boost::asio::any_io_executor Channel::executor() const {
+  return loop_->context().get_executor();
+}
+boost::asio::any_io_executor Channel::completion_executor() const {
+  if (impl_->runner()->enabled()) return asio::system_executor();
   return loop_->context().get_executor();
 }
 ChannelState Channel::state() const { return impl_->state(); }

@@ -18,11 +18,12 @@
 //                  ... response.message, response.attachment ...
 //                });
 //
-// Every callback runs exactly once, on the channel's event loop thread;
-// calls still outstanding when the Channel is destroyed complete CANCELLED on
-// the destroying thread instead (from inside one of the channel's own
-// callbacks too), and callbacks already due run before the destructor
-// returns (unless it runs on a loop thread itself).
+// Every callback runs exactly once, on the channel's event loop thread, or
+// on its callback executor when it has one (ChannelOptions); calls still
+// outstanding when the Channel is destroyed complete CANCELLED on the
+// destroying thread instead (from inside one of the channel's own callbacks
+// too), and callbacks already due run before the destructor returns (unless
+// it runs on a loop thread or inside one of the channel's callbacks).
 //
 // Threads: a Channel owns none. The channels of a process share a few
 // event-loop threads (rpc/client_loops.h); a channel whose transport busy-
@@ -42,6 +43,7 @@
 #include "base/tunables.h"
 #include "rpc/call_options.h"
 #include "rpc/call_table.h"
+#include "rpc/executor.h"
 #include "rpc/method_ref.h"
 #include "transport/connection.h"
 
@@ -59,6 +61,14 @@ struct ChannelOptions {
       tunables::kInitialReconnectBackoff;
   std::chrono::milliseconds max_backoff = tunables::kMaxReconnectBackoff;
   double backoff_multiplier = tunables::kReconnectBackoffMultiplier;
+  // Where completion callbacks run (rpc/executor.h). By default (0, no
+  // executor) on the channel's event-loop thread: the fastest, but a
+  // callback that blocks holds up every connection on that loop. With
+  // callback_threads > 0, on a pool of that many threads the channel owns;
+  // with callback_executor set, there instead (it must outlive the channel).
+  // Either way the loop threads then never run user code.
+  int callback_threads = 0;
+  Executor callback_executor;
 };
 
 enum class ChannelState { kIdle, kConnecting, kReady, kTransientFailure };
@@ -95,8 +105,12 @@ class Channel {
   // the server to stop working on it.
   void Cancel(CallId id);
 
-  // The channel's event loop, where callbacks run.
+  // The channel's event loop.
   boost::asio::any_io_executor executor() const;
+  // Where a typed call's completion handler without an executor of its own
+  // runs (rpc/typed.h): the event loop, or, when the channel has a callback
+  // executor, at once on the thread that runs the callback.
+  boost::asio::any_io_executor completion_executor() const;
 
   ChannelState state() const;
   ChannelStats stats() const;

@@ -10,8 +10,9 @@
 //   - a callback:            [](Status status, Response response) { ... }
 //   - asio::use_future:      std::future<std::tuple<Status, Response>>
 //   - asio::use_awaitable:   auto [status, response] = co_await ...;
-// The handler runs on its associated executor (a coroutine's own), or on
-// the channel's event loop when it has none.
+// The handler runs on its associated executor (a coroutine's own), or,
+// when it has none, where the channel runs callbacks: on its event loop or
+// its callback executor (ChannelOptions::callback_threads).
 //
 // Attachments (rpc/payload.h): a handler reads the request's with
 // request_attachment() and sends one with set_response_attachment(); a
@@ -136,9 +137,10 @@ auto StartUnaryCall(Channel& channel, const MethodRef& method,
                       auto handler, Payload payload) {
     // Keeps the handler's executor (e.g. a coroutine's io_context) busy
     // until the call completes, so its run() does not return early.
-    auto executor = boost::asio::prefer(
-        boost::asio::get_associated_executor(handler, channel.executor()),
-        boost::asio::execution::outstanding_work.tracked);
+    auto executor =
+        boost::asio::prefer(boost::asio::get_associated_executor(
+                                handler, channel.completion_executor()),
+                            boost::asio::execution::outstanding_work.tracked);
     channel.Call(method, std::move(payload), options,
                  [handler = std::move(handler), executor = std::move(executor),
                   named = &method, response_attachment](

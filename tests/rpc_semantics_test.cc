@@ -567,7 +567,8 @@ TEST_CASE("executor: a handler on the pool sees its call cancelled") {
   TestServer server(options);
   Channel channel(server.uri);
   CancelWaitingCall(channel, server, 1);
-  CHECK(server.stats().live_calls == 0);
+  // The handler counts the cancel, then finishes the call: wait for both.
+  CHECK(WaitFor([&] { return server.stats().live_calls == 0; }));
 }
 
 // ServerOptions::handler_executor: the user's executor gets every handler,
@@ -606,6 +607,112 @@ TEST_CASE("executor: handlers run on the executor the user passes") {
   pool.join();  // Every task has run before the service goes.
   CHECK(tasks == 20);
   CHECK(elsewhere == 0);
+}
+
+// ChannelOptions::callback_threads: a callback that blocks runs on the
+// channel's pool, and the loop goes on completing other calls meanwhile.
+// Inline (the default) the second call's response would wait for the loop.
+TEST_CASE("executor: a callback that blocks holds up no other call") {
+  TestServer server;
+  // Declared before the channel, which waits for its callbacks as it goes.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> blocking;
+  std::promise<std::string> second;
+  rpc::ChannelOptions options;
+  options.callback_threads = 2;
+  Channel channel(server.uri, options);
+  channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("first")),
+               CallOptions{}, [&](const Status&, Buffer) {
+                 blocking.set_value();
+                 released.wait();
+               });
+  blocking.get_future().wait();
+  auto second_done = second.get_future();
+  channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("second")),
+               CallOptions{}, [&](const Status& status, Buffer response) {
+                 second.set_value(status.ok() ? std::string(response.view())
+                                              : status.ToString());
+               });
+  const bool in_time = second_done.wait_for(std::chrono::seconds(5)) ==
+                       std::future_status::ready;
+  release.set_value();
+  REQUIRE(in_time);
+  CHECK(second_done.get() == "second");
+}
+
+// ChannelOptions::callback_executor: every callback goes to the user's
+// executor, those of calls that fail before they start too, and none runs
+// on a loop thread.
+TEST_CASE("executor: callbacks run on the executor the user passes") {
+  TestServer server;
+  boost::asio::thread_pool pool(1);
+  std::promise<std::thread::id> pool_thread;
+  boost::asio::post(pool,
+                    [&] { pool_thread.set_value(std::this_thread::get_id()); });
+  const std::thread::id expected = pool_thread.get_future().get();
+  std::atomic<int> tasks{0};
+  std::atomic<int> elsewhere{0};
+  rpc::ChannelOptions options;
+  options.callback_executor = [&](UniqueFunction<void()> task) {
+    tasks++;
+    boost::asio::post(pool, std::move(task));
+  };
+  {
+    Channel channel(server.uri, options);
+    for (int i = 0; i < 10; ++i) {
+      std::promise<Status> done;
+      channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("x")),
+                   CallOptions{}, [&](const Status& status, Buffer) {
+                     if (std::this_thread::get_id() != expected) elsewhere++;
+                     done.set_value(status);
+                   });
+      CHECK(done.get_future().get().ok());
+    }
+    // Completed inside Call: its deadline has passed.
+    std::promise<Status> late;
+    CallOptions past;
+    past.deadline = rpc::Clock::now() - std::chrono::seconds(1);
+    channel.Call("test.Test", "Echo", Buffer(), past,
+                 [&](const Status& status, Buffer) {
+                   if (std::this_thread::get_id() != expected) elsewhere++;
+                   late.set_value(status);
+                 });
+    CHECK(late.get_future().get().code() == StatusCode::kDeadlineExceeded);
+  }
+  pool.join();
+  CHECK(tasks == 11);
+  CHECK(elsewhere == 0);
+}
+
+// A channel destroyed from inside one of its own pooled callbacks cannot
+// wait for that callback: it must not deadlock, and the calls it still has
+// complete CANCELLED.
+TEST_CASE("executor: a channel may be destroyed in its own pooled callback") {
+  rpc::ServerOptions server_options;
+  server_options.handler_threads = 2;  // Echo is not held up by BlockMs.
+  TestServer server(server_options);
+  rpc::ChannelOptions options;
+  options.callback_threads = 1;
+  auto channel = std::make_unique<Channel>(server.uri, options);
+  std::promise<Status> stuck;
+  channel->Call("test.Test", "BlockMs",
+                Buffer::CopyOf(std::string_view("3000")), CallOptions{},
+                [&](const Status& status, Buffer) { stuck.set_value(status); });
+  REQUIRE(WaitFor([&] { return server.calls_started() == 1; }));
+  std::promise<void> destroyed;
+  std::promise<void> call_returned;
+  std::shared_future<void> returned = call_returned.get_future().share();
+  channel->Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("bye")),
+                CallOptions{}, [&](const Status&, Buffer) {
+                  returned.wait();  // Call() is done with the channel.
+                  channel.reset();
+                  destroyed.set_value();
+                });
+  call_returned.set_value();
+  auto done = destroyed.get_future();
+  REQUIRE(done.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(stuck.get_future().get().code() == StatusCode::kCancelled);
 }
 
 TEST_CASE("server: a call may outlive its server") {

@@ -2,12 +2,14 @@
 // three completion styles. The server is a TestServer: the two-host suite
 // runs these cases against one on the other host.
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cstdint>
 #include <cstring>
 #include <future>
 #include <span>
+#include <thread>
 
 #include "rpc/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
@@ -47,6 +49,30 @@ TEST_CASE("typed: callback completion") {
   auto [status, sum] = result.get_future().get();
   REQUIRE(status.ok());
   CHECK(sum == 42);
+}
+
+// With ChannelOptions::callback_threads, a typed callback runs on the
+// channel's pool: never on the event loop that received the response.
+TEST_CASE("typed: a callback runs on the channel's callback pool") {
+  testing::TestServer server{{}, "", testing::kHostCalculator};
+  rpc::ChannelOptions options;
+  options.callback_threads = 1;
+  auto channel = std::make_shared<rpc::Channel>(server.uri, options);
+  Calculator::Stub stub(channel);
+  std::promise<std::thread::id> loop_thread;
+  asio::post(channel->executor(),
+             [&] { loop_thread.set_value(std::this_thread::get_id()); });
+  const std::thread::id loop = loop_thread.get_future().get();
+  for (int i = 0; i < 3; ++i) {
+    std::promise<std::pair<int64_t, bool>> result;
+    stub.async_Add(MakePair(i, 1), [&](Status status, Number sum) {
+      result.set_value(
+          {status.ok() ? sum.value() : -1, std::this_thread::get_id() == loop});
+    });
+    auto [sum, on_loop] = result.get_future().get();
+    CHECK(sum == i + 1);
+    CHECK_FALSE(on_loop);
+  }
 }
 
 TEST_CASE("typed: use_future completion") {

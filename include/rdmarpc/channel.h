@@ -5,7 +5,8 @@
 //                                  calls, reconnects (with backoff) after a
 //                                  lost connection. Generated stubs take a
 //                                  std::shared_ptr<Channel>.
-//   rdmarpc::rpc::ChannelOptions   transport options, request size limit.
+//   rdmarpc::rpc::ChannelOptions   transport options, request size limit,
+//                                  where callbacks run (callback_threads).
 //   rdmarpc::rpc::CallOptions      a deadline (CallOptions::WithTimeout) and
 //                                  a CallCancellation to cancel the call.
 //   rdmarpc::rpc::MethodRef        names a method ("pkg.Service", "Method")
@@ -20,11 +21,12 @@
 //   stub.async_Bar(request, rpc::CallOptions::WithTimeout(100ms),
 //                  [](Status status, BarReply reply) { ... });
 //
-// Every completion runs exactly once: on the channel's event-loop thread, or,
-// for a call still outstanding when the channel is destroyed (CANCELLED), on
-// the destroying thread. Channels own no thread: a process's channels share
-// a few event loops (rpc/client_loops.h), so a blocking callback holds up
-// the other channels of its loop.
+// Every completion runs exactly once: on the channel's event-loop thread (or
+// its callback pool or executor, ChannelOptions::callback_threads), or, for a
+// call still outstanding when the channel is destroyed (CANCELLED), on the
+// destroying thread. Channels own no thread: a process's channels share a few
+// event loops (rpc/client_loops.h), so a callback that blocks on the loop
+// holds up the other channels of that loop; give such callbacks a pool.
 #ifndef RDMARPC_CHANNEL_H_
 #define RDMARPC_CHANNEL_H_
 
@@ -32,6 +34,7 @@
 #include "rdmarpc/status.h"    // IWYU pragma: export
 #include "rpc/call_options.h"  // IWYU pragma: export
 #include "rpc/channel.h"       // IWYU pragma: export
+#include "rpc/executor.h"      // IWYU pragma: export
 #include "rpc/method_ref.h"    // IWYU pragma: export
 #include "rpc/payload.h"       // IWYU pragma: export
 

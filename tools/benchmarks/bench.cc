@@ -4,7 +4,7 @@
 //         [--iters N] [--warmup N] [--outstanding K] [--connections C]
 //         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
 //         [--plot FILE.png] [--raw 0] [--pin 0] [--metrics 0] [--stats 1]
-//         [--by-name 1] [--handler-threads N]
+//         [--by-name 1] [--handler-threads N] [--callback-threads N]
 //   bench --serve URI [--poll event|busy|hybrid]
 //         a standalone server for another machine's bench
 //   bench --cpu-window N --uri URI [--outstanding K] [--size B]
@@ -40,7 +40,8 @@
 // --by-name 1 makes the latency loop send the service and method names
 // instead, to measure what the longer request costs. --handler-threads N
 // runs the in-process server's handlers on a pool of N threads instead of
-// its worker (ServerOptions::handler_threads).
+// its worker (ServerOptions::handler_threads); --callback-threads N runs
+// the channel's callbacks on a pool of N (ChannelOptions::callback_threads).
 #include "tools/benchmarks/bench.h"
 
 #include <algorithm>
@@ -154,6 +155,8 @@ int Run(int argc, char** argv) {
   options.metrics = flags.GetInt("metrics", 1) != 0;
   options.handler_threads =
       static_cast<int>(flags.GetInt("handler-threads", 0));
+  options.callback_threads =
+      static_cast<int>(flags.GetInt("callback-threads", 0));
   pin_sides = flags.GetInt(
                   "pin", std::thread::hardware_concurrency() >= 2 ? 1 : 0) != 0;
   if (options.mode != "latency" && options.mode != "throughput" &&

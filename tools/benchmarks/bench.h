@@ -61,6 +61,9 @@ struct Options {
   // The in-process server's handler pool (0: handlers run inline, on its
   // worker; ServerOptions::handler_threads).
   int handler_threads = 0;
+  // The channel's callback pool (0: callbacks run inline, on its event
+  // loop; ChannelOptions::callback_threads).
+  int callback_threads = 0;
 };
 
 struct Result {

@@ -18,6 +18,7 @@ rpc::ChannelOptions ChannelOptionsFor(const Options& options) {
   channel.transport.rdma_pooled_grants = options.pooled_grants;
   channel.transport.max_payload_size = 1ull << 30;
   channel.max_request_size = 1ull << 30;
+  channel.callback_threads = options.callback_threads;
   return channel;
 }
 
