@@ -303,6 +303,18 @@ inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
 static_assert(kMaxStatusMessageSize + 64 <= kMaxCallHeaderSize);
 static_assert(kMaxMethodNameSize + 64 <= kMaxCallHeaderSize);
 
+// Streams (docs/protocol.md, "Streams"). Each side of a streaming call may
+// send this many messages, and this many payload bytes in all, before the
+// reader's first WINDOW: part of the protocol, so both ends must agree. A
+// window lets the next message go whole even when it alone is larger than
+// the bytes left: a reader bounds its memory by its window plus one message.
+inline constexpr uint64_t kInitialStreamWindowMessages = 16;
+inline constexpr uint64_t kInitialStreamWindowBytes = 4ull << 20;
+static_assert(kInitialStreamWindowMessages >= 2,
+              "a writer must be able to keep one message in flight behind "
+              "another");
+static_assert(kInitialStreamWindowBytes >= 64 * 1024);
+
 // --- Channel ---------------------------------------------------------------
 inline constexpr std::chrono::milliseconds kInitialReconnectBackoff{100};
 inline constexpr std::chrono::milliseconds kMaxReconnectBackoff{5000};

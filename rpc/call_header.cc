@@ -19,6 +19,9 @@ enum Field : uint32_t {
   kOutOfBandField = 9,
   kMethodIdField = 10,
   kAttachmentSizeField = 11,
+  kStreamField = 12,
+  kWindowMessagesField = 13,
+  kWindowBytesField = 14,
 };
 enum WireType : uint32_t {
   kVarint = 0,
@@ -222,7 +225,10 @@ size_t CallHeader::EncodedSize() const {
          BytesFieldSize(kStatusMessageField, status_message_) +
          VarintFieldSize(kPayloadSizeField, payload_size_) +
          Fixed64FieldSize(kMethodIdField, method_id_) +
-         VarintFieldSize(kAttachmentSizeField, attachment_size_);
+         VarintFieldSize(kAttachmentSizeField, attachment_size_) +
+         VarintFieldSize(kStreamField, Int32Bits(stream_)) +
+         VarintFieldSize(kWindowMessagesField, window_messages_) +
+         VarintFieldSize(kWindowBytesField, window_bytes_);
 }
 
 std::byte* CallHeader::Encode(std::byte* out) const {
@@ -235,7 +241,14 @@ std::byte* CallHeader::Encode(std::byte* out) const {
   out = PutBytesField(out, kStatusMessageField, status_message_);
   out = PutVarintField(out, kPayloadSizeField, payload_size_);
   out = PutFixed64Field(out, kMethodIdField, method_id_);
-  return PutVarintField(out, kAttachmentSizeField, attachment_size_);
+  out = PutVarintField(out, kAttachmentSizeField, attachment_size_);
+  // Unary calls, nearly all of them, end here.
+  if (stream_ == kUnary && window_messages_ == 0 && window_bytes_ == 0) {
+    return out;
+  }
+  out = PutVarintField(out, kStreamField, Int32Bits(stream_));
+  out = PutVarintField(out, kWindowMessagesField, window_messages_);
+  return PutVarintField(out, kWindowBytesField, window_bytes_);
 }
 
 // Encode's own output: each field at most once, in field order, nothing
@@ -274,6 +287,18 @@ bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
   }
   if (in.Take(Tag(kAttachmentSizeField, kVarint)) &&
       !in.Varint(attachment_size_)) {
+    return false;
+  }
+  if (in.done()) return true;  // Unary calls, nearly all of them.
+  if (in.Take(Tag(kStreamField, kVarint))) {
+    if (!in.Varint(value)) return false;
+    stream_ = static_cast<StreamKind>(static_cast<int32_t>(value));
+  }
+  if (in.Take(Tag(kWindowMessagesField, kVarint)) &&
+      !in.Varint(window_messages_)) {
+    return false;
+  }
+  if (in.Take(Tag(kWindowBytesField, kVarint)) && !in.Varint(window_bytes_)) {
     return false;
   }
   return in.done();
@@ -339,6 +364,17 @@ std::optional<CallHeader> CallHeader::DecodeAny(
         break;
       case kAttachmentSizeField:
         if (varint) header.attachment_size_ = value;
+        break;
+      case kStreamField:
+        if (varint) {
+          header.stream_ = static_cast<StreamKind>(static_cast<int32_t>(value));
+        }
+        break;
+      case kWindowMessagesField:
+        if (varint) header.window_messages_ = value;
+        break;
+      case kWindowBytesField:
+        if (varint) header.window_bytes_ = value;
         break;
       case kOutOfBandField:
         if (!varint) ++header.out_of_band_count_;

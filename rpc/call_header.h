@@ -18,7 +18,17 @@ class CallHeader {
     kUnspecified = 0,
     kRequest = 1,
     kResponse = 2,
-    kCancel = 3
+    kCancel = 3,
+    kMessage = 4,
+    kHalfClose = 5,
+    kWindow = 6
+  };
+  // Which way a call streams (a REQUEST's `stream`).
+  enum StreamKind : int32_t {
+    kUnary = 0,
+    kClientStreaming = 1,
+    kServerStreaming = 2,
+    kBidiStreaming = 3
   };
 
   Kind kind() const { return kind_; }
@@ -35,6 +45,9 @@ class CallHeader {
   uint64_t attachment_size() const { return attachment_size_; }
   // Entries of the reserved out_of_band field seen when decoding.
   uint32_t out_of_band_count() const { return out_of_band_count_; }
+  StreamKind stream() const { return stream_; }
+  uint64_t window_messages() const { return window_messages_; }
+  uint64_t window_bytes() const { return window_bytes_; }
 
   CallHeader& set_kind(Kind kind) {
     kind_ = kind;
@@ -76,16 +89,25 @@ class CallHeader {
     attachment_size_ = n;
     return *this;
   }
+  CallHeader& set_stream(StreamKind kind) {
+    stream_ = kind;
+    return *this;
+  }
+  CallHeader& set_window(uint64_t messages, uint64_t bytes) {
+    window_messages_ = messages;
+    window_bytes_ = bytes;
+    return *this;
+  }
 
   // Bytes Encode writes.
   size_t EncodedSize() const;
   // At least EncodedSize(), and cheaper to compute: every varint counted at
   // its longest.
   size_t MaxEncodedSize() const {
-    // Ten one-byte tags, six varint fields of at most 10 bytes, a fixed64,
-    // and three strings with their lengths.
+    // Thirteen one-byte tags, nine varint fields of at most 10 bytes, a
+    // fixed64, and three strings with their lengths.
     constexpr size_t kMaxVarint = 10;
-    return 10 + 6 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
+    return 13 + 9 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
            method_.size() + status_message_.size();
   }
   // Writes EncodedSize() bytes (proto3: fields at their default omitted);
@@ -115,6 +137,9 @@ class CallHeader {
   uint32_t out_of_band_count_ = 0;
   uint64_t method_id_ = 0;
   uint64_t attachment_size_ = 0;
+  StreamKind stream_ = kUnary;
+  uint64_t window_messages_ = 0;
+  uint64_t window_bytes_ = 0;
 };
 
 }  // namespace rdmarpc::rpc

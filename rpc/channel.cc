@@ -464,9 +464,19 @@ void Channel::Impl::ReconnectAfterBackoff() {
 void Channel::Impl::OnFrame(ReceivedFrame frame) {
   RDMARPC_TRACE(0, "channel_on_frame");
   StatusOr<CallHeader> header = DecodeCallHeader(frame);
+  if (header.ok() && (header->kind() == CallHeader::kMessage ||
+                      header->kind() == CallHeader::kWindow)) {
+    // No call of a Channel streams yet: the frame is for a call that
+    // finished, or never streamed. Dropped; the connection goes on.
+    std::lock_guard lock(mu_);
+    ++stats_.stream_frames_dropped;
+    return;
+  }
   if (header.ok() && header->kind() != CallHeader::kResponse) {
     header = Status(StatusCode::kInternal,
-                    "protocol error: server sent a non-response frame");
+                    "protocol error: server sent a frame of kind " +
+                        std::to_string(header->kind()) +
+                        ", which only a client sends");
   }
   if (!header.ok()) {
     Log().warn("{}: closing connection: {}", target_,

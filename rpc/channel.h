@@ -79,6 +79,8 @@ struct ChannelStats {
   uint64_t connect_failures = 0;
   // Responses that arrived after their call had completed (deadline, cancel).
   uint64_t late_responses_dropped = 0;
+  // MESSAGE and WINDOW frames for a call that is not an open stream.
+  uint64_t stream_frames_dropped = 0;
 };
 
 class Channel {

@@ -170,6 +170,7 @@ class Server::Impl {
     out.responses_dropped = core_->responses_dropped;
     out.protocol_errors = core_->protocol_errors;
     out.unknown_method_calls = core_->unknown_method_calls;
+    out.stream_frames_dropped = core_->stream_frames_dropped;
     out.calls_over_limit = core_->calls_over_limit;
     out.connections_refused = core_->connections_refused;
     out.peers_timed_out = core_->peers_timed_out;

@@ -63,8 +63,11 @@ struct ServerStats {
   uint64_t responses_dropped = 0;     // Finished after cancel or deadline.
   uint64_t protocol_errors = 0;       // Connections closed for malformed input.
   uint64_t unknown_method_calls = 0;  // Answered UNIMPLEMENTED.
-  uint64_t calls_over_limit = 0;      // Over max_calls_per_connection.
-  uint64_t connections_refused = 0;   // Over max_connections.
+  // MESSAGE, HALF_CLOSE and WINDOW frames for a call that is not an open
+  // stream (finished already, or never one): dropped, the connection kept.
+  uint64_t stream_frames_dropped = 0;
+  uint64_t calls_over_limit = 0;     // Over max_calls_per_connection.
+  uint64_t connections_refused = 0;  // Over max_connections.
   // Connections closed because the client sent nothing, not even a keepalive
   // PONG, for TransportOptions::keepalive_timeout.
   uint64_t peers_timed_out = 0;

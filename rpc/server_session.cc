@@ -118,6 +118,19 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     }
     return;
   }
+  if (header.kind() == CallHeader::kMessage ||
+      header.kind() == CallHeader::kHalfClose ||
+      header.kind() == CallHeader::kWindow) {
+    // No method of this server streams yet, so no call is an open stream:
+    // the frame is for a call that finished (a race the protocol allows) or
+    // never streamed. Dropped; the connection and its other calls go on.
+    core_->stream_frames_dropped++;
+    Log().debug(
+        "{}: dropped a stream frame (kind {}) for call {}: no open "
+        "stream",
+        connection_->peer(), static_cast<int>(header.kind()), id);
+    return;
+  }
   if (header.kind() != CallHeader::kRequest) {
     return ProtocolError(Status(StatusCode::kInternal,
                                 "protocol error: client sent a response"));
@@ -133,6 +146,13 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   MethodEntry* const resolved = ResolveMethod(header);
   if (resolved == nullptr) return;  // Answered.
   MethodEntry& entry = *resolved;
+  if (header.stream() != CallHeader::kUnary) [[unlikely]] {
+    return Reply(id, Status(StatusCode::kInvalidArgument,
+                            fmt::format("{}/{} is a unary method; the call "
+                                        "streams (stream kind {})",
+                                        *entry.service, *entry.method,
+                                        static_cast<int>(header.stream()))));
+  }
   const MethodHandler* handler = entry.handler;
   MethodMetrics* const metrics = core_->metrics ? &entry.metrics : nullptr;
   // Answered at once, without running the handler; counted in the

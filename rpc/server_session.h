@@ -68,6 +68,7 @@ struct ServerCore {
   std::atomic<uint64_t> responses_dropped{0};  // Cancelled or late.
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> unknown_method_calls{0};
+  std::atomic<uint64_t> stream_frames_dropped{0};
   uint32_t max_calls_per_connection = 0;  // Fixed once serving; 0: none.
   std::atomic<uint64_t> calls_over_limit{0};
   std::atomic<uint64_t> connections_refused{0};

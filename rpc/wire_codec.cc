@@ -68,6 +68,47 @@ transport::OutgoingFrame MakeCancelFrame(uint64_t call_id) {
   return Frame(header, Payload());
 }
 
+transport::OutgoingFrame MakeStreamRequestFrame(
+    uint64_t call_id, uint64_t method_id, uint64_t timeout_us,
+    CallHeader::StreamKind kind, uint64_t window_messages,
+    uint64_t window_bytes, Payload request) {
+  CallHeader header;
+  header.set_kind(CallHeader::kRequest);
+  header.set_call_id(call_id);
+  header.set_method_id(method_id);
+  header.set_timeout_us(timeout_us);
+  header.set_payload_size(request.size());
+  header.set_attachment_size(request.attachment.size());
+  header.set_stream(kind);
+  header.set_window(window_messages, window_bytes);
+  return Frame(header, std::move(request));
+}
+
+transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload message) {
+  CallHeader header;
+  header.set_kind(CallHeader::kMessage);
+  header.set_call_id(call_id);
+  header.set_payload_size(message.size());
+  header.set_attachment_size(message.attachment.size());
+  return Frame(header, std::move(message));
+}
+
+transport::OutgoingFrame MakeHalfCloseFrame(uint64_t call_id) {
+  CallHeader header;
+  header.set_kind(CallHeader::kHalfClose);
+  header.set_call_id(call_id);
+  return Frame(header, Payload());
+}
+
+transport::OutgoingFrame MakeWindowFrame(uint64_t call_id, uint64_t messages,
+                                         uint64_t bytes) {
+  CallHeader header;
+  header.set_kind(CallHeader::kWindow);
+  header.set_call_id(call_id);
+  header.set_window(messages, bytes);
+  return Frame(header, Payload());
+}
+
 StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
   const std::optional<CallHeader> decoded = CallHeader::Decode(frame.header());
   if (!decoded) return ProtocolError("call header does not parse");
@@ -82,9 +123,28 @@ StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
       } else if (header.service().empty() || header.method().empty()) {
         return ProtocolError("request without service or method");
       }
+      if (header.stream() < CallHeader::kUnary ||
+          header.stream() > CallHeader::kBidiStreaming) {
+        return ProtocolError("unknown stream kind " +
+                             std::to_string(header.stream()));
+      }
       break;
     case CallHeader::kResponse:
     case CallHeader::kCancel:
+    case CallHeader::kMessage:
+      break;
+    case CallHeader::kHalfClose:
+      if (header.payload_size() != 0) {
+        return ProtocolError("HALF_CLOSE with a payload");
+      }
+      break;
+    case CallHeader::kWindow:
+      if (header.payload_size() != 0) {
+        return ProtocolError("WINDOW with a payload");
+      }
+      if (header.window_messages() == 0 && header.window_bytes() == 0) {
+        return ProtocolError("WINDOW that opens nothing");
+      }
       break;
     default:
       return ProtocolError("unknown call kind " +

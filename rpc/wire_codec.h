@@ -28,9 +28,24 @@ transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            Payload response);
 transport::OutgoingFrame MakeCancelFrame(uint64_t call_id);
 
+// Streams (docs/protocol.md, "Streams"). A streaming call's REQUEST names its
+// kind and may widen the client's window for the server's messages beyond
+// the initial one; its payload is the request message of a server-streaming
+// call, else empty.
+transport::OutgoingFrame MakeStreamRequestFrame(
+    uint64_t call_id, uint64_t method_id, uint64_t timeout_us,
+    CallHeader::StreamKind kind, uint64_t window_messages,
+    uint64_t window_bytes, Payload request);
+transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload message);
+transport::OutgoingFrame MakeHalfCloseFrame(uint64_t call_id);
+// `messages` or `bytes` must be more than 0.
+transport::OutgoingFrame MakeWindowFrame(uint64_t call_id, uint64_t messages,
+                                         uint64_t bytes);
+
 // Parses and validates a received frame's header; its strings are views
 // into `frame`. An error means the peer broke the protocol: the connection
-// should be closed with it.
+// should be closed with it. Which side may send which kind is the caller's
+// to check.
 StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame);
 
 // RESOURCE_EXHAUSTED for a frame whose payload the transport dropped, naming

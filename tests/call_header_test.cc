@@ -44,7 +44,7 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     const std::string method = RandomBytes(random, 20);
     const std::string message = RandomBytes(random, 300);
     CallHeader ours;
-    ours.set_kind(static_cast<CallHeader::Kind>(random() % 5))
+    ours.set_kind(static_cast<CallHeader::Kind>(random() % 8))
         .set_call_id(RandomNumber(random))
         .set_service(service)
         .set_method(method)
@@ -53,7 +53,9 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
         .set_status_message(message)
         .set_payload_size(RandomNumber(random))
         .set_method_id(RandomNumber(random))
-        .set_attachment_size(RandomNumber(random));
+        .set_attachment_size(RandomNumber(random))
+        .set_stream(static_cast<CallHeader::StreamKind>(random() % 5))
+        .set_window(RandomNumber(random), RandomNumber(random));
     // The bound senders size their space by holds every header.
     REQUIRE(ours.MaxEncodedSize() >= ours.EncodedSize());
     std::string encoded(ours.MaxEncodedSize(), '\0');
@@ -73,6 +75,9 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     CHECK(theirs.payload_size() == ours.payload_size());
     CHECK(theirs.method_id() == ours.method_id());
     CHECK(theirs.attachment_size() == ours.attachment_size());
+    CHECK(static_cast<int>(theirs.stream()) == static_cast<int>(ours.stream()));
+    CHECK(theirs.window_messages() == ours.window_messages());
+    CHECK(theirs.window_bytes() == ours.window_bytes());
     // Byte for byte what protobuf writes.
     REQUIRE(theirs.SerializeAsString() == encoded);
 
@@ -88,6 +93,9 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     CHECK(decoded->payload_size() == ours.payload_size());
     CHECK(decoded->method_id() == ours.method_id());
     CHECK(decoded->attachment_size() == ours.attachment_size());
+    CHECK(decoded->stream() == ours.stream());
+    CHECK(decoded->window_messages() == ours.window_messages());
+    CHECK(decoded->window_bytes() == ours.window_bytes());
   }
 }
 
@@ -124,6 +132,9 @@ TEST_CASE("call header: what protobuf writes (unknown fields too) decodes") {
   CHECK(ours->out_of_band_count() == 1);
   CHECK(ours->method_id() == 0);
   CHECK(ours->attachment_size() == 0);
+  // Known fields in another wire type are, to protobuf, unknown ones.
+  CHECK(ours->stream() == CallHeader::kUnary);
+  CHECK(ours->window_messages() == 0);
 }
 
 // Decode reads rdmarpc's own field order on a fast path; any other order,

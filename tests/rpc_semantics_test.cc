@@ -9,6 +9,7 @@
 #include <boost/asio/write.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -880,6 +881,21 @@ struct RawPeer {
   void Write(std::string_view bytes) {
     boost::asio::write(socket, boost::asio::buffer(bytes));
   }
+  // The next frame's call id and status; the frame must be a RESPONSE.
+  std::pair<uint64_t, Status> ReadResponse() {
+    std::array<std::byte, 16> prefix_bytes;
+    boost::asio::read(socket, boost::asio::buffer(prefix_bytes));
+    const auto prefix = transport::DecodeFramePrefix(prefix_bytes, 1 << 20);
+    REQUIRE(prefix.verdict == transport::PrefixVerdict::kAccept);
+    std::string rest(prefix.prefix.header_size + prefix.prefix.payload_size,
+                     '\0');
+    boost::asio::read(socket, boost::asio::buffer(rest));
+    const auto header = rpc::CallHeader::Decode(
+        std::as_bytes(std::span(rest.data(), prefix.prefix.header_size)));
+    REQUIRE(header.has_value());
+    REQUIRE(header->kind() == rpc::CallHeader::kResponse);
+    return {header->call_id(), rpc::StatusFromHeader(*header)};
+  }
   // What reading one more byte gives: eof once the server has closed.
   boost::system::error_code ReadError() {
     char byte;
@@ -1036,6 +1052,148 @@ TEST_CASE("malformed: a request naming its method by id and by name") {
   CHECK(server.calls_started() == 0);
   CHECK(server.Logged(log, "request names its method both by id and by name",
                       spdlog::level::warn));
+}
+
+// Stream frames (docs/protocol.md, "Streams") for a call that is no open
+// stream may cross a RESPONSE legitimately: the server drops and counts
+// them, and the connection serves the next call.
+TEST_CASE("streams: frames for no open stream are dropped, the link kept") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  RawPeer peer(server.uri);
+  peer.Write(
+      WireBytes(
+          rpc::MakeMessageFrame(9, Buffer::CopyOf(std::string_view("m")))) +
+      WireBytes(rpc::MakeHalfCloseFrame(9)) +
+      WireBytes(rpc::MakeWindowFrame(9, 1, 0)) +
+      WireBytes(rpc::MakeRequestFrame(2, "test.Test", "Echo", 0, 0,
+                                      Buffer::CopyOf(std::string_view("ok")))));
+  const auto [id, status] = peer.ReadResponse();
+  CHECK(id == 2);
+  CHECK(status.ok());
+  CHECK(server.stats().stream_frames_dropped == 3);
+  CHECK(server.stats().protocol_errors == 0);
+}
+
+// A method is registered as one stream kind; a request of another is
+// answered INVALID_ARGUMENT naming the method, and the connection goes on.
+TEST_CASE("streams: a streaming request to a unary method is refused") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  RawPeer peer(server.uri);
+  peer.Write(
+      WireBytes(rpc::MakeStreamRequestFrame(
+          4, rpc::MethodId("test.Test", "Echo"), 0,
+          rpc::CallHeader::kServerStreaming, 8, 1 << 20,
+          Buffer::CopyOf(std::string_view("x")))) +
+      WireBytes(rpc::MakeRequestFrame(5, "test.Test", "Echo", 0, 0,
+                                      Buffer::CopyOf(std::string_view("y")))));
+  const auto [refused_id, refused] = peer.ReadResponse();
+  CHECK(refused_id == 4);
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+  CHECK(refused.message() ==
+        "test.Test/Echo is a unary method; the call streams (stream kind 2)");
+  const auto [id, status] = peer.ReadResponse();
+  CHECK(id == 5);
+  CHECK(status.ok());
+  CHECK(server.calls_started() == 1);
+}
+
+// The client's side: a raw server answers the first request with `before`
+// (frames for the call that a server may send, or may not), then its
+// RESPONSE. Returns the call's result.
+CallResult CallRawServer(
+    const std::function<std::string(uint64_t call_id)>& before,
+    rpc::ChannelStats* stats) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(
+      io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  std::thread server([&] {
+    boost::asio::ip::tcp::socket socket(io);
+    acceptor.accept(socket);
+    std::array<std::byte, 16> prefix_bytes;
+    boost::asio::read(socket, boost::asio::buffer(prefix_bytes));
+    const auto prefix = transport::DecodeFramePrefix(prefix_bytes, 1 << 20);
+    std::string rest(prefix.prefix.header_size + prefix.prefix.payload_size,
+                     '\0');
+    boost::asio::read(socket, boost::asio::buffer(rest));
+    const auto header = rpc::CallHeader::Decode(
+        std::as_bytes(std::span(rest.data(), prefix.prefix.header_size)));
+    const uint64_t id = header ? header->call_id() : 0;
+    const std::string reply =
+        before(id) +
+        WireBytes(rpc::MakeResponseFrame(
+            id, Status(), Buffer::CopyOf(std::string_view("done"))));
+    boost::system::error_code ignored;
+    boost::asio::write(socket, boost::asio::buffer(reply), ignored);
+    char byte;  // Until the client closes.
+    boost::asio::read(socket, boost::asio::buffer(&byte, 1), ignored);
+  });
+  CallResult result;
+  {
+    Channel channel("tcp://127.0.0.1:" +
+                    std::to_string(acceptor.local_endpoint().port()));
+    result = CallSync(channel, "Echo", "hi", CallOptions::WithTimeout(10s));
+    *stats = channel.stats();
+  }
+  server.join();
+  return result;
+}
+
+TEST_CASE("streams: a client drops MESSAGE and WINDOW for no open stream") {
+  rpc::ChannelStats stats;
+  const CallResult result = CallRawServer(
+      [](uint64_t id) {
+        return WireBytes(rpc::MakeWindowFrame(id, 1, 0)) +
+               WireBytes(rpc::MakeMessageFrame(
+                   id, Buffer::CopyOf(std::string_view("stray"))));
+      },
+      &stats);
+  CHECK(result.status.ok());
+  CHECK(result.response == "done");
+  CHECK(stats.stream_frames_dropped == 2);
+}
+
+TEST_CASE("malformed: a server sending HALF_CLOSE loses the connection") {
+  rpc::ChannelStats stats;
+  const CallResult result = CallRawServer(
+      [](uint64_t id) { return WireBytes(rpc::MakeHalfCloseFrame(id)); },
+      &stats);
+  CHECK(result.status.code() == StatusCode::kUnavailable);
+  CHECK(result.status.message().find("frame of kind 5, which only a client "
+                                     "sends") != std::string::npos);
+}
+
+TEST_CASE("malformed: a WINDOW that opens nothing, a HALF_CLOSE with bytes") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  for (const bool window : {true, false}) {
+    CAPTURE(window);
+    TestServer server;
+    RawPeer peer(server.uri);
+    rpc::CallHeader header;
+    header
+        .set_kind(window ? rpc::CallHeader::kWindow
+                         : rpc::CallHeader::kHalfClose)
+        .set_call_id(6)
+        .set_payload_size(window ? 0 : 1);
+    transport::OutgoingFrame frame;
+    std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
+    frame.header.Commit(header.Encode(out) - out);
+    if (!window) frame.AddPayload(Buffer::CopyOf(std::string_view("z")));
+    LogCapture log;
+    peer.Write(WireBytes(frame));
+    CHECK(peer.ReadError() == boost::asio::error::eof);
+    CHECK(server.stats().protocol_errors == 1);
+    CHECK(server.Logged(
+        log, window ? "WINDOW that opens nothing" : "HALF_CLOSE with a payload",
+        spdlog::level::warn));
+  }
 }
 
 TEST_CASE("connect: an unsupported scheme or bad URI is a clear error") {

@@ -2,7 +2,7 @@
 //
 //   offset  size  field
 //        0     4  magic       "RRPC" (bytes 0x52 0x52 0x50 0x43)
-//        4     1  version     kFrameVersion (3)
+//        4     1  version     kFrameVersion (4)
 //        5     1  type        FrameType
 //        6     2  credits     RDMA only: receive credits returned; zero on TCP
 //        8     4  header_size little-endian; at most kMaxCallHeaderSize
@@ -34,7 +34,10 @@ inline constexpr std::array<std::byte, 4> kFrameMagic = {
     std::byte{'R'}, std::byte{'R'}, std::byte{'P'}, std::byte{'C'}};
 // 3: a CallHeader may carry attachment_size (proto/wire.proto), which a
 // version-2 receiver would read as part of the message.
-inline constexpr uint8_t kFrameVersion = 3;
+// 4: streams: MESSAGE, HALF_CLOSE and WINDOW frames, and a REQUEST's stream
+// kind and window (docs/protocol.md, "Streams"); a version-3 receiver would
+// take a streaming REQUEST for a unary one.
+inline constexpr uint8_t kFrameVersion = 4;
 
 enum class FrameType : uint8_t {
   // Carries an RPC: header is a CallHeader. The only type the RPC layer sees.

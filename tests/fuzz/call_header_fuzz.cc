@@ -22,7 +22,10 @@ bool SameFields(const CallHeader& a, const CallHeader& b) {
          a.status_message() == b.status_message() &&
          a.payload_size() == b.payload_size() &&
          a.method_id() == b.method_id() &&
-         a.attachment_size() == b.attachment_size();
+         a.attachment_size() == b.attachment_size() &&
+         a.stream() == b.stream() &&
+         a.window_messages() == b.window_messages() &&
+         a.window_bytes() == b.window_bytes();
 }
 
 }  // namespace
@@ -48,6 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(theirs.payload_size() == ours->payload_size());
     FUZZ_CHECK(theirs.method_id() == ours->method_id());
     FUZZ_CHECK(theirs.attachment_size() == ours->attachment_size());
+    FUZZ_CHECK(static_cast<int>(theirs.stream()) ==
+               static_cast<int>(ours->stream()));
+    FUZZ_CHECK(theirs.window_messages() == ours->window_messages());
+    FUZZ_CHECK(theirs.window_bytes() == ours->window_bytes());
   }
   std::string encoded(ours->MaxEncodedSize(), '\0');
   auto* const start = reinterpret_cast<std::byte*>(encoded.data());
