@@ -5,9 +5,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <condition_variable>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "base/futex_mutex.h"
@@ -59,6 +61,13 @@ class CallbackRunner {
 
   // Hands the callback to the executor; after Close, runs it here.
   void Run(ResponseCallback done, Status status, Payload response) {
+    Post([done = std::move(done), status = std::move(status),
+          response = std::move(response)]() mutable {
+      Invoke(done, status, std::move(response));
+    });
+  }
+  // Hands any of the user's callbacks (wrapped in `task`) to the executor.
+  void Post(UniqueFunction<void()> task) {
     bool closed;
     {
       std::lock_guard lock(mu_);
@@ -68,14 +77,13 @@ class CallbackRunner {
     if (closed) {
       // Nothing completes a call once the channel is gone; should something,
       // it runs here rather than on a pool that is gone.
-      Invoke(done, status, std::move(response));
+      task();
       return;
     }
-    executor_([this, done = std::move(done), status = std::move(status),
-               response = std::move(response)]() mutable {
+    executor_([this, task = std::move(task)]() mutable {
       current_ = this;
-      Invoke(done, status, std::move(response));
-      done = nullptr;  // The user's closure goes before the channel may.
+      task();
+      task = nullptr;  // The user's closure goes before the channel may.
       current_ = nullptr;
       std::lock_guard lock(mu_);
       if (--running_ == 0) idle_.notify_all();
@@ -107,7 +115,264 @@ class CallbackRunner {
 
 thread_local const CallbackRunner* CallbackRunner::current_ = nullptr;
 
+// ----------------------------------------------------------- ClientStream --
+
+// What a ClientStream's state needs of its channel; the channel may be gone
+// before the stream (the state holds it weakly).
+class StreamHost {
+ public:
+  virtual ~StreamHost() = default;
+  // Sends a frame of call `id` after its REQUEST; false once the call has
+  // ended.
+  virtual bool SendStreamFrame(uint64_t id, transport::OutgoingFrame frame) = 0;
+  // Ends call `id` with `why` and tells the server.
+  virtual void EndCall(uint64_t id, const Status& why) = 0;
+  // Runs a user callback where the channel runs them.
+  virtual void PostCallback(UniqueFunction<void()> task) = 0;
+  virtual void ForgetStream(uint64_t id) = 0;
+};
+
+struct ClientStream::State {
+  State(std::weak_ptr<StreamHost> channel, StreamKind stream_kind)
+      : host(std::move(channel)), kind(stream_kind) {}
+
+  const std::weak_ptr<StreamHost> host;
+  const StreamKind kind;
+  uint64_t id = 0;  // Set once the call has started.
+
+  std::mutex mu;
+  // The server's messages not yet read, and a Read waiting for one.
+  std::deque<Payload> inbox;
+  StreamReadCallback reader;
+  ReceiveWindow receive;
+  // Our messages: the server's room for them, and a Write waiting for it.
+  SendWindow send;
+  std::optional<Payload> pending;
+  StreamWriteCallback writer;
+  bool writes_done = false;  // WritesDone called.
+  bool half_closed = false;  // HALF_CLOSE sent.
+  // The call's end.
+  bool ended = false;
+  Status status;
+  Payload response;
+  ResponseCallback finisher;
+
+  void Post(UniqueFunction<void()> task) {
+    if (auto channel = host.lock())
+      return channel->PostCallback(std::move(task));
+    task();  // The channel is gone: nothing else runs them.
+  }
+  bool Send(transport::OutgoingFrame frame) {
+    auto channel = host.lock();
+    return channel && channel->SendStreamFrame(id, std::move(frame));
+  }
+
+  // The channel's side, on its loop thread.
+  void OnMessage(Payload message);
+  void OnWindow(uint64_t messages, uint64_t bytes);
+  // The call's end (its completion callback, where the channel runs them).
+  void OnEnd(const Status& end, Payload final_response);
+};
+
+void ClientStream::State::OnMessage(Payload message) {
+  std::unique_lock lock(mu);
+  if (ended) return;
+  if (!ServerSends(kind) || !receive.Admit(message.size())) {
+    lock.unlock();
+    if (auto channel = host.lock()) {
+      channel->EndCall(
+          id, Status(StatusCode::kResourceExhausted,
+                     "stream window exceeded: the server sent a message the "
+                     "client had not made room for"));
+    }
+    return;
+  }
+  if (!reader) {
+    inbox.push_back(std::move(message));
+    return;
+  }
+  StreamReadCallback done = std::move(reader);
+  if (const auto room = receive.Consume(message.size())) {
+    Send(MakeWindowFrame(id, room->first, room->second));
+  }
+  lock.unlock();
+  Post([done = std::move(done), message = std::move(message)]() mutable {
+    done(Status(), std::move(message));
+  });
+}
+
+void ClientStream::State::OnWindow(uint64_t messages, uint64_t bytes) {
+  StreamWriteCallback done;
+  {
+    std::lock_guard lock(mu);
+    send.Open(messages, bytes);
+    if (ended || !pending || !send.HasRoom()) return;
+    send.Take(pending->size());
+    Send(MakeMessageFrame(id, std::move(*pending)));
+    pending.reset();
+    if (writes_done && !half_closed) {
+      half_closed = true;
+      Send(MakeHalfCloseFrame(id));
+    }
+    done = std::move(writer);
+  }
+  Post([done = std::move(done)]() mutable { done(Status()); });
+}
+
+void ClientStream::State::OnEnd(const Status& end, Payload final_response) {
+  StreamReadCallback waiting_reader;
+  StreamWriteCallback waiting_writer;
+  ResponseCallback waiting_finisher;
+  {
+    std::lock_guard lock(mu);
+    ended = true;
+    status = end;
+    response = std::move(final_response);
+    pending.reset();
+    waiting_writer = std::move(writer);
+    // Messages that came before the end are still read first.
+    if (inbox.empty()) waiting_reader = std::move(reader);
+    waiting_finisher = std::move(finisher);
+  }
+  if (auto channel = host.lock()) channel->ForgetStream(id);
+  // Already where the channel runs callbacks: these run here.
+  if (waiting_writer) {
+    waiting_writer(end.ok() ? Status(StatusCode::kCancelled,
+                                     "the call ended before the message went")
+                            : end);
+  }
+  if (waiting_reader) waiting_reader(end, std::nullopt);
+  if (waiting_finisher) {
+    Payload out;
+    {
+      std::lock_guard lock(mu);
+      out = std::move(response);
+    }
+    waiting_finisher(end, std::move(out));
+  }
+}
+
+ClientStream::ClientStream(std::shared_ptr<State> state)
+    : state_(std::move(state)) {}
+
+ClientStream::~ClientStream() {
+  bool ended;
+  {
+    std::lock_guard lock(state_->mu);
+    ended = state_->ended;
+  }
+  if (!ended) Cancel();
+}
+
+void ClientStream::Write(Payload message, StreamWriteCallback done) {
+  State& state = *state_;
+  std::unique_lock lock(state.mu);
+  Status refused;
+  if (!ClientSends(state.kind)) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Write on a call whose client sends no stream");
+  } else if (state.ended) {
+    refused = state.status.ok()
+                  ? Status(StatusCode::kCancelled, "the call has ended")
+                  : state.status;
+  } else if (state.writes_done) {
+    refused = Status(StatusCode::kFailedPrecondition, "Write after WritesDone");
+  } else if (state.writer) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Write while another Write is outstanding");
+  }
+  if (refused.ok() && !state.send.HasRoom()) {
+    state.pending = std::move(message);  // Until the server's WINDOW.
+    state.writer = std::move(done);
+    return;
+  }
+  if (refused.ok()) {
+    state.send.Take(message.size());
+    // Under mu: messages leave in the order written.
+    if (!state.Send(MakeMessageFrame(state.id, std::move(message)))) {
+      refused = Status(StatusCode::kCancelled, "the call has ended");
+    }
+  }
+  lock.unlock();
+  state.Post([done = std::move(done), refused]() mutable { done(refused); });
+}
+
+void ClientStream::WritesDone() {
+  std::lock_guard lock(state_->mu);
+  if (!ClientSends(state_->kind) || state_->writes_done || state_->ended) {
+    return;
+  }
+  state_->writes_done = true;
+  if (state_->pending) return;  // Sent after it (OnWindow).
+  state_->half_closed = true;
+  state_->Send(MakeHalfCloseFrame(state_->id));
+}
+
+void ClientStream::Read(StreamReadCallback done) {
+  State& state = *state_;
+  std::unique_lock lock(state.mu);
+  Status refused;
+  if (!ServerSends(state.kind)) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Read on a call whose server sends no stream");
+  } else if (state.reader) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Read while another Read is outstanding");
+  }
+  if (!refused.ok()) {
+    lock.unlock();
+    return state.Post([done = std::move(done), refused]() mutable {
+      done(refused, std::nullopt);
+    });
+  }
+  if (state.inbox.empty()) {
+    if (!state.ended) {
+      state.reader = std::move(done);
+      return;
+    }
+    const Status end = state.status;
+    lock.unlock();
+    return state.Post(
+        [done = std::move(done), end]() mutable { done(end, std::nullopt); });
+  }
+  Payload message = std::move(state.inbox.front());
+  state.inbox.pop_front();
+  if (const auto room = state.receive.Consume(message.size());
+      room && !state.ended) {
+    state.Send(MakeWindowFrame(state.id, room->first, room->second));
+  }
+  lock.unlock();
+  state.Post([done = std::move(done), message = std::move(message)]() mutable {
+    done(Status(), std::move(message));
+  });
+}
+
+void ClientStream::Finish(ResponseCallback done) {
+  std::unique_lock lock(state_->mu);
+  if (!state_->ended) {
+    state_->finisher = std::move(done);
+    return;
+  }
+  Status end = state_->status;
+  Payload response = std::move(state_->response);
+  lock.unlock();
+  state_->Post(
+      [done = std::move(done), end, response = std::move(response)]() mutable {
+        done(end, std::move(response));
+      });
+}
+
+void ClientStream::Cancel() {
+  if (auto channel = state_->host.lock()) {
+    channel->EndCall(state_->id, Status(StatusCode::kCancelled,
+                                        "call cancelled by the client"));
+  }
+}
+
+// ----------------------------------------------------------- Channel::Impl --
+
 class Channel::Impl final : public transport::ConnectionObserver,
+                            public StreamHost,
                             public std::enable_shared_from_this<Impl> {
  public:
   Impl(std::string target, ChannelOptions options, asio::io_context& context)
@@ -121,15 +386,30 @@ class Channel::Impl final : public transport::ConnectionObserver,
 
   // Names the method by `method_id` if it is not 0 (the names are then
   // empty), else by the names.
+  // A streaming call passes its kind and state; `done` ends it.
   CallId StartCall(std::string_view service, std::string_view method,
                    uint64_t method_id, Payload request,
-                   const CallOptions& call_options, ResponseCallback done);
+                   const CallOptions& call_options, ResponseCallback done,
+                   StreamKind kind = StreamKind::kUnary,
+                   std::shared_ptr<ClientStream::State> stream = nullptr);
   void Cancel(CallId id);
   // Fails every call with `why` and drops the connection.
   void Shutdown(std::vector<CallTable::Entry>* orphans);
 
   void OnFrame(ReceivedFrame frame) override;
   void OnClose(const Status& reason) override;
+
+  // StreamHost.
+  bool SendStreamFrame(uint64_t id, OutgoingFrame frame) override;
+  void EndCall(uint64_t id, const Status& why) override;
+  void PostCallback(UniqueFunction<void()> task) override {
+    if (runner_->enabled()) return runner_->Post(std::move(task));
+    asio::post(context_, std::move(task));
+  }
+  void ForgetStream(uint64_t id) override {
+    std::lock_guard lock(mu_);
+    streams_.erase(id);
+  }
 
   ChannelState state() const {
     std::lock_guard lock(mu_);
@@ -190,6 +470,8 @@ class Channel::Impl final : public transport::ConnectionObserver,
   ChannelState state_ = ChannelState::kIdle;
   std::shared_ptr<Connection> connection_;
   CallTable calls_;
+  // The calls of calls_ that stream, for their MESSAGE and WINDOW frames.
+  std::unordered_map<uint64_t, std::shared_ptr<ClientStream::State>> streams_;
   // Requests of calls made while connecting, sent once connected.
   struct Waiting {
     CallId id;
@@ -206,11 +488,10 @@ class Channel::Impl final : public transport::ConnectionObserver,
   ChannelStats stats_;
 };
 
-Channel::CallId Channel::Impl::StartCall(std::string_view service,
-                                         std::string_view method,
-                                         uint64_t method_id, Payload request,
-                                         const CallOptions& call_options,
-                                         ResponseCallback done) {
+Channel::CallId Channel::Impl::StartCall(
+    std::string_view service, std::string_view method, uint64_t method_id,
+    Payload request, const CallOptions& call_options, ResponseCallback done,
+    StreamKind kind, std::shared_ptr<ClientStream::State> stream) {
   RDMARPC_TRACE(0, "call");
   // Read the clock only for a deadline: on some machines (a VM on an HPET
   // clock source) a read costs microseconds.
@@ -271,6 +552,20 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
     state_ = ChannelState::kIdle;
   }
   const CallId id = calls_.Add(std::move(done), call_options.deadline);
+  if (stream) {
+    stream->id = id;
+    streams_.emplace(id, std::move(stream));
+  }
+  const auto request_frame = [&] {
+    if (kind != StreamKind::kUnary) {
+      return MakeStreamRequestFrame(
+          id, method_id, timeout_us,
+          static_cast<CallHeader::StreamKind>(static_cast<int>(kind)), 0, 0,
+          std::move(request));
+    }
+    return MakeRequestFrame(id, service, method, method_id, timeout_us,
+                            std::move(request));
+  };
   // Encoded and sent outside the lock: a Send on the connection's own thread
   // may write at once, and other callers need not wait out that system
   // call. Built straight into Send's parameter, the frame is never moved.
@@ -278,10 +573,7 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   if (state_ == ChannelState::kReady) {
     ready = connection_;
   } else {
-    waiting_.push_back({id,
-                        MakeRequestFrame(id, service, method, method_id,
-                                         timeout_us, std::move(request)),
-                        call_options.wait_for_ready});
+    waiting_.push_back({id, request_frame(), call_options.wait_for_ready});
     // Backing off, a wait-for-ready call waits for the next attempt.
     if (state_ == ChannelState::kTransientFailure) {
       asio::post(context_, [self = shared_from_this()] {
@@ -301,8 +593,7 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
   lock.unlock();
   if (ready) {
     RDMARPC_TRACE(0, "encode");
-    const Status sent = ready->Send(MakeRequestFrame(
-        id, service, method, method_id, timeout_us, std::move(request)));
+    const Status sent = ready->Send(request_frame());
     // UNAVAILABLE: the connection is closing and OnClose fails the call.
     if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
       std::optional<ResponseCallback> failed;
@@ -324,6 +615,10 @@ Channel::CallId Channel::Impl::StartCall(std::string_view service,
 }
 
 void Channel::Impl::Cancel(CallId id) {
+  EndCall(id, Status(StatusCode::kCancelled, "call cancelled by the client"));
+}
+
+void Channel::Impl::EndCall(uint64_t id, const Status& why) {
   std::unique_lock lock(mu_);
   auto done = calls_.Take(id);
   if (!done) return;  // Already complete.
@@ -331,10 +626,33 @@ void Channel::Impl::Cancel(CallId id) {
   if (state_ == ChannelState::kReady) ready = connection_;
   lock.unlock();
   if (ready) ready->Send(MakeCancelFrame(id)).IgnoreError();
-  Log().debug("{}: call {} cancelled by the client", target_, id);
-  Complete(std::move(*done),
-           Status(StatusCode::kCancelled, "call cancelled by the client"),
-           Buffer());
+  Log().debug("{}: call {} ended by the client: {}", target_, id,
+              why.ToString());
+  Complete(std::move(*done), why, Buffer());
+}
+
+bool Channel::Impl::SendStreamFrame(uint64_t id, OutgoingFrame frame) {
+  std::unique_lock lock(mu_);
+  if (!calls_.Contains(id)) return false;
+  if (state_ != ChannelState::kReady) {
+    // Still connecting: queued behind the call's REQUEST, sent with it.
+    const auto request =
+        std::find_if(waiting_.begin(), waiting_.end(),
+                     [id](const Waiting& waiting) { return waiting.id == id; });
+    if (request == waiting_.end()) return false;  // Lost with a connection.
+    const bool wait_for_ready = request->wait_for_ready;
+    waiting_.push_back({id, std::move(frame), wait_for_ready});
+    return true;
+  }
+  std::shared_ptr<Connection> ready = connection_;
+  lock.unlock();
+  const Status sent = ready->Send(std::move(frame));
+  // UNAVAILABLE: the connection is closing, and OnClose ends the call.
+  if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+    EndCall(id, sent);
+    return false;
+  }
+  return true;
 }
 
 void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
@@ -466,11 +784,32 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
   StatusOr<CallHeader> header = DecodeCallHeader(frame);
   if (header.ok() && (header->kind() == CallHeader::kMessage ||
                       header->kind() == CallHeader::kWindow)) {
-    // No call of a Channel streams yet: the frame is for a call that
-    // finished, or never streamed. Dropped; the connection goes on.
-    std::lock_guard lock(mu_);
-    ++stats_.stream_frames_dropped;
-    return;
+    std::shared_ptr<ClientStream::State> stream;
+    {
+      std::lock_guard lock(mu_);
+      if (const auto it = streams_.find(header->call_id());
+          it != streams_.end() && calls_.Contains(header->call_id())) {
+        stream = it->second;
+      } else {
+        // The call has ended (its frames may cross its end) or never
+        // streamed. Dropped; the connection goes on.
+        ++stats_.stream_frames_dropped;
+        return;
+      }
+    }
+    if (header->kind() == CallHeader::kWindow) {
+      return stream->OnWindow(header->window_messages(),
+                              header->window_bytes());
+    }
+    if (frame.dropped_payload_size() > 0) {
+      return EndCall(
+          header->call_id(),
+          DroppedPayloadStatus(
+              frame, "stream message", "channel",
+              " of " + std::to_string(options_.transport.max_payload_size)));
+    }
+    return stream->OnMessage(SplitPayload(std::move(frame).TakePayload(),
+                                          header->attachment_size()));
   }
   if (header.ok() && header->kind() != CallHeader::kResponse) {
     header = Status(StatusCode::kInternal,
@@ -648,6 +987,20 @@ Channel::CallId Channel::Call(const MethodRef& method, Payload request,
 }
 
 void Channel::Cancel(CallId id) { impl_->Cancel(id); }
+
+std::unique_ptr<ClientStream> Channel::OpenStream(const MethodRef& method,
+                                                  StreamKind kind,
+                                                  const CallOptions& options,
+                                                  Payload request) {
+  auto state = std::make_shared<ClientStream::State>(impl_, kind);
+  impl_->StartCall(
+      {}, {}, method.id(), std::move(request), options,
+      [state](const Status& status, Payload response) {
+        state->OnEnd(status, std::move(response));
+      },
+      kind, state);
+  return std::make_unique<ClientStream>(std::move(state));
+}
 boost::asio::any_io_executor Channel::executor() const {
   return loop_->context().get_executor();
 }

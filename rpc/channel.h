@@ -45,12 +45,45 @@
 #include "rpc/call_table.h"
 #include "rpc/executor.h"
 #include "rpc/method_ref.h"
+#include "rpc/stream.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
 
 class ClientLoops;
 class EventLoop;
+
+// A streaming call, from Channel::OpenStream (docs/protocol.md, "Streams").
+// Write and Read allow one outstanding operation each, from any thread;
+// their callbacks run where the channel's callbacks run, never inside Write
+// or Read. Flow control is per call and direction: a Write completes once
+// the server's window lets the message go, so a writer that outruns its
+// reader waits; messages read are given back to the server's window.
+// Deadline and cancellation (CallOptions) cover the whole call.
+class ClientStream {
+ public:
+  struct State;
+  explicit ClientStream(std::shared_ptr<State> state);
+  ~ClientStream();  // Cancels the call if it has not ended.
+  ClientStream(const ClientStream&) = delete;
+  ClientStream& operator=(const ClientStream&) = delete;
+
+  // Client- and bidi-streaming: sends `message` to the server.
+  void Write(Payload message, StreamWriteCallback done);
+  // Client- and bidi-streaming: no more messages (a half-close).
+  void WritesDone();
+  // Server- and bidi-streaming: the server's next message, or none at the
+  // end with the call's status.
+  void Read(StreamReadCallback done);
+  // Once: the call's status when it ends, with the response of a
+  // client-streaming call.
+  void Finish(ResponseCallback done);
+  // Ends the call CANCELLED and tells the server.
+  void Cancel();
+
+ private:
+  std::shared_ptr<State> state_;
+};
 
 struct ChannelOptions {
   // max_payload_size bounds responses; larger ones fail RESOURCE_EXHAUSTED.
@@ -106,6 +139,15 @@ class Channel {
   // Completes the call with CANCELLED (if it has not completed yet) and tells
   // the server to stop working on it.
   void Cancel(CallId id);
+
+  // Opens a streaming call of `kind` to `method`, which the server must
+  // have registered as that kind (else the call ends INVALID_ARGUMENT).
+  // `request` is a server-streaming call's request; the others send theirs
+  // by ClientStream::Write.
+  std::unique_ptr<ClientStream> OpenStream(const MethodRef& method,
+                                           StreamKind kind,
+                                           const CallOptions& options,
+                                           Payload request = Payload());
 
   // The channel's event loop.
   boost::asio::any_io_executor executor() const;

@@ -46,6 +46,7 @@ class Server::Impl {
     for (const std::string& name : service->method_names()) {
       auto method = std::make_unique<MethodEntry>();
       method->handler = service->FindMethod(name);
+      method->kind = service->method_kind(name);
       entry.methods.emplace(name, std::move(method));
     }
     core_->services.insert_or_assign(service->name(), std::move(entry));

@@ -4,11 +4,21 @@
 // call exactly once with Finish(), from any thread, now or later. A call
 // dropped without Finish() is answered INTERNAL, so a client never waits on a
 // handler that forgot it.
+//
+// A streaming call (Service::AddStreamingMethod) also reads the client's
+// messages with Read and sends its own with Write, one of each outstanding
+// at a time, from any thread. Their callbacks run on the connection's event
+// loop (or the server's handler executor, ServerOptions::handler_threads),
+// never inside Read or Write. Flow control is per call and per direction
+// (docs/protocol.md, "Streams"): a Write completes once the client's window
+// lets the message go, so a writer that outruns its reader waits; messages
+// read are given back to the client's window as they are consumed.
 #ifndef RDMARPC_RPC_SERVER_CALL_H_
 #define RDMARPC_RPC_SERVER_CALL_H_
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,8 +27,10 @@
 
 #include "base/buffer.h"
 #include "base/status.h"
+#include "base/unique_function.h"
 #include "rpc/call_options.h"
 #include "rpc/payload.h"
+#include "rpc/stream.h"
 
 namespace rdmarpc::rpc {
 
@@ -59,12 +71,54 @@ class ServerCall {
 
   // Sends the response (only when `status` is OK) or the error status. The
   // first call counts; later ones are logged and ignored. A Buffer is a
-  // response without an attachment.
+  // response without an attachment. A server- or bidi-streaming call's
+  // response carries no message: its messages went by Write.
   void Finish(const Status& status, Payload response = Payload());
+
+  // Streaming calls only (kind() says which way).
+  StreamKind kind() const {
+    return stream_ ? stream_->kind : StreamKind::kUnary;
+  }
+  // The client's next message (client- and bidi-streaming).
+  void Read(StreamReadCallback done);
+  // Sends `message` to the client (server- and bidi-streaming).
+  void Write(Payload message, StreamWriteCallback done);
 
  private:
   friend class ServerSession;
   void MarkCancelled();  // Called by the session.
+
+  // What a streaming call adds; guarded by mu_.
+  struct Stream {
+    Stream(StreamKind stream_kind, uint64_t window_messages,
+           uint64_t window_bytes)
+        : kind(stream_kind), send(window_messages, window_bytes) {}
+    const StreamKind kind;
+    // Messages from the client not yet read, and a Read waiting for one.
+    std::deque<Payload> inbox;
+    StreamReadCallback reader;
+    bool half_closed = false;
+    // Flow control: what the client may send us, and we it.
+    ReceiveWindow receive;
+    SendWindow send;
+    // A Write waiting for the client's room.
+    std::optional<Payload> pending;
+    StreamWriteCallback writer;
+    // Set when the call ends: every later Read or Write gets it.
+    Status ended;
+    bool over = false;
+  };
+  // Session side, on the connection's thread.
+  void StartStream(StreamKind kind, uint64_t window_messages,
+                   uint64_t window_bytes);
+  // False: the message broke the window we granted.
+  bool OnStreamMessage(Payload message);
+  void OnHalfClose();
+  void OnWindow(uint64_t messages, uint64_t bytes);
+  // Fails a waiting Read and Write with `why`; later ones too.
+  void EndStream(const Status& why);
+  // Runs a stream callback off the caller's stack.
+  void Post(UniqueFunction<void()> task);
 
   const std::shared_ptr<ServerSession> session_;
   const uint64_t id_;
@@ -88,6 +142,7 @@ class ServerCall {
   std::atomic<uint8_t> tracking_{kNotYet};
   std::mutex mu_;
   std::function<void()> on_cancel_;  // Guarded by mu_.
+  std::unique_ptr<Stream> stream_;   // Streaming calls only.
 };
 
 }  // namespace rdmarpc::rpc

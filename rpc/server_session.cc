@@ -1,5 +1,6 @@
 #include "rpc/server_session.h"
 
+#include <boost/asio/post.hpp>
 #include <exception>
 #include <vector>
 
@@ -10,6 +11,27 @@
 #include "rpc/wire_codec.h"
 
 namespace rdmarpc::rpc {
+
+static_assert(static_cast<int>(StreamKind::kClientStreaming) ==
+                  CallHeader::kClientStreaming &&
+              static_cast<int>(StreamKind::kServerStreaming) ==
+                  CallHeader::kServerStreaming &&
+              static_cast<int>(StreamKind::kBidiStreaming) ==
+                  CallHeader::kBidiStreaming);
+
+const char* StreamKindName(StreamKind kind) {
+  switch (kind) {
+    case StreamKind::kUnary:
+      return "unary";
+    case StreamKind::kClientStreaming:
+      return "client-streaming";
+    case StreamKind::kServerStreaming:
+      return "server-streaming";
+    case StreamKind::kBidiStreaming:
+      return "bidi-streaming";
+  }
+  return "unknown";
+}
 
 // ------------------------------------------------------------- ServerCall --
 
@@ -59,6 +81,7 @@ void ServerCall::MarkCancelled() {
     if (cancelled_.exchange(true)) return;
     on_cancel = std::move(on_cancel_);
   }
+  if (stream_) EndStream(Status(StatusCode::kCancelled, "call cancelled"));
   if (!on_cancel) return;
   try {
     on_cancel();
@@ -74,7 +97,166 @@ void ServerCall::Finish(const Status& status, Payload response) {
                 *method_, id_, status.ToString());
     return;
   }
+  if (stream_) {
+    EndStream(Status(StatusCode::kCancelled, "the call has finished"));
+    // Its messages went by Write.
+    if (ServerSends(stream_->kind)) response = Payload();
+  }
   session_->Complete(*this, status, std::move(response));
+}
+
+// ------------------------------------------------- ServerCall, streaming --
+
+void ServerCall::StartStream(StreamKind kind, uint64_t window_messages,
+                             uint64_t window_bytes) {
+  stream_ = std::make_unique<Stream>(kind, window_messages, window_bytes);
+}
+
+void ServerCall::Post(UniqueFunction<void()> task) {
+  session_->Post(std::move(task));
+}
+
+void ServerCall::Read(StreamReadCallback done) {
+  std::unique_lock lock(mu_);
+  Status refused;
+  if (!stream_ || !ClientSends(stream_->kind)) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Read on a call whose client sends no stream");
+  } else if (stream_->reader) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Read while another Read is outstanding");
+  }
+  if (!refused.ok()) {
+    lock.unlock();
+    return Post([done = std::move(done), refused]() mutable {
+      done(refused, std::nullopt);
+    });
+  }
+  Stream& stream = *stream_;
+  if (stream.inbox.empty()) {
+    if (!stream.over && !stream.half_closed) {
+      stream.reader = std::move(done);  // OnStreamMessage hands it one.
+      return;
+    }
+    const Status end = stream.over ? stream.ended : Status();
+    lock.unlock();
+    return Post(
+        [done = std::move(done), end]() mutable { done(end, std::nullopt); });
+  }
+  Payload message = std::move(stream.inbox.front());
+  stream.inbox.pop_front();
+  // Read, its room goes back to the client.
+  if (const auto room = stream.receive.Consume(message.size());
+      room && !stream.over && !stream.half_closed) {
+    session_->SendStreamFrame(MakeWindowFrame(id_, room->first, room->second));
+  }
+  lock.unlock();
+  Post([done = std::move(done), message = std::move(message)]() mutable {
+    done(Status(), std::move(message));
+  });
+}
+
+void ServerCall::Write(Payload message, StreamWriteCallback done) {
+  std::unique_lock lock(mu_);
+  Status refused;
+  if (!stream_ || !ServerSends(stream_->kind)) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Write on a call that sends no stream");
+  } else if (stream_->over) {
+    refused = stream_->ended;
+  } else if (stream_->writer) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Write while another Write is outstanding");
+  } else if (message.size() > session_->max_response_size()) {
+    refused = Status(StatusCode::kResourceExhausted,
+                     "stream message of " + std::to_string(message.size()) +
+                         " bytes exceeds the server's maximum of " +
+                         std::to_string(session_->max_response_size()));
+  }
+  if (!refused.ok()) {
+    lock.unlock();
+    return Post([done = std::move(done), refused]() mutable { done(refused); });
+  }
+  Stream& stream = *stream_;
+  if (!stream.send.HasRoom()) {
+    stream.pending = std::move(message);  // Until the client's WINDOW.
+    stream.writer = std::move(done);
+    return;
+  }
+  stream.send.Take(message.size());
+  // Under mu_: messages leave in the order written, ahead of the RESPONSE.
+  session_->SendStreamFrame(MakeMessageFrame(id_, std::move(message)));
+  lock.unlock();
+  Post([done = std::move(done)]() mutable { done(Status()); });
+}
+
+bool ServerCall::OnStreamMessage(Payload message) {
+  std::unique_lock lock(mu_);
+  Stream& stream = *stream_;
+  if (stream.over) return true;  // Crossed the call's end: dropped.
+  if (!ClientSends(stream.kind) || stream.half_closed ||
+      !stream.receive.Admit(message.size())) {
+    return false;
+  }
+  stream.inbox.push_back(std::move(message));
+  if (!stream.reader) return true;
+  StreamReadCallback reader = std::move(stream.reader);
+  lock.unlock();
+  Read(std::move(reader));  // Takes the message just queued.
+  return true;
+}
+
+void ServerCall::OnHalfClose() {
+  StreamReadCallback reader;
+  {
+    std::lock_guard lock(mu_);
+    if (stream_->over) return;
+    stream_->half_closed = true;
+    if (!stream_->inbox.empty() || !stream_->reader) return;
+    reader = std::move(stream_->reader);
+  }
+  Post([reader = std::move(reader)]() mutable {
+    reader(Status(), std::nullopt);
+  });
+}
+
+void ServerCall::OnWindow(uint64_t messages, uint64_t bytes) {
+  StreamWriteCallback writer;
+  {
+    std::lock_guard lock(mu_);
+    Stream& stream = *stream_;
+    stream.send.Open(messages, bytes);
+    if (!stream.pending || !stream.send.HasRoom()) return;
+    stream.send.Take(stream.pending->size());
+    session_->SendStreamFrame(
+        MakeMessageFrame(id_, std::move(*stream.pending)));
+    stream.pending.reset();
+    writer = std::move(stream.writer);
+  }
+  Post([writer = std::move(writer)]() mutable { writer(Status()); });
+}
+
+void ServerCall::EndStream(const Status& why) {
+  StreamReadCallback reader;
+  StreamWriteCallback writer;
+  {
+    std::lock_guard lock(mu_);
+    if (stream_->over) return;
+    stream_->over = true;
+    stream_->ended = why;
+    stream_->inbox.clear();
+    stream_->pending.reset();
+    reader = std::move(stream_->reader);
+    writer = std::move(stream_->writer);
+  }
+  if (reader) {
+    Post([reader = std::move(reader), why]() mutable {
+      reader(why, std::nullopt);
+    });
+  }
+  if (writer) {
+    Post([writer = std::move(writer), why]() mutable { writer(why); });
+  }
 }
 
 // ---------------------------------------------------------- ServerSession --
@@ -121,15 +303,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   if (header.kind() == CallHeader::kMessage ||
       header.kind() == CallHeader::kHalfClose ||
       header.kind() == CallHeader::kWindow) {
-    // No method of this server streams yet, so no call is an open stream:
-    // the frame is for a call that finished (a race the protocol allows) or
-    // never streamed. Dropped; the connection and its other calls go on.
-    core_->stream_frames_dropped++;
-    Log().debug(
-        "{}: dropped a stream frame (kind {}) for call {}: no open "
-        "stream",
-        connection_->peer(), static_cast<int>(header.kind()), id);
-    return;
+    return OnStreamFrame(header, std::move(frame));
   }
   if (header.kind() != CallHeader::kRequest) {
     return ProtocolError(Status(StatusCode::kInternal,
@@ -146,12 +320,15 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   MethodEntry* const resolved = ResolveMethod(header);
   if (resolved == nullptr) return;  // Answered.
   MethodEntry& entry = *resolved;
-  if (header.stream() != CallHeader::kUnary) [[unlikely]] {
-    return Reply(id, Status(StatusCode::kInvalidArgument,
-                            fmt::format("{}/{} is a unary method; the call "
-                                        "streams (stream kind {})",
-                                        *entry.service, *entry.method,
-                                        static_cast<int>(header.stream()))));
+  if (static_cast<int>(header.stream()) != static_cast<int>(entry.kind))
+      [[unlikely]] {
+    return Reply(id,
+                 Status(StatusCode::kInvalidArgument,
+                        fmt::format("{}/{} is a {} method; the call is {}",
+                                    *entry.service, *entry.method,
+                                    StreamKindName(entry.kind),
+                                    StreamKindName(static_cast<StreamKind>(
+                                        static_cast<int>(header.stream()))))));
   }
   const MethodHandler* handler = entry.handler;
   MethodMetrics* const metrics = core_->metrics ? &entry.metrics : nullptr;
@@ -186,6 +363,10 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       *entry.method,
       SplitPayload(std::move(frame).TakePayload(), header.attachment_size()),
       deadline, metrics);
+  if (entry.kind != StreamKind::kUnary) {
+    call->StartStream(entry.kind, header.window_messages(),
+                      header.window_bytes());
+  }
   // Only this thread enters calls in live_, and a call not entered has
   // finished or is this one. So with live_ empty no other call is in flight:
   // none can hold this id, and the limit is not reached. No lock.
@@ -240,6 +421,62 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       TrackLocked(id, call);
     }
   }
+}
+
+void ServerSession::OnStreamFrame(const CallHeader& header,
+                                  transport::ReceivedFrame frame) {
+  const uint64_t id = header.call_id();
+  std::shared_ptr<ServerCall> call;
+  if (tracked_calls_.load(std::memory_order_acquire) > 0) {
+    std::lock_guard lock(mu_);
+    const auto it = live_.find(id);
+    if (it != live_.end()) call = it->second.lock();
+  }
+  if (!call || !call->stream_) {
+    // The call finished (its frames may cross the RESPONSE) or never
+    // streamed. Dropped; the connection and its other calls go on.
+    core_->stream_frames_dropped++;
+    Log().debug(
+        "{}: dropped a stream frame (kind {}) for call {}: no open "
+        "stream",
+        connection_->peer(), static_cast<int>(header.kind()), id);
+    return;
+  }
+  switch (header.kind()) {
+    case CallHeader::kMessage: {
+      Status broken;
+      if (frame.dropped_payload_size() > 0) {
+        broken = DroppedPayloadStatus(frame, "stream message", "server");
+      } else if (!call->OnStreamMessage(
+                     SplitPayload(std::move(frame).TakePayload(),
+                                  header.attachment_size()))) {
+        broken = Status(StatusCode::kResourceExhausted,
+                        "stream window exceeded: the client sent a message "
+                        "the server had not made room for");
+      }
+      if (!broken.ok()) {
+        // That call ends; the connection and its other calls go on.
+        Log().warn("{}: call {} {}/{}: {}", connection_->peer(), id,
+                   call->service(), call->method(), broken.message());
+        Reply(id, broken);
+        call->MarkCancelled();
+      }
+      return;
+    }
+    case CallHeader::kHalfClose:
+      return call->OnHalfClose();
+    default:
+      return call->OnWindow(header.window_messages(), header.window_bytes());
+  }
+}
+
+void ServerSession::SendStreamFrame(transport::OutgoingFrame frame) {
+  connection_->Send(std::move(frame)).IgnoreError();
+}
+
+void ServerSession::Post(UniqueFunction<void()> task) {
+  if (core_->handler_executor) return core_->handler_executor(std::move(task));
+  boost::asio::post(connection_->executor(), std::move(task));
 }
 
 void ServerSession::RunHandler(const MethodHandler& handler,

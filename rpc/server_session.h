@@ -32,6 +32,7 @@ struct MethodEntry {
   const std::string* method = nullptr;     // Keys in ServiceEntry::methods.
   uint64_t id = 0;                         // MethodId(*service, *method).
   const MethodHandler* handler = nullptr;  // Owned by the Service.
+  StreamKind kind = StreamKind::kUnary;
   MethodMetrics metrics;
 };
 struct ServiceEntry {
@@ -100,6 +101,11 @@ class ServerSession final : public transport::ConnectionObserver,
 
   // Called by ServerCall::Finish.
   void Complete(ServerCall& call, const Status& status, Payload response);
+  // Called by a streaming ServerCall: sends a frame of the call; runs a
+  // callback of the handler's, on the handler executor or the loop.
+  void SendStreamFrame(transport::OutgoingFrame frame);
+  void Post(UniqueFunction<void()> task);
+  uint64_t max_response_size() const { return core_->max_response_size; }
 
  private:
   // Runs `handler` on `call`; an exception it throws is logged.
@@ -137,6 +143,8 @@ class ServerSession final : public transport::ConnectionObserver,
   // The method `header` names; nullptr after answering the call with why
   // there is none.
   MethodEntry* ResolveMethod(const CallHeader& header);
+  // MESSAGE, HALF_CLOSE, WINDOW.
+  void OnStreamFrame(const CallHeader& header, transport::ReceivedFrame frame);
   std::function<void()> on_closed_;
   Status refusal_;             // Set by Refuse before Start.
   bool limit_logged_ = false;  // Guarded by mu_.

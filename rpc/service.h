@@ -29,11 +29,24 @@ class Service {
   const std::string& name() const { return name_; }
 
   void AddMethod(std::string method, MethodHandler handler) {
-    methods_[std::move(method)] = std::move(handler);
+    methods_[std::move(method)] = {std::move(handler), StreamKind::kUnary};
+  }
+  // A streaming method: its handler gets the call at once, reads the
+  // client's messages with ServerCall::Read (client- and bidi-streaming),
+  // writes its own with ServerCall::Write (server- and bidi-streaming) and
+  // ends the call with Finish. A request of another kind is answered
+  // INVALID_ARGUMENT.
+  void AddStreamingMethod(std::string method, StreamKind kind,
+                          MethodHandler handler) {
+    methods_[std::move(method)] = {std::move(handler), kind};
   }
   const MethodHandler* FindMethod(std::string_view method) const {
     const auto it = methods_.find(method);
-    return it == methods_.end() ? nullptr : &it->second;
+    return it == methods_.end() ? nullptr : &it->second.handler;
+  }
+  StreamKind method_kind(std::string_view method) const {
+    const auto it = methods_.find(method);
+    return it == methods_.end() ? StreamKind::kUnary : it->second.kind;
   }
   std::vector<std::string> method_names() const {
     std::vector<std::string> names;
@@ -43,7 +56,11 @@ class Service {
 
  private:
   std::string name_;
-  std::map<std::string, MethodHandler, std::less<>> methods_;
+  struct Method {
+    MethodHandler handler;
+    StreamKind kind = StreamKind::kUnary;
+  };
+  std::map<std::string, Method, std::less<>> methods_;
 };
 
 }  // namespace rdmarpc::rpc

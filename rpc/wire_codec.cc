@@ -61,11 +61,16 @@ transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
   return Frame(header, std::move(response));
 }
 
-transport::OutgoingFrame MakeCancelFrame(uint64_t call_id) {
+// A frame that is its kind and call id alone.
+transport::OutgoingFrame BareFrame(CallHeader::Kind kind, uint64_t call_id) {
   CallHeader header;
-  header.set_kind(CallHeader::kCancel);
+  header.set_kind(kind);
   header.set_call_id(call_id);
   return Frame(header, Payload());
+}
+
+transport::OutgoingFrame MakeCancelFrame(uint64_t call_id) {
+  return BareFrame(CallHeader::kCancel, call_id);
 }
 
 transport::OutgoingFrame MakeStreamRequestFrame(
@@ -94,10 +99,7 @@ transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload message) {
 }
 
 transport::OutgoingFrame MakeHalfCloseFrame(uint64_t call_id) {
-  CallHeader header;
-  header.set_kind(CallHeader::kHalfClose);
-  header.set_call_id(call_id);
-  return Frame(header, Payload());
+  return BareFrame(CallHeader::kHalfClose, call_id);
 }
 
 transport::OutgoingFrame MakeWindowFrame(uint64_t call_id, uint64_t messages,

@@ -1096,7 +1096,7 @@ TEST_CASE("streams: a streaming request to a unary method is refused") {
   CHECK(refused_id == 4);
   CHECK(refused.code() == StatusCode::kInvalidArgument);
   CHECK(refused.message() ==
-        "test.Test/Echo is a unary method; the call streams (stream kind 2)");
+        "test.Test/Echo is a unary method; the call is server-streaming");
   const auto [id, status] = peer.ReadResponse();
   CHECK(id == 5);
   CHECK(status.ok());
@@ -1166,6 +1166,39 @@ TEST_CASE("malformed: a server sending HALF_CLOSE loses the connection") {
   CHECK(result.status.code() == StatusCode::kUnavailable);
   CHECK(result.status.message().find("frame of kind 5, which only a client "
                                      "sends") != std::string::npos);
+}
+
+// A client that sends beyond the window the server gave its stream loses
+// that call (RESOURCE_EXHAUSTED), not the connection: the next call on it
+// is served.
+TEST_CASE("streams: a message beyond the window ends that call only") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  RawPeer peer(server.uri);
+  std::string bytes = WireBytes(rpc::MakeStreamRequestFrame(
+      3, rpc::MethodId("test.Test", "Hold"), 0,
+      rpc::CallHeader::kClientStreaming, 0, 0, Buffer()));
+  // Hold never reads: the initial window's messages are taken, one more
+  // breaks it.
+  for (uint64_t i = 0; i <= tunables::kInitialStreamWindowMessages; ++i) {
+    bytes += WireBytes(
+        rpc::MakeMessageFrame(3, Buffer::CopyOf(std::string_view("x"))));
+  }
+  bytes += WireBytes(rpc::MakeRequestFrame(
+      4, "test.Test", "Echo", 0, 0, Buffer::CopyOf(std::string_view("ok"))));
+  LogCapture log;
+  peer.Write(bytes);
+  const auto [broken_id, broken] = peer.ReadResponse();
+  CHECK(broken_id == 3);
+  CHECK(broken.code() == StatusCode::kResourceExhausted);
+  CHECK(broken.message().find("stream window exceeded") != std::string::npos);
+  const auto [id, status] = peer.ReadResponse();
+  CHECK(id == 4);
+  CHECK(status.ok());
+  CHECK(server.stats().protocol_errors == 0);
+  CHECK(WaitFor([&] { return server.stats().live_calls == 0; }));
 }
 
 TEST_CASE("malformed: a WINDOW that opens nothing, a HALF_CLOSE with bytes") {

@@ -161,6 +161,15 @@ TestService::TestService() : rpc::Service("test.Test") {
     }
     call->Finish(Status(), Buffer::CopyOf(answer));
   });
+  // A client stream it never reads: open until cancelled.
+  AddStreamingMethod(
+      "Hold", rpc::StreamKind::kClientStreaming,
+      [count](std::shared_ptr<ServerCall> call) {
+        count();
+        call->OnCancel([call] {
+          call->Finish(Status(StatusCode::kCancelled, "observed cancel"));
+        });
+      });
   AddMethod("WaitCancel", [this, count](std::shared_ptr<ServerCall> call) {
     count();
     // The callback holds the call: it stays open until cancelled.

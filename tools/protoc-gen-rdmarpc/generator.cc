@@ -61,12 +61,43 @@ std::string HeaderGuard(const std::string& path) {
   return guard + "_";
 }
 
+// The rdmarpc::rpc::StreamKind enumerator of a method.
+std::string StreamKindName(const pb::MethodDescriptor* method) {
+  if (method->client_streaming() && method->server_streaming()) {
+    return "bidi-streaming";
+  }
+  return method->client_streaming() ? "client-streaming" : "server-streaming";
+}
+
+std::string StreamKindOf(const pb::MethodDescriptor* method) {
+  if (method->client_streaming() && method->server_streaming()) {
+    return "kBidiStreaming";
+  }
+  if (method->client_streaming()) return "kClientStreaming";
+  if (method->server_streaming()) return "kServerStreaming";
+  return "kUnary";
+}
+
+bool Streams(const pb::MethodDescriptor* method) {
+  return method->client_streaming() || method->server_streaming();
+}
+
 Vars MethodVars(const pb::MethodDescriptor* method) {
-  return {{"method", method->name()},
-          {"request", ClassName(method->input_type())},
-          {"response", ClassName(method->output_type())},
-          {"service", method->service()->name()},
-          {"full_service", method->service()->full_name()}};
+  return {
+      {"method", method->name()},
+      {"request", ClassName(method->input_type())},
+      {"response", ClassName(method->output_type())},
+      {"service", method->service()->name()},
+      {"full_service", method->service()->full_name()},
+      {"kind", StreamKindOf(method)},
+      {"kind_name", Streams(method) ? StreamKindName(method) : "unary"},
+      {"handler_arg",
+       Streams(method) ? "std::shared_ptr<::rdmarpc::rpc::TypedServerStream<" +
+                             ClassName(method->input_type()) + ", " +
+                             ClassName(method->output_type()) + ">> stream"
+                       : "std::shared_ptr<::rdmarpc::rpc::TypedCall<" +
+                             ClassName(method->input_type()) + ", " +
+                             ClassName(method->output_type()) + ">> call"}};
 }
 
 void OpenNamespace(pb::io::Printer& p, const std::string& package) {
@@ -119,8 +150,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
       const pb::MethodDescriptor* method = service->method(m);
       p.Print(MethodVars(method),
               "virtual void $method$(\n"
-              "    std::shared_ptr<::rdmarpc::rpc::TypedCall<$request$, "
-              "$response$>> call);\n");
+              "    $handler_arg$);\n");
     }
     p.Outdent();
     p.Outdent();
@@ -137,6 +167,34 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
     p.Indent();
     for (int m = 0; m < service->method_count(); ++m) {
       const pb::MethodDescriptor* method = service->method(m);
+      if (Streams(method)) {
+        p.Print(MethodVars(method),
+                "// Opens a $kind_name$ call (rdmarpc/typed.h); the stream\n"
+                "// must outlive its operations.\n"
+                "std::unique_ptr<::rdmarpc::rpc::TypedClientStream<$request$, "
+                "$response$>>\n");
+        if (method->client_streaming()) {
+          p.Print(MethodVars(method),
+                  "Open$method$(const ::rdmarpc::rpc::CallOptions& options = "
+                  "{}) {\n"
+                  "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
+                  "$response$>(\n"
+                  "      *channel_, k$method$Method,\n"
+                  "      ::rdmarpc::rpc::StreamKind::$kind$, options);\n"
+                  "}\n\n");
+        } else {
+          p.Print(MethodVars(method),
+                  "Open$method$(const $request$& request,\n"
+                  "    const ::rdmarpc::rpc::CallOptions& options = {}) {\n"
+                  "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
+                  "$response$>(\n"
+                  "      *channel_, k$method$Method,\n"
+                  "      ::rdmarpc::rpc::StreamKind::$kind$, options, "
+                  "&request);\n"
+                  "}\n\n");
+        }
+        continue;
+      }
       p.Print(
           MethodVars(method),
           "template <typename CompletionToken>\n"
@@ -189,6 +247,17 @@ void PrintSource(pb::io::Printer& p, const pb::FileDescriptor* file,
         "{\n",
         "name", service->name());
     for (int m = 0; m < service->method_count(); ++m) {
+      if (Streams(service->method(m))) {
+        p.Print(MethodVars(service->method(m)),
+                "  AddStreamingMethod(\n"
+                "      \"$method$\", ::rdmarpc::rpc::StreamKind::$kind$,\n"
+                "      ::rdmarpc::rpc::MakeStreamHandler<$request$, "
+                "$response$>(\n"
+                "          ::rdmarpc::rpc::StreamKind::$kind$,\n"
+                "          [this](auto stream) { $method$(std::move(stream)); "
+                "}));\n");
+        continue;
+      }
       p.Print(MethodVars(service->method(m)),
               "  AddMethod(\"$method$\",\n"
               "            ::rdmarpc::rpc::MakeUnaryHandler<$request$, "
@@ -199,10 +268,14 @@ void PrintSource(pb::io::Printer& p, const pb::FileDescriptor* file,
     p.Print("}\n\n");
     for (int m = 0; m < service->method_count(); ++m) {
       p.Print(MethodVars(service->method(m)),
-              "void $service$::Service::$method$(\n"
-              "    std::shared_ptr<::rdmarpc::rpc::TypedCall<$request$, "
-              "$response$>> call) {\n"
-              "  call->Finish(::rdmarpc::Status(\n"
+              Streams(service->method(m))
+                  ? "void $service$::Service::$method$(\n"
+                    "    $handler_arg$) {\n"
+                    "  stream->Finish(::rdmarpc::Status(\n"
+                  : "void $service$::Service::$method$(\n"
+                    "    $handler_arg$) {\n"
+                    "  call->Finish(::rdmarpc::Status(\n");
+      p.Print(MethodVars(service->method(m)),
               "      ::rdmarpc::StatusCode::kUnimplemented,\n"
               "      \"$full_service$/$method$ is not implemented by this "
               "server\"));\n"
@@ -217,19 +290,7 @@ void PrintSource(pb::io::Printer& p, const pb::FileDescriptor* file,
 bool Generator::Generate(const pb::FileDescriptor* file,
                          const std::string& /*parameter*/,
                          pb::compiler::GeneratorContext* context,
-                         std::string* error) const {
-  for (int s = 0; s < file->service_count(); ++s) {
-    const pb::ServiceDescriptor* service = file->service(s);
-    for (int m = 0; m < service->method_count(); ++m) {
-      const pb::MethodDescriptor* method = service->method(m);
-      if (method->client_streaming() || method->server_streaming()) {
-        *error = file->name() + ": " + service->full_name() + "/" +
-                 method->name() +
-                 ": streaming methods are not supported by rdmarpc yet";
-        return false;
-      }
-    }
-  }
+                         std::string* /*error*/) const {
   // Files without services still get (empty) outputs, so build rules can
   // name them unconditionally.
   const std::string base = StripProto(file->name());
