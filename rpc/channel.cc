@@ -31,12 +31,21 @@ using transport::ReceivedFrame;
 namespace {
 
 // Runs a user callback; an exception it throws is logged, not propagated
-// into the transport (where it would stall the connection).
+// into the transport (where it would stall the connection) or a pool's
+// thread (where it would end the process).
 void Invoke(ResponseCallback& done, const Status& status, Payload response) {
   try {
     done(status, std::move(response));
   } catch (const std::exception& e) {
     Log().error("a call's completion callback threw: {}", e.what());
+  }
+}
+template <typename F>
+void InvokeGuarded(F& callback) {
+  try {
+    callback();
+  } catch (const std::exception& e) {
+    Log().error("a stream callback threw: {}", e.what());
   }
 }
 
@@ -81,12 +90,21 @@ class CallbackRunner {
       return;
     }
     executor_([this, task = std::move(task)]() mutable {
+      // Counted out however the task ends.
+      struct Done {
+        CallbackRunner* runner;
+        ~Done() {
+          current_ = nullptr;
+          std::lock_guard lock(runner->mu_);
+          if (--runner->running_ == 0) runner->idle_.notify_all();
+        }
+      };
       current_ = this;
-      task();
-      task = nullptr;  // The user's closure goes before the channel may.
-      current_ = nullptr;
-      std::lock_guard lock(mu_);
-      if (--running_ == 0) idle_.notify_all();
+      {
+        Done done{this};
+        task();
+        task = nullptr;  // The user's closure goes before the channel may.
+      }
     });
   }
 
@@ -156,11 +174,14 @@ struct ClientStream::State {
   Status status;
   Payload response;
   ResponseCallback finisher;
+  bool finished = false;  // Finish called.
 
   void Post(UniqueFunction<void()> task) {
-    if (auto channel = host.lock())
-      return channel->PostCallback(std::move(task));
-    task();  // The channel is gone: nothing else runs them.
+    auto guarded = [task = std::move(task)]() mutable { InvokeGuarded(task); };
+    if (auto channel = host.lock()) {
+      return channel->PostCallback(std::move(guarded));
+    }
+    guarded();  // The channel is gone: nothing else runs them.
   }
   bool Send(transport::OutgoingFrame frame) {
     auto channel = host.lock();
@@ -235,20 +256,27 @@ void ClientStream::State::OnEnd(const Status& end, Payload final_response) {
     waiting_finisher = std::move(finisher);
   }
   if (auto channel = host.lock()) channel->ForgetStream(id);
-  // Already where the channel runs callbacks: these run here.
+  // Already where the channel runs callbacks: these run here, each whatever
+  // the one before it throws.
   if (waiting_writer) {
-    waiting_writer(end.ok() ? Status(StatusCode::kCancelled,
-                                     "the call ended before the message went")
-                            : end);
+    const Status why = end.ok() ? Status(StatusCode::kCancelled,
+                                         "the call ended before the message "
+                                         "went")
+                                : end;
+    auto run = [&] { waiting_writer(why); };
+    InvokeGuarded(run);
   }
-  if (waiting_reader) waiting_reader(end, std::nullopt);
+  if (waiting_reader) {
+    auto run = [&] { waiting_reader(end, std::nullopt); };
+    InvokeGuarded(run);
+  }
   if (waiting_finisher) {
     Payload out;
     {
       std::lock_guard lock(mu);
       out = std::move(response);
     }
-    waiting_finisher(end, std::move(out));
+    Invoke(waiting_finisher, end, std::move(out));
   }
 }
 
@@ -349,6 +377,14 @@ void ClientStream::Read(StreamReadCallback done) {
 
 void ClientStream::Finish(ResponseCallback done) {
   std::unique_lock lock(state_->mu);
+  if (state_->finished) {
+    lock.unlock();
+    return state_->Post([done = std::move(done)]() mutable {
+      done(Status(StatusCode::kFailedPrecondition, "Finish called twice"),
+           Payload());
+    });
+  }
+  state_->finished = true;
   if (!state_->ended) {
     state_->finisher = std::move(done);
     return;
@@ -649,7 +685,11 @@ bool Channel::Impl::SendStreamFrame(uint64_t id, OutgoingFrame frame) {
   const Status sent = ready->Send(std::move(frame));
   // UNAVAILABLE: the connection is closing, and OnClose ends the call.
   if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
-    EndCall(id, sent);
+    // Ended from the loop, not here: the caller holds its stream's lock,
+    // which ending the call may take on this thread.
+    asio::post(context_, [self = shared_from_this(), id, sent] {
+      self->EndCall(id, sent);
+    });
     return false;
   }
   return true;

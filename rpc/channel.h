@@ -76,7 +76,9 @@ class ClientStream {
   // end with the call's status.
   void Read(StreamReadCallback done);
   // Once: the call's status when it ends, with the response of a
-  // client-streaming call.
+  // client-streaming call (a second Finish gets FAILED_PRECONDITION). It may
+  // run before the callbacks of Reads already completed: read to the end
+  // first when the order matters.
   void Finish(ResponseCallback done);
   // Ends the call CANCELLED and tells the server.
   void Cancel();

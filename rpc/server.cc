@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "base/log.h"
@@ -151,6 +152,10 @@ class Server::Impl {
       session->Close(Status(StatusCode::kUnavailable, "server shut down"));
     }
     listeners_.clear();
+    // From here a stream callback runs where it is posted: the workers
+    // stop, and then the handler pool goes (ServerCore::stopped).
+    core_->stopped = true;
+    while (core_->posting > 0) std::this_thread::yield();
     // Every connection is closing: let each worker run its close handlers
     // (bounded, since a close flushes for at most kCloseFlushTimeout).
     for (auto& worker : *workers_) {

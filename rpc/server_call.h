@@ -86,7 +86,11 @@ class ServerCall {
 
  private:
   friend class ServerSession;
-  void MarkCancelled();  // Called by the session.
+  // Called by the session; false if the call was cancelled already.
+  bool MarkCancelled();
+  // The session ends a streaming call with `why` (a broken window, a frame
+  // it could not send): cancelled, and answered `why` once.
+  void EndWith(const Status& why);
 
   // What a streaming call adds; guarded by mu_.
   struct Stream {

@@ -74,21 +74,28 @@ void ServerCall::OnCancel(std::function<void()> on_cancel) {
   on_cancel();
 }
 
-void ServerCall::MarkCancelled() {
+bool ServerCall::MarkCancelled() {
   std::function<void()> on_cancel;
   {
     std::lock_guard lock(mu_);
-    if (cancelled_.exchange(true)) return;
+    if (cancelled_.exchange(true)) return false;
     on_cancel = std::move(on_cancel_);
   }
   if (stream_) EndStream(Status(StatusCode::kCancelled, "call cancelled"));
-  if (!on_cancel) return;
+  if (!on_cancel) return true;
   try {
     on_cancel();
   } catch (const std::exception& e) {
     Log().error("{}/{}: OnCancel callback threw: {}", *service_, *method_,
                 e.what());
   }
+  return true;
+}
+
+void ServerCall::EndWith(const Status& why) {
+  // Cancelled first: the stream is over, so no MESSAGE follows the answer,
+  // and the handler's own Finish sends nothing.
+  if (MarkCancelled()) session_->Reply(id_, why);
 }
 
 void ServerCall::Finish(const Status& status, Payload response) {
@@ -146,11 +153,14 @@ void ServerCall::Read(StreamReadCallback done) {
   Payload message = std::move(stream.inbox.front());
   stream.inbox.pop_front();
   // Read, its room goes back to the client.
+  Status window_sent;
   if (const auto room = stream.receive.Consume(message.size());
       room && !stream.over && !stream.half_closed) {
-    session_->SendStreamFrame(MakeWindowFrame(id_, room->first, room->second));
+    window_sent = session_->SendStreamFrame(
+        MakeWindowFrame(id_, room->first, room->second));
   }
   lock.unlock();
+  if (!window_sent.ok()) EndWith(window_sent);
   Post([done = std::move(done), message = std::move(message)]() mutable {
     done(Status(), std::move(message));
   });
@@ -185,9 +195,13 @@ void ServerCall::Write(Payload message, StreamWriteCallback done) {
   }
   stream.send.Take(message.size());
   // Under mu_: messages leave in the order written, ahead of the RESPONSE.
-  session_->SendStreamFrame(MakeMessageFrame(id_, std::move(message)));
+  const Status sent =
+      session_->SendStreamFrame(MakeMessageFrame(id_, std::move(message)));
   lock.unlock();
-  Post([done = std::move(done)]() mutable { done(Status()); });
+  // Not sent (the send queue is full, the connection closing): the call
+  // cannot go on without the message.
+  if (!sent.ok()) EndWith(sent);
+  Post([done = std::move(done), sent]() mutable { done(sent); });
 }
 
 bool ServerCall::OnStreamMessage(Payload message) {
@@ -222,18 +236,20 @@ void ServerCall::OnHalfClose() {
 
 void ServerCall::OnWindow(uint64_t messages, uint64_t bytes) {
   StreamWriteCallback writer;
+  Status sent;
   {
     std::lock_guard lock(mu_);
     Stream& stream = *stream_;
     stream.send.Open(messages, bytes);
     if (!stream.pending || !stream.send.HasRoom()) return;
     stream.send.Take(stream.pending->size());
-    session_->SendStreamFrame(
+    sent = session_->SendStreamFrame(
         MakeMessageFrame(id_, std::move(*stream.pending)));
     stream.pending.reset();
     writer = std::move(stream.writer);
   }
-  Post([writer = std::move(writer)]() mutable { writer(Status()); });
+  if (!sent.ok()) EndWith(sent);
+  Post([writer = std::move(writer), sent]() mutable { writer(sent); });
 }
 
 void ServerCall::EndStream(const Status& why) {
@@ -458,8 +474,7 @@ void ServerSession::OnStreamFrame(const CallHeader& header,
         // That call ends; the connection and its other calls go on.
         Log().warn("{}: call {} {}/{}: {}", connection_->peer(), id,
                    call->service(), call->method(), broken.message());
-        Reply(id, broken);
-        call->MarkCancelled();
+        call->EndWith(broken);
       }
       return;
     }
@@ -470,13 +485,31 @@ void ServerSession::OnStreamFrame(const CallHeader& header,
   }
 }
 
-void ServerSession::SendStreamFrame(transport::OutgoingFrame frame) {
-  connection_->Send(std::move(frame)).IgnoreError();
+Status ServerSession::SendStreamFrame(transport::OutgoingFrame frame) {
+  return connection_->Send(std::move(frame));
 }
 
 void ServerSession::Post(UniqueFunction<void()> task) {
-  if (core_->handler_executor) return core_->handler_executor(std::move(task));
-  boost::asio::post(connection_->executor(), std::move(task));
+  // Runs the user's callback; what it throws is logged, not propagated
+  // into a loop or a pool thread.
+  auto guarded = [task = std::move(task)]() mutable {
+    try {
+      task();
+    } catch (const std::exception& e) {
+      Log().error("a stream callback threw: {}", e.what());
+    }
+  };
+  core_->posting++;
+  if (core_->stopped) {
+    core_->posting--;
+    return guarded();  // Nothing runs posted tasks any more.
+  }
+  if (core_->handler_executor) {
+    core_->handler_executor(std::move(guarded));
+  } else {
+    boost::asio::post(connection_->executor(), std::move(guarded));
+  }
+  core_->posting--;
 }
 
 void ServerSession::RunHandler(const MethodHandler& handler,

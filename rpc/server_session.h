@@ -49,6 +49,13 @@ struct ServerCore {
   bool metrics = true;
   // Where handlers run; empty: inline, on the connection's thread.
   Executor handler_executor;
+  // Set as the server stops its workers (and then its handler pool): a
+  // stream callback posted later runs at once, on the posting thread. A
+  // Post counts itself in `posting` before it reads `stopped`, and the
+  // server sets `stopped` before it waits for `posting` to be 0 (all
+  // sequentially consistent), so no Post reaches a stopped executor.
+  std::atomic<bool> stopped{false};
+  std::atomic<int> posting{0};
   std::atomic<bool> draining{false};
 
   // Calls started and not finished. A call counts itself before it reads
@@ -103,7 +110,9 @@ class ServerSession final : public transport::ConnectionObserver,
   void Complete(ServerCall& call, const Status& status, Payload response);
   // Called by a streaming ServerCall: sends a frame of the call; runs a
   // callback of the handler's, on the handler executor or the loop.
-  void SendStreamFrame(transport::OutgoingFrame frame);
+  Status SendStreamFrame(transport::OutgoingFrame frame);
+  // Answers call `id` with `status` (a stream the session ended).
+  void Reply(uint64_t id, const Status& status);
   void Post(UniqueFunction<void()> task);
   uint64_t max_response_size() const { return core_->max_response_size; }
 
@@ -114,7 +123,6 @@ class ServerSession final : public transport::ConnectionObserver,
                          const MethodEntry& entry);
   // Returns the status the client gets (CANCELLED when it stopped waiting).
   StatusCode Send(ServerCall& call, const Status& status, Payload response);
-  void Reply(uint64_t id, const Status& status);
   void ProtocolError(const Status& error);
   // RESOURCE_EXHAUSTED (logged once) when max_calls_per_connection calls
   // are live on this connection. Called with mu_ held.

@@ -43,33 +43,38 @@ using StreamReadCallback =
 using StreamWriteCallback = UniqueFunction<void(const Status& status)>;
 
 // One direction of a stream's flow control, as its writer sees it: how many
-// more messages and bytes the reader has made room for. A window counts
-// down and stops at 0: a message may take more bytes than are left, so a
-// message is never split (docs/protocol.md, "Streams").
+// more messages and bytes the reader has made room for. A message goes while
+// at least one message and one byte of room are left, whatever its size: a
+// message is never split, and the byte balance may go below zero, to be made
+// up by the reader's WINDOWs (docs/protocol.md, "Streams"). Both ends keep
+// exact balances, so a WINDOW counts the same whether it crossed messages
+// in flight or not: the writer's balance is never above the reader's.
 class SendWindow {
  public:
   // Over the initial window both ends start from.
-  explicit SendWindow(uint64_t extra_messages = 0, uint64_t extra_bytes = 0)
-      : messages_(Add(tunables::kInitialStreamWindowMessages, extra_messages)),
-        bytes_(Add(tunables::kInitialStreamWindowBytes, extra_bytes)) {}
+  explicit SendWindow(uint64_t extra_messages = 0, uint64_t extra_bytes = 0) {
+    Open(extra_messages, extra_bytes);
+  }
   bool HasRoom() const { return messages_ > 0 && bytes_ > 0; }
   // A message of `size` bytes goes; HasRoom() must be true.
   void Take(uint64_t size) {
     messages_--;
-    bytes_ = bytes_ > size ? bytes_ - size : 0;
+    bytes_ -= static_cast<int64_t>(std::min<uint64_t>(size, kLimit));
   }
-  // The reader's WINDOW.
+  // The reader's WINDOW. A peer's huge grant saturates.
   void Open(uint64_t messages, uint64_t bytes) {
-    messages_ = Add(messages_, messages);
-    bytes_ = Add(bytes_, bytes);
+    constexpr auto kMessageLimit = static_cast<uint64_t>(kLimit);
+    messages_ = messages > kMessageLimit - messages_ ? kMessageLimit
+                                                     : messages_ + messages;
+    const uint64_t room = static_cast<uint64_t>(kLimit - bytes_);  // > 0.
+    bytes_ = bytes >= room ? kLimit : bytes_ + static_cast<int64_t>(bytes);
   }
 
  private:
-  static uint64_t Add(uint64_t a, uint64_t b) {
-    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-  }
-  uint64_t messages_;
-  uint64_t bytes_;
+  // Far beyond any window; keeps the arithmetic clear of overflow.
+  static constexpr int64_t kLimit = int64_t{1} << 62;
+  uint64_t messages_ = tunables::kInitialStreamWindowMessages;
+  int64_t bytes_ = static_cast<int64_t>(tunables::kInitialStreamWindowBytes);
 };
 
 // The same direction as its reader sees it: admits what arrives within the
@@ -82,34 +87,39 @@ class ReceiveWindow {
   // False: a message beyond the room made for it (the writer broke the
   // protocol).
   bool Admit(uint64_t size) {
-    if (messages_ == 0 || bytes_ == 0) return false;
+    if (messages_ == 0 || bytes_ <= 0) return false;
     messages_--;
-    bytes_ = bytes_ > size ? bytes_ - size : 0;
+    bytes_ -= static_cast<int64_t>(std::min<uint64_t>(size, kMaxSize));
     return true;
   }
   // A message of `size` bytes was read: the WINDOW to send (messages,
   // bytes), when one is due.
   std::optional<std::pair<uint64_t, uint64_t>> Consume(uint64_t size) {
     consumed_messages_++;
-    consumed_bytes_ += size;
+    consumed_bytes_ += std::min<uint64_t>(size, kMaxSize);
     if (consumed_messages_ * 2 < tunables::kInitialStreamWindowMessages &&
         consumed_bytes_ * 2 < tunables::kInitialStreamWindowBytes) {
       return std::nullopt;
     }
     const uint64_t messages = std::min(
         consumed_messages_, tunables::kInitialStreamWindowMessages - messages_);
-    const uint64_t bytes =
-        std::min(consumed_bytes_, tunables::kInitialStreamWindowBytes - bytes_);
+    const uint64_t bytes = std::min<uint64_t>(
+        consumed_bytes_,
+        static_cast<uint64_t>(kInitialBytes - std::min(bytes_, kInitialBytes)));
     consumed_messages_ = consumed_bytes_ = 0;
     if (messages == 0 && bytes == 0) return std::nullopt;
     messages_ += messages;
-    bytes_ += bytes;
+    bytes_ += static_cast<int64_t>(bytes);
     return std::make_pair(messages, bytes);
   }
 
  private:
+  static constexpr int64_t kInitialBytes =
+      static_cast<int64_t>(tunables::kInitialStreamWindowBytes);
+  // A frame's payload is a u32 (transport/frame.h).
+  static constexpr uint64_t kMaxSize = uint64_t{1} << 32;
   uint64_t messages_ = tunables::kInitialStreamWindowMessages;
-  uint64_t bytes_ = tunables::kInitialStreamWindowBytes;
+  int64_t bytes_ = kInitialBytes;
   uint64_t consumed_messages_ = 0;
   uint64_t consumed_bytes_ = 0;
 };

@@ -154,17 +154,18 @@ MethodHandler MakeStreamHandler(StreamKind kind, F handle) {
 template <typename Request, typename Response>
 class TypedClientStream {
  public:
-  // `channel` must outlive the stream's operations.
-  TypedClientStream(Channel& channel, const MethodRef& method,
+  TypedClientStream(std::shared_ptr<Channel> channel, const MethodRef& method,
                     std::unique_ptr<ClientStream> stream)
-      : channel_(channel), method_(method), stream_(std::move(stream)) {}
+      : channel_(std::move(channel)),
+        method_(method),
+        stream_(std::move(stream)) {}
 
   // Client- and bidi-streaming: sends `message`; completes once the
   // server's window let it go. Signature void(Status).
   template <typename Token>
   auto async_Write(const Request& message, Token&& token) {
     return internal::AsyncOperation<Status>(
-        channel_.completion_executor(), std::forward<Token>(token),
+        channel_->completion_executor(), std::forward<Token>(token),
         [stream = stream_.get(),
          payload = Payload(SerializeMessage(message))](auto deliver) mutable {
           stream->Write(std::move(payload),
@@ -179,7 +180,7 @@ class TypedClientStream {
   template <typename Token>
   auto async_Read(Token&& token) {
     return internal::AsyncOperation<Status, std::optional<Response>>(
-        channel_.completion_executor(), std::forward<Token>(token),
+        channel_->completion_executor(), std::forward<Token>(token),
         [stream = stream_.get(), method = &method_](auto deliver) {
           stream->Read(internal::ParsingReader<Response>(
               [deliver = std::move(deliver), method](
@@ -194,7 +195,7 @@ class TypedClientStream {
   template <typename Token>
   auto async_Finish(Token&& token) {
     return internal::AsyncOperation<Status, Response>(
-        channel_.completion_executor(), std::forward<Token>(token),
+        channel_->completion_executor(), std::forward<Token>(token),
         [stream = stream_.get(), method = &method_](auto deliver) {
           stream->Finish([deliver = std::move(deliver), method](
                              const Status& status, Payload payload) mutable {
@@ -214,22 +215,24 @@ class TypedClientStream {
   void Cancel() { stream_->Cancel(); }
 
  private:
-  Channel& channel_;
+  const std::shared_ptr<Channel> channel_;
   const MethodRef& method_;
   std::unique_ptr<ClientStream> stream_;
 };
 
 // Opens a typed stream of `kind` to `method`; `request` is a
 // server-streaming call's.
+// `method` must outlive the stream (generated stubs pass their static
+// MethodRefs); the stream keeps `channel`.
 template <typename Request, typename Response>
 std::unique_ptr<TypedClientStream<Request, Response>> OpenTypedStream(
-    Channel& channel, const MethodRef& method, StreamKind kind,
+    std::shared_ptr<Channel> channel, const MethodRef& method, StreamKind kind,
     const CallOptions& options, const Request* request = nullptr) {
   Payload payload;
   if (request != nullptr) payload = Payload(SerializeMessage(*request));
+  auto stream = channel->OpenStream(method, kind, options, std::move(payload));
   return std::make_unique<TypedClientStream<Request, Response>>(
-      channel, method,
-      channel.OpenStream(method, kind, options, std::move(payload)));
+      std::move(channel), method, std::move(stream));
 }
 
 }  // namespace rdmarpc::rpc

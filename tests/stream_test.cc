@@ -9,6 +9,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,7 @@ constexpr rpc::MethodRef kCount("test.Stream", "Count");
 constexpr rpc::MethodRef kSum("test.Stream", "Sum");
 constexpr rpc::MethodRef kEcho("test.Stream", "Echo");
 constexpr rpc::MethodRef kAbort("test.Stream", "Abort");
+constexpr rpc::MethodRef kGated("test.Stream", "Gated");
 
 Payload Text(const std::string& text) {
   return Payload(Buffer::CopyOf(std::string_view(text)));
@@ -73,10 +75,43 @@ void EchoFrom(std::shared_ptr<ServerCall> call) {
       });
 }
 
+// Reads to the end, then answers the bytes it read in all.
+void CountBytesFrom(std::shared_ptr<ServerCall> call, uint64_t bytes) {
+  call->Read([call, bytes](const Status& status,
+                           std::optional<Payload> message) mutable {
+    if (!message) {
+      return call->Finish(
+          status, Buffer::CopyOf(std::string_view(std::to_string(bytes))));
+    }
+    CountBytesFrom(std::move(call), bytes + message->size());
+  });
+}
+
 struct StreamService : rpc::Service {
   std::atomic<int> written{0};
   std::atomic<int> cancelled{0};
+  // Gated: the call, once its first message has been read.
+  std::mutex mu;
+  std::shared_ptr<ServerCall> gated;
+  uint64_t gated_bytes = 0;
+  // Gated reads the rest.
+  void Resume() {
+    std::lock_guard lock(mu);
+    CountBytesFrom(std::move(gated), gated_bytes);
+  }
   StreamService() : rpc::Service("test.Stream") {
+    // Reads the first message as soon as it comes, then nothing until the
+    // test calls Resume().
+    AddStreamingMethod(
+        "Gated", StreamKind::kClientStreaming,
+        [this](std::shared_ptr<ServerCall> call) {
+          call->Read([this, call](const Status&,
+                                  std::optional<Payload> message) mutable {
+            std::lock_guard lock(mu);
+            gated_bytes = message ? message->size() : 0;
+            gated = std::move(call);
+          });
+        });
     AddStreamingMethod("Count", StreamKind::kServerStreaming,
                        [this](std::shared_ptr<ServerCall> call) {
                          call->OnCancel([this] { cancelled++; });
@@ -264,6 +299,70 @@ TEST_CASE("stream: a stalled stream does not block other calls") {
   auto [texts, end] = ReadAll(*other);
   CHECK(end.ok());
   CHECK(texts.size() == 50);
+}
+
+// Writes `sizes` one after another, each once the one before has gone.
+struct Writer {
+  Writer(ClientStream& to, std::vector<size_t> message_sizes)
+      : stream(to), sizes(std::move(message_sizes)) {}
+  ClientStream& stream;
+  const std::vector<size_t> sizes;
+  std::atomic<size_t> done{0};
+  std::promise<Status> all;
+  void Next(size_t i) {
+    if (i == sizes.size()) return all.set_value(Status());
+    stream.Write(Payload(Buffer::Allocate(sizes[i])),
+                 [this, i](const Status& status) {
+                   if (!status.ok()) return all.set_value(status);
+                   done++;
+                   Next(i + 1);
+                 });
+  }
+};
+
+// Both ends keep exact byte balances: a WINDOW that crosses messages in
+// flight counts the same at both ends. (With balances stopped at zero, the
+// writer came to think it had room the reader had not given, and this call
+// failed "stream window exceeded".)
+TEST_CASE("stream: windows agree when a WINDOW crosses messages in flight") {
+  Fixture f;
+  auto stream = f.channel->OpenStream(kGated, StreamKind::kClientStreaming,
+                                      rpc::CallOptions::WithTimeout(60s));
+  constexpr size_t kMiB = 1 << 20;
+  Writer writer(*stream, {3 * kMiB, 3 * kMiB, 2 * kMiB, 1024, 1024});
+  writer.Next(0);
+  REQUIRE(WaitFor([&] {
+    std::lock_guard lock(f.service.mu);
+    return f.service.gated != nullptr;
+  }));
+  std::this_thread::sleep_for(300ms);  // Whatever room there is, taken.
+  f.service.Resume();
+  CHECK(writer.all.get_future().get().ok());
+  stream->WritesDone();
+  auto [status, bytes] = FinishSync(*stream);
+  CHECK(status.ok());
+  CHECK(bytes == std::to_string(8 * kMiB + 2048));
+}
+
+// A client writer that outruns its reader waits: with the server not
+// reading, the initial window's messages go and the next Write waits.
+TEST_CASE("stream: a client's Write waits for the server's window") {
+  Fixture f;
+  auto stream = f.channel->OpenStream(kGated, StreamKind::kClientStreaming,
+                                      rpc::CallOptions::WithTimeout(60s));
+  Writer writer(*stream, std::vector<size_t>(40, 100));
+  writer.Next(0);
+  const auto window = tunables::kInitialStreamWindowMessages;
+  REQUIRE(WaitFor([&] { return writer.done == window; }));
+  std::this_thread::sleep_for(300ms);
+  CHECK(writer.done == window);  // Still: no room for more.
+  f.service.Resume();
+  CHECK(writer.all.get_future().get().ok());
+  CHECK(writer.done == 40);
+  stream->WritesDone();
+  auto [status, bytes] = FinishSync(*stream);
+  CHECK(status.ok());
+  CHECK(bytes == "4000");
 }
 
 // Large messages with attachments stream as any other: on RDMA they go by

@@ -169,8 +169,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
       const pb::MethodDescriptor* method = service->method(m);
       if (Streams(method)) {
         p.Print(MethodVars(method),
-                "// Opens a $kind_name$ call (rdmarpc/typed.h); the stream\n"
-                "// must outlive its operations.\n"
+                "// Opens a $kind_name$ call (rdmarpc/typed.h).\n"
                 "std::unique_ptr<::rdmarpc::rpc::TypedClientStream<$request$, "
                 "$response$>>\n");
         if (method->client_streaming()) {
@@ -179,7 +178,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
                   "{}) {\n"
                   "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
                   "$response$>(\n"
-                  "      *channel_, k$method$Method,\n"
+                  "      channel_, k$method$Method,\n"
                   "      ::rdmarpc::rpc::StreamKind::$kind$, options);\n"
                   "}\n\n");
         } else {
@@ -188,7 +187,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
                   "    const ::rdmarpc::rpc::CallOptions& options = {}) {\n"
                   "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
                   "$response$>(\n"
-                  "      *channel_, k$method$Method,\n"
+                  "      channel_, k$method$Method,\n"
                   "      ::rdmarpc::rpc::StreamKind::$kind$, options, "
                   "&request);\n"
                   "}\n\n");
