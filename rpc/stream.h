@@ -59,7 +59,9 @@ class SendWindow {
   // A message of `size` bytes goes; HasRoom() must be true.
   void Take(uint64_t size) {
     messages_--;
-    bytes_ -= static_cast<int64_t>(std::min<uint64_t>(size, kLimit));
+    // A frame's payload is a u32 (transport/frame.h): bytes_ stays above
+    // -2^32, and Open's kLimit - bytes_ within range.
+    bytes_ -= static_cast<int64_t>(std::min<uint64_t>(size, uint64_t{1} << 32));
   }
   // The reader's WINDOW. A peer's huge grant saturates.
   void Open(uint64_t messages, uint64_t bytes) {
