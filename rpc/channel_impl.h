@@ -1,0 +1,147 @@
+// Channel::Impl: a Channel's state (its connection, calls and streams,
+// behind one lock) and what runs on its event loop. Internal to the rpc
+// layer: rpc/channel.cc implements the call path and the connection's life,
+// rpc/client_stream.cc the streams it routes frames to.
+#ifndef RDMARPC_RPC_CHANNEL_IMPL_H_
+#define RDMARPC_RPC_CHANNEL_IMPL_H_
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/futex_mutex.h"
+#include "base/status_or.h"
+#include "rpc/call_table.h"
+#include "rpc/callback_runner.h"
+#include "rpc/channel.h"
+#include "rpc/client_stream_state.h"
+#include "transport/connection.h"
+
+namespace rdmarpc::rpc {
+
+class Channel::Impl final : public transport::ConnectionObserver,
+                            public StreamHost,
+                            public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(std::string target, ChannelOptions options,
+       boost::asio::io_context& context)
+      : target_(std::move(target)),
+        options_(std::move(options)),
+        context_(context),
+        timer_(context),
+        reconnect_timer_(context),
+        runner_(std::make_shared<CallbackRunner>(options_)),
+        backoff_(options_.initial_backoff) {}
+
+  // Names the method by `method_id` if it is not 0 (the names are then
+  // empty), else by the names.
+  // A streaming call passes its kind and state; `done` ends it.
+  CallId StartCall(std::string_view service, std::string_view method,
+                   uint64_t method_id, Payload request,
+                   const CallOptions& call_options, ResponseCallback done,
+                   StreamKind kind = StreamKind::kUnary,
+                   std::shared_ptr<ClientStream::State> stream = nullptr);
+  void Cancel(CallId id);
+  // Fails every call with `why` and drops the connection.
+  void Shutdown(std::vector<CallTable::Entry>* orphans);
+
+  void OnFrame(transport::ReceivedFrame frame) override;
+  void OnClose(const Status& reason) override;
+
+  // StreamHost.
+  bool SendStreamFrame(uint64_t id, transport::OutgoingFrame frame) override;
+  void EndCall(uint64_t id, const Status& why) override;
+  void PostCallback(UniqueFunction<void()> task) override {
+    if (runner_->enabled()) return runner_->Post(std::move(task));
+    boost::asio::post(context_, std::move(task));
+  }
+  void ForgetStream(uint64_t id) override {
+    std::lock_guard lock(mu_);
+    streams_.erase(id);
+  }
+
+  ChannelState state() const {
+    std::lock_guard lock(mu_);
+    return state_;
+  }
+  ChannelStats stats() const {
+    std::lock_guard lock(mu_);
+    ChannelStats out = stats_;
+    out.outstanding_calls = calls_.size();
+    return out;
+  }
+  const std::string& target() const { return target_; }
+  const std::shared_ptr<CallbackRunner>& runner() const { return runner_; }
+
+ private:
+  // Completes a call from the transport's side (the loop thread): the
+  // callback runs here, or on the callback executor.
+  void Deliver(ResponseCallback& done, const Status& status, Payload response) {
+    if (runner_->enabled()) {
+      runner_->Run(std::move(done), status, std::move(response));
+    } else {
+      InvokeCallback(done, status, std::move(response));
+    }
+  }
+  // Completes a call from the caller's side (any thread, inside Call or
+  // Cancel): the callback runs later, on the loop or the callback executor.
+  void Complete(ResponseCallback done, const Status& status, Payload response) {
+    if (runner_->enabled()) {
+      runner_->Run(std::move(done), status, std::move(response));
+      return;
+    }
+    boost::asio::post(context_, [done = std::move(done), status,
+                                 response = std::move(response)]() mutable {
+      InvokeCallback(done, status, std::move(response));
+    });
+  }
+  void StartConnect();
+  void OnConnected(StatusOr<std::shared_ptr<transport::Connection>> result);
+  void ArmTimer();
+  void OnTimer(const boost::system::error_code& error);
+  // With wait-for-ready calls waiting, connects again once the backoff is
+  // over.
+  void ReconnectAfterBackoff();
+  void FailAll(std::vector<CallTable::Entry>& calls, const Status& status) {
+    for (auto& [id, done] : calls) Deliver(done, status, Buffer());
+  }
+
+  const std::string target_;
+  const ChannelOptions options_;
+  boost::asio::io_context& context_;
+  boost::asio::steady_timer timer_;            // Loop thread only.
+  boost::asio::steady_timer reconnect_timer_;  // Loop thread only.
+  const std::shared_ptr<CallbackRunner> runner_;
+
+  // Taken twice per call (StartCall, OnFrame), briefly: a FutexMutex costs
+  // about 50 instructions less per pair than std::mutex.
+  mutable FutexMutex mu_;
+  ChannelState state_ = ChannelState::kIdle;
+  std::shared_ptr<transport::Connection> connection_;
+  CallTable calls_;
+  // The calls of calls_ that stream, for their MESSAGE and WINDOW frames.
+  std::unordered_map<uint64_t, std::shared_ptr<ClientStream::State>> streams_;
+  // Requests of calls made while connecting, sent once connected.
+  struct Waiting {
+    CallId id;
+    transport::OutgoingFrame frame;
+    bool wait_for_ready;  // Kept through a failed connect.
+  };
+  std::vector<Waiting> waiting_;
+  // What the timer is armed for; a call with an earlier deadline re-arms it.
+  std::optional<Clock::time_point> armed_;
+  Status connect_error_;
+  Clock::time_point backoff_until_;
+  std::chrono::milliseconds backoff_;
+  bool shut_down_ = false;
+  ChannelStats stats_;
+};
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_CHANNEL_IMPL_H_
