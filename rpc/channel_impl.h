@@ -91,12 +91,8 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // Completes a call from the caller's side (any thread, inside Call or
   // Cancel): the callback runs later, on the loop or the callback executor.
   void Complete(ResponseCallback done, const Status& status, Payload response) {
-    if (runner_->enabled()) {
-      runner_->Run(std::move(done), status, std::move(response));
-      return;
-    }
-    boost::asio::post(context_, [done = std::move(done), status,
-                                 response = std::move(response)]() mutable {
+    PostCallback([done = std::move(done), status,
+                  response = std::move(response)]() mutable {
       InvokeCallback(done, status, std::move(response));
     });
   }
