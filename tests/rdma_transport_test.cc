@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "transport/memory.h"
 #include "transport/rdma/completion_group.h"
 #include "transport/rdma/device_info.h"
+#include "transport/rdma/loop_state.h"
 #include "transport/rdma/rdma_connection.h"
 #include "transport/uri.h"
 
@@ -1157,6 +1160,64 @@ TEST_CASE("rdma: registered payloads are written without a copy") {
   // The registration ends: the connection deregisters its region at once.
   arena->reset();
   CHECK(WaitUntil([&] { return client->cached_registrations() == 0; }));
+}
+
+// A connection being set up has no owner but its loop (LoopState). When the
+// loop is destroyed first, the connection must go with it: it used to hold
+// itself until established, so it leaked (QP, memory, and its loop's
+// CmChannel and CompletionGroup, which a later loop built at the same
+// address was then handed: its connections' calls hung until keepalive
+// closed them).
+TEST_CASE("rdma: a loop destroyed under a connect lets go of the connection") {
+  // A listener whose loop never runs: nobody answers, so the connect stays
+  // under way.
+  boost::asio::io_context unanswered;
+  auto listener = Listen(
+      unanswered, RdmaUri(), {},
+      [&]() -> boost::asio::io_context& { return unanswered; },
+      [](std::shared_ptr<Connection>) {});
+  REQUIRE(listener.ok());
+  auto uri = ParseUri((*listener)->uri());
+  REQUIRE(uri.ok());
+  std::atomic<int> established{0};
+  std::weak_ptr<rdma::RdmaConnection> under_way;
+  std::weak_ptr<rdma::RdmaConnection> never_run;
+  uint64_t first_loop = 0;
+  {
+    auto loop = std::make_unique<rpc::EventLoop>();
+    first_loop = rdma::LoopState::Of(loop->context()).loop_id();
+    under_way = rdma::RdmaConnection::Connect(
+        loop->context(), uri->host, uri->port, TransportOptions{},
+        [&](const Status&, std::shared_ptr<rdma::RdmaConnection>) {
+          ++established;
+        });
+    // Address and route resolved, the request sent: waiting for the reply.
+    std::this_thread::sleep_for(300ms);
+    CHECK(rdma::LoopState::Of(loop->context()).held() == 1);
+    loop->Stop();
+    loop.reset();
+    // A loop that never ran at all.
+    boost::asio::io_context idle;
+    never_run = rdma::RdmaConnection::Connect(
+        idle, uri->host, uri->port, TransportOptions{},
+        [&](const Status&, std::shared_ptr<rdma::RdmaConnection>) {
+          ++established;
+        });
+    CHECK(rdma::LoopState::Of(idle).held() == 1);
+  }
+  CHECK(under_way.expired());
+  CHECK(never_run.expired());
+  CHECK(established == 0);
+  // A loop built at the address of one destroyed has an id of its own.
+  std::optional<boost::asio::io_context> context;
+  context.emplace();
+  const uint64_t before = rdma::LoopState::Of(*context).loop_id();
+  void* const address = &*context;
+  context.reset();
+  context.emplace();
+  REQUIRE(static_cast<void*>(&*context) == address);
+  CHECK(rdma::LoopState::Of(*context).loop_id() != before);
+  CHECK(rdma::LoopState::Of(*context).loop_id() != first_loop);
 }
 
 // A registration cache keyed by address would hand new memory at the old

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "transport/rdma/loop_state.h"
 #include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport::rdma {
@@ -14,15 +15,16 @@ namespace {
 
 std::mutex registry_mu;
 // Guarded by registry_mu.
-std::map<asio::io_context*, std::weak_ptr<CmChannel>>& Channels() {
-  static auto* channels =
-      new std::map<asio::io_context*, std::weak_ptr<CmChannel>>;
+// Keyed by LoopState::loop_id(), never by the io_context's address.
+std::map<uint64_t, std::weak_ptr<CmChannel>>& Channels() {
+  static auto* channels = new std::map<uint64_t, std::weak_ptr<CmChannel>>;
   return *channels;
 }
 
 }  // namespace
 
 StatusOr<std::shared_ptr<CmChannel>> CmChannel::For(asio::io_context& context) {
+  const uint64_t loop = LoopState::Of(context).loop_id();
   std::shared_ptr<CmChannel> channel;
   Status opened;
   {
@@ -30,14 +32,14 @@ StatusOr<std::shared_ptr<CmChannel>> CmChannel::For(asio::io_context& context) {
     // Entries of channels gone are dropped here, not by their destructors.
     std::erase_if(Channels(),
                   [](const auto& entry) { return entry.second.expired(); });
-    if (auto it = Channels().find(&context); it != Channels().end()) {
+    if (auto it = Channels().find(loop); it != Channels().end()) {
       channel = it->second.lock();
     }
     if (channel) return channel;
     channel = std::make_shared<CmChannel>(context);
     opened = channel->Open();
     if (opened.ok()) {
-      Channels()[&context] = channel;
+      Channels()[loop] = channel;
       return channel;
     }
   }

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/pooled_handler.h"
 #include "transport/rdma/connection_internal.h"
+#include "transport/rdma/loop_state.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -50,7 +51,8 @@ std::map<ibv_context*, std::weak_ptr<DeviceDomain>>& Domains() {
       new std::map<ibv_context*, std::weak_ptr<DeviceDomain>>;
   return *domains;
 }
-using GroupKey = std::tuple<asio::io_context*, ibv_context*, PollMode>;
+// The loop's LoopState::loop_id(), never its address.
+using GroupKey = std::tuple<uint64_t, ibv_context*, PollMode>;
 std::map<GroupKey, std::vector<std::weak_ptr<CompletionGroup>>>& Groups() {
   static auto* groups =
       new std::map<GroupKey, std::vector<std::weak_ptr<CompletionGroup>>>;
@@ -144,7 +146,8 @@ uint32_t SlotPool::lkey(uint32_t slot) const {
 StatusOr<std::shared_ptr<CompletionGroup>> CompletionGroup::Join(
     asio::io_context& context, const std::shared_ptr<DeviceDomain>& domain,
     const TransportOptions& options) {
-  const GroupKey key{&context, domain->verbs(), options.poll_mode};
+  const GroupKey key{LoopState::Of(context).loop_id(), domain->verbs(),
+                     options.poll_mode};
   {
     std::lock_guard lock(registry_mu);
     auto& groups = Groups()[key];

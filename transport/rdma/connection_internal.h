@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "transport/rdma/loop_state.h"
 #include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport::rdma {

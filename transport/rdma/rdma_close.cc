@@ -153,7 +153,8 @@ void RdmaConnection::CloseNow(const Status& reason) {
     outgoing_.pop_back();
   }
   if (id_ && established_) rdma_disconnect(id_.get());
-  auto self = std::move(setup_self_);  // This call's reference, if the last.
+  // This call's reference, if the last.
+  auto self = LoopState::Of(context_).Release(this);
   if (auto done = std::move(on_established_)) done(reason, shared_from_this());
   NotifyClosed(std::move(observer_), reason, in_observer_,
                context_.get_executor());

@@ -85,7 +85,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
     const TransportOptions& options, EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
-  self->setup_self_ = self;
+  LoopState::Of(context).Hold(self.get(), self);
   self->host_ = host;
   self->port_ = port;
   self->peer_ = "rdma://" + host + ":" + std::to_string(port);
@@ -142,7 +142,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     const TransportOptions& options, EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
-  self->setup_self_ = self;
+  LoopState::Of(context).Hold(self.get(), self);
   self->AdoptPeerParams(peer);
   self->peer_ = "rdma://" + AddressString(rdma_get_peer_addr(id.get()));
   auto shared_id = std::make_shared<CmId>(std::move(id));
@@ -359,7 +359,8 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
 }
 
 void RdmaConnection::Established(const Status& status) {
-  auto self = std::move(setup_self_);  // This call's reference, if the last.
+  // This call's reference, if the last.
+  auto self = LoopState::Of(context_).Release(this);
   if (!status.ok()) CloseNow(status);
   if (auto done = std::move(on_established_)) done(status, shared_from_this());
 }

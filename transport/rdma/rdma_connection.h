@@ -65,7 +65,8 @@ class RdmaConnection final
       public std::enable_shared_from_this<RdmaConnection> {
  public:
   // Runs once: OK when the connection is established, else why not; with
-  // the connection (which keeps itself alive until then).
+  // the connection. Until then its loop holds it (LoopState), and a loop
+  // destroyed first lets go of it without running this.
   using EstablishedHandler =
       std::function<void(const Status&, std::shared_ptr<RdmaConnection>)>;
 
@@ -309,10 +310,6 @@ class RdmaConnection final
   ConnectionStats stats_;
   std::shared_ptr<ConnectionObserver> observer_;
   EstablishedHandler on_established_;
-  // Set by Connect and Accept, released when on_established_ runs: nothing
-  // else holds a connection under way (its rdma_cm events come through the
-  // loop's CmChannel, which holds it weakly).
-  std::shared_ptr<RdmaConnection> setup_self_;
   bool established_ = false;
   // Inside observer_->OnFrame (loop thread): CloseNow defers OnClose.
   bool in_observer_ = false;

@@ -1,0 +1,55 @@
+#include "transport/rdma/loop_state.h"
+
+#include <atomic>
+#include <utility>
+
+namespace rdmarpc::transport::rdma {
+
+namespace {
+
+uint64_t NextLoopId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+LoopState& LoopState::Of(boost::asio::io_context& context) {
+  return boost::asio::use_service<LoopState>(context);
+}
+
+LoopState::LoopState(boost::asio::execution_context& context)
+    : service(context), id_(NextLoopId()) {}
+
+void LoopState::Hold(const void* key, std::shared_ptr<void> owner) {
+  std::lock_guard lock(mu_);
+  held_[key] = std::move(owner);
+}
+
+std::shared_ptr<void> LoopState::Release(const void* key) {
+  std::lock_guard lock(mu_);
+  auto it = held_.find(key);
+  if (it == held_.end()) return nullptr;
+  std::shared_ptr<void> owner = std::move(it->second);
+  held_.erase(it);
+  return owner;
+}
+
+size_t LoopState::held() {
+  std::lock_guard lock(mu_);
+  return held_.size();
+}
+
+void LoopState::shutdown() {
+  std::unordered_map<const void*, std::shared_ptr<void>> held;
+  {
+    std::lock_guard lock(mu_);
+    held.swap(held_);
+  }
+  // Outside the lock: what is let go of may be destroyed here. Asio shuts
+  // services down newest first, so the loop's reactor and timers (created
+  // with the connection's first timer, before this) are still there.
+  held.clear();
+}
+
+}  // namespace rdmarpc::transport::rdma
