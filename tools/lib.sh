@@ -13,3 +13,11 @@ ensure_setup() {
 bazel_cmd() {
   (cd "$ROOT" && bazel "$@")
 }
+
+# The clang builds of tools/fuzz (--config=fuzz: libFuzzer, ASan, UBSan) get
+# an output base of their own: CC=clang reconfigures the C++ toolchain, which
+# must not invalidate the gcc builds.
+FUZZ_OUTPUT_BASE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/rdmarpc/bazel-fuzz-$(echo "$ROOT" | md5sum | cut -c1-8)
+bazel_fuzz() {
+  (cd "$ROOT" && bazel --output_base="$FUZZ_OUTPUT_BASE" "$@")
+}
