@@ -1182,6 +1182,7 @@ TEST_CASE("rdma: a loop destroyed under a connect lets go of the connection") {
   std::atomic<int> established{0};
   std::weak_ptr<rdma::RdmaConnection> under_way;
   std::weak_ptr<rdma::RdmaConnection> never_run;
+  std::weak_ptr<int> handler_state;
   uint64_t first_loop = 0;
   {
     auto loop = std::make_unique<rpc::EventLoop>();
@@ -1196,6 +1197,20 @@ TEST_CASE("rdma: a loop destroyed under a connect lets go of the connection") {
     CHECK(rdma::LoopState::Of(loop->context()).held() == 1);
     loop->Stop();
     loop.reset();
+    // The same through the transport's Connect, which a Channel uses: its
+    // handler (here holding `token`, in a Channel the channel's state) is
+    // let go of with the connection.
+    auto other = std::make_unique<rpc::EventLoop>();
+    auto token = std::make_shared<int>(0);
+    handler_state = token;
+    Connect(
+        other->context(), (*listener)->uri(), TransportOptions{},
+        [&, token](StatusOr<std::shared_ptr<Connection>>) { ++established; });
+    token.reset();
+    std::this_thread::sleep_for(300ms);
+    CHECK(rdma::LoopState::Of(other->context()).held() == 1);
+    other->Stop();
+    other.reset();
     // A loop that never ran at all.
     boost::asio::io_context idle;
     never_run = rdma::RdmaConnection::Connect(
@@ -1207,6 +1222,7 @@ TEST_CASE("rdma: a loop destroyed under a connect lets go of the connection") {
   }
   CHECK(under_way.expired());
   CHECK(never_run.expired());
+  CHECK(handler_state.expired());
   CHECK(established == 0);
   // A loop built at the address of one destroyed has an id of its own.
   std::optional<boost::asio::io_context> context;

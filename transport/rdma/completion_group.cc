@@ -150,8 +150,13 @@ StatusOr<std::shared_ptr<CompletionGroup>> CompletionGroup::Join(
                      options.poll_mode};
   {
     std::lock_guard lock(registry_mu);
+    // Loop ids are never reused: a key whose groups are all gone goes.
+    for (auto it = Groups().begin(); it != Groups().end();) {
+      std::erase_if(it->second,
+                    [](const auto& weak) { return weak.expired(); });
+      it = it->second.empty() ? Groups().erase(it) : std::next(it);
+    }
     auto& groups = Groups()[key];
-    std::erase_if(groups, [](const auto& weak) { return weak.expired(); });
     for (const auto& weak : groups) {
       auto group = weak.lock();
       if (group && !group->failed_ &&

@@ -46,9 +46,12 @@ void LoopState::shutdown() {
     std::lock_guard lock(mu_);
     held.swap(held_);
   }
-  // Outside the lock: what is let go of may be destroyed here. Asio shuts
-  // services down newest first, so the loop's reactor and timers (created
-  // with the connection's first timer, before this) are still there.
+  // Outside the lock: what is let go of may be destroyed here, its timers
+  // and descriptors with it. Asio shuts services down newest first: the
+  // reactor is still up when this service came after it (as when a
+  // connection created it), and when it did not, the reactor's shutdown has
+  // already let go of every operation and a descriptor's deregistration
+  // does nothing.
   held.clear();
 }
 

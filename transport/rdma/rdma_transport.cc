@@ -284,7 +284,10 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
     explicit Attempt(asio::io_context& context) : timer(context) {}
     asio::steady_timer timer;
     ConnectHandler done;
-    std::shared_ptr<RdmaConnection> connection;
+    // Weak: the connection holds this attempt (in its handler), and its loop
+    // holds the connection while it is set up (LoopState), so a loop
+    // destroyed first frees both.
+    std::weak_ptr<RdmaConnection> connection;
     void Finish(StatusOr<std::shared_ptr<Connection>> result) {
       timer.cancel();
       if (auto d = std::move(done)) d(std::move(result));
@@ -303,10 +306,11 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
   attempt->timer.expires_after(options.connect_timeout);
   attempt->timer.async_wait(
       [attempt, host, port](const boost::system::error_code& e) {
-        if (e || !attempt->connection) return;
-        attempt->connection->Close(Status(
-            StatusCode::kUnavailable, "connect to rdma://" + host + ":" +
-                                          std::to_string(port) + " timed out"));
+        auto connection = attempt->connection.lock();
+        if (e || !connection) return;
+        connection->Close(Status(StatusCode::kUnavailable,
+                                 "connect to rdma://" + host + ":" +
+                                     std::to_string(port) + " timed out"));
       });
 }
 
