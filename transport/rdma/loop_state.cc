@@ -21,14 +21,15 @@ LoopState& LoopState::Of(boost::asio::io_context& context) {
 LoopState::LoopState(boost::asio::execution_context& context)
     : service(context), id_(NextLoopId()) {}
 
-void LoopState::Hold(const void* key, std::shared_ptr<void> owner) {
+void LoopState::Hold(std::shared_ptr<void> owner) {
+  const void* object = owner.get();
   std::lock_guard lock(mu_);
-  held_[key] = std::move(owner);
+  held_[object] = std::move(owner);
 }
 
-std::shared_ptr<void> LoopState::Release(const void* key) {
+std::shared_ptr<void> LoopState::Release(const void* object) {
   std::lock_guard lock(mu_);
-  auto it = held_.find(key);
+  auto it = held_.find(object);
   if (it == held_.end()) return nullptr;
   std::shared_ptr<void> owner = std::move(it->second);
   held_.erase(it);

@@ -2,9 +2,8 @@
 // the loop's first RDMA connection and destroyed with the io_context.
 //
 // - loop_id(): a number that names the loop for as long as it lives and is
-// never
-//   given to another. Per-loop registries (CmChannel, CompletionGroup) are
-//   keyed by it, not by the io_context's address: a new io_context may be
+//   never given to another. Per-loop registries (CmChannel, CompletionGroup)
+//   are keyed by it, not by the io_context's address: a new io_context may be
 //   built at the address of one destroyed, and a registry keyed by address
 //   would hand the new loop's connections a descriptor no running loop
 //   watches (their calls then hang until keepalive closes them).
@@ -32,11 +31,11 @@ class LoopState : public boost::asio::execution_context::service {
 
   uint64_t loop_id() const { return id_; }
 
-  // Keeps `owner` alive until Release(key) or the loop's shutdown.
-  void Hold(const void* key, std::shared_ptr<void> owner);
-  // What Hold kept for `key` (null if nothing: released, or the loop is
+  // Keeps `owner` alive until Release(owner.get()) or the loop's shutdown.
+  void Hold(std::shared_ptr<void> owner);
+  // What Hold kept of `object` (null if nothing: released, or the loop is
   // shutting down). The caller decides when to drop it.
-  std::shared_ptr<void> Release(const void* key);
+  std::shared_ptr<void> Release(const void* object);
   // How many are held (tests).
   size_t held();
 

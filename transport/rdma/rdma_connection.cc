@@ -85,7 +85,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
     const TransportOptions& options, EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
-  LoopState::Of(context).Hold(self.get(), self);
+  LoopState::Of(context).Hold(self);
   self->host_ = host;
   self->port_ = port;
   self->peer_ = "rdma://" + host + ":" + std::to_string(port);
@@ -142,7 +142,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     const TransportOptions& options, EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
-  LoopState::Of(context).Hold(self.get(), self);
+  LoopState::Of(context).Hold(self);
   self->AdoptPeerParams(peer);
   self->peer_ = "rdma://" + AddressString(rdma_get_peer_addr(id.get()));
   auto shared_id = std::make_shared<CmId>(std::move(id));
