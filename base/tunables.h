@@ -300,8 +300,22 @@ inline constexpr size_t kMaxMethodNameSize = 16 * 1024;
 // now + timeout from overflowing the clock's range).
 inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
 
+// Metadata (rpc/metadata.h), each block as limits count it (keys, values
+// and 32 bytes an entry): what a sender refuses to send above, and what a
+// receiver accepts by default (gRPC's default too). The count bounds the
+// encoded block, whose framing is at most 12 bytes an entry.
+inline constexpr size_t kMaxMetadataSize = 16 * 1024;
+inline constexpr size_t kDefaultMaxMetadataSize = 8 * 1024;
+
 static_assert(kMaxStatusMessageSize + 64 <= kMaxCallHeaderSize);
 static_assert(kMaxMethodNameSize + 64 <= kMaxCallHeaderSize);
+static_assert(kDefaultMaxMetadataSize <= kMaxMetadataSize);
+// A request's names and headers, or a response's status message, headers
+// and trailers, fit one call header together.
+static_assert(kMaxMethodNameSize + kMaxMetadataSize + 128 <=
+                  kMaxCallHeaderSize &&
+              kMaxStatusMessageSize + 2 * kMaxMetadataSize + 128 <=
+                  kMaxCallHeaderSize);
 
 // Streams (docs/protocol.md, "Streams"). Each side of a streaming call may
 // send this many messages, and this many payload bytes in all, before the

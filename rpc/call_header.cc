@@ -22,7 +22,12 @@ enum Field : uint32_t {
   kStreamField = 12,
   kWindowMessagesField = 13,
   kWindowBytesField = 14,
+  kMetadataField = 15,
+  kTrailersField = 16,
 };
+// Metadata's field, and MetadataEntry's.
+enum MetadataField : uint32_t { kEntryField = 1 };
+enum EntryField : uint32_t { kKeyField = 1, kValueField = 2 };
 enum WireType : uint32_t {
   kVarint = 0,
   kFixed64 = 1,
@@ -75,7 +80,7 @@ std::byte* PutVarintLoop(std::byte* out, uint64_t value) {
   return PutLongVarint(out, value);
 }
 
-constexpr uint64_t Tag(Field field, WireType type) {
+constexpr uint64_t Tag(uint32_t field, WireType type) {
   return (uint64_t{field} << 3) | type;
 }
 
@@ -87,7 +92,7 @@ uint64_t Int32Bits(int32_t value) {
 size_t VarintFieldSize(Field field, uint64_t value) {
   return value == 0 ? 0 : VarintSize(Tag(field, kVarint)) + VarintSize(value);
 }
-size_t BytesFieldSize(Field field, std::string_view value) {
+size_t BytesFieldSize(uint32_t field, std::string_view value) {
   return value.empty() ? 0
                        : VarintSize(Tag(field, kBytes)) +
                              VarintSize(value.size()) + value.size();
@@ -130,6 +135,17 @@ class Reader {
   bool Take(uint8_t byte) {
     if (at_ == end_ || static_cast<uint8_t>(*at_) != byte) return false;
     ++at_;
+    return true;
+  }
+  // Consumes the next two bytes if they are the varint `tag` (128 to
+  // 16383).
+  bool Take2(uint64_t tag) {
+    if (end_ - at_ < 2 ||
+        static_cast<uint8_t>(at_[0]) != ((tag & 0x7f) | 0x80) ||
+        static_cast<uint8_t>(at_[1]) != (tag >> 7)) {
+      return false;
+    }
+    at_ += 2;
     return true;
   }
   bool Varint(uint64_t& value) {
@@ -213,7 +229,87 @@ class Reader {
   const std::byte* end_;
 };
 
+// Skips a field of wire type `type` whose tag was read; false for a
+// malformed one or a group.
+bool SkipField(Reader& in, uint32_t type) {
+  uint64_t value = 0;
+  std::string_view text;
+  switch (type) {
+    case kVarint:
+      return in.Varint(value);
+    case kFixed64:
+      return in.Skip(8);
+    case kFixed32:
+      return in.Skip(4);
+    case kBytes:
+      return in.Bytes(text);
+    default:
+      return false;
+  }
+}
+
+bool DecodeEntry(std::string_view bytes, Metadata& out) {
+  Reader in(std::as_bytes(std::span(bytes)));
+  std::string_view key;
+  std::string_view value;
+  while (!in.done()) {
+    uint64_t tag = 0;
+    if (!in.Tag(tag) || (tag >> 3) == 0) return false;
+    const auto type = static_cast<uint32_t>(tag & 7);
+    const uint64_t field = tag >> 3;
+    if (type == kBytes && (field == kKeyField || field == kValueField)) {
+      if (!in.Bytes(field == kKeyField ? key : value)) return false;
+    } else if (!SkipField(in, type)) {
+      return false;
+    }
+  }
+  out.Add(std::string(key), std::string(value));
+  return true;
+}
+
 }  // namespace
+
+std::string EncodeMetadata(const Metadata& metadata) {
+  std::string out;
+  const auto put_varint = [&out](uint64_t value) {
+    std::byte bytes[10];
+    const std::byte* end = PutVarintLoop(bytes, value);
+    out.append(reinterpret_cast<const char*>(bytes), end - bytes);
+  };
+  for (const auto& [key, value] : metadata) {
+    const size_t entry =
+        BytesFieldSize(kKeyField, key) + BytesFieldSize(kValueField, value);
+    put_varint(Tag(kEntryField, kBytes));
+    put_varint(entry);
+    if (!key.empty()) {
+      put_varint(Tag(kKeyField, kBytes));
+      put_varint(key.size());
+      out += key;
+    }
+    if (!value.empty()) {
+      put_varint(Tag(kValueField, kBytes));
+      put_varint(value.size());
+      out += value;
+    }
+  }
+  return out;
+}
+
+bool DecodeMetadata(std::string_view block, Metadata& out) {
+  Reader in(std::as_bytes(std::span(block)));
+  while (!in.done()) {
+    uint64_t tag = 0;
+    if (!in.Tag(tag) || (tag >> 3) == 0) return false;
+    const auto type = static_cast<uint32_t>(tag & 7);
+    if ((tag >> 3) == kEntryField && type == kBytes) {
+      std::string_view entry;
+      if (!in.Bytes(entry) || !DecodeEntry(entry, out)) return false;
+    } else if (!SkipField(in, type)) {
+      return false;
+    }
+  }
+  return true;
+}
 
 size_t CallHeader::EncodedSize() const {
   return VarintFieldSize(kKindField, Int32Bits(kind_)) +
@@ -228,7 +324,9 @@ size_t CallHeader::EncodedSize() const {
          VarintFieldSize(kAttachmentSizeField, attachment_size_) +
          VarintFieldSize(kStreamField, Int32Bits(stream_)) +
          VarintFieldSize(kWindowMessagesField, window_messages_) +
-         VarintFieldSize(kWindowBytesField, window_bytes_);
+         VarintFieldSize(kWindowBytesField, window_bytes_) +
+         BytesFieldSize(kMetadataField, metadata_) +
+         BytesFieldSize(kTrailersField, trailers_);
 }
 
 std::byte* CallHeader::Encode(std::byte* out) const {
@@ -242,13 +340,16 @@ std::byte* CallHeader::Encode(std::byte* out) const {
   out = PutVarintField(out, kPayloadSizeField, payload_size_);
   out = PutFixed64Field(out, kMethodIdField, method_id_);
   out = PutVarintField(out, kAttachmentSizeField, attachment_size_);
-  // Unary calls, nearly all of them, end here.
-  if (stream_ == kUnary && window_messages_ == 0 && window_bytes_ == 0) {
+  // Unary calls without metadata, nearly all of them, end here.
+  if (stream_ == kUnary && window_messages_ == 0 && window_bytes_ == 0 &&
+      metadata_.empty() && trailers_.empty()) {
     return out;
   }
   out = PutVarintField(out, kStreamField, Int32Bits(stream_));
   out = PutVarintField(out, kWindowMessagesField, window_messages_);
-  return PutVarintField(out, kWindowBytesField, window_bytes_);
+  out = PutVarintField(out, kWindowBytesField, window_bytes_);
+  out = PutBytesField(out, kMetadataField, metadata_);
+  return PutBytesField(out, kTrailersField, trailers_);
 }
 
 // Encode's own output: each field at most once, in field order, nothing
@@ -299,6 +400,13 @@ bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
     return false;
   }
   if (in.Take(Tag(kWindowBytesField, kVarint)) && !in.Varint(window_bytes_)) {
+    return false;
+  }
+  // Tags of fields 16 and up take two bytes.
+  if (in.Take(Tag(kMetadataField, kBytes)) && !in.Bytes(metadata_)) {
+    return false;
+  }
+  if (in.Take2(Tag(kTrailersField, kBytes)) && !in.Bytes(trailers_)) {
     return false;
   }
   return in.done();
@@ -378,6 +486,12 @@ std::optional<CallHeader> CallHeader::DecodeAny(
         break;
       case kOutOfBandField:
         if (!varint) ++header.out_of_band_count_;
+        break;
+      case kMetadataField:
+        if (!varint) header.metadata_ = text;
+        break;
+      case kTrailersField:
+        if (!varint) header.trailers_ = text;
         break;
       default:
         break;

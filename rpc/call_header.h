@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+
+#include "rpc/metadata.h"
 
 namespace rdmarpc::rpc {
 
@@ -48,6 +51,10 @@ class CallHeader {
   StreamKind stream() const { return stream_; }
   uint64_t window_messages() const { return window_messages_; }
   uint64_t window_bytes() const { return window_bytes_; }
+  // Serialized Metadata blocks (DecodeMetadata reads them); empty when the
+  // frame carries none.
+  std::string_view metadata() const { return metadata_; }
+  std::string_view trailers() const { return trailers_; }
 
   CallHeader& set_kind(Kind kind) {
     kind_ = kind;
@@ -98,6 +105,14 @@ class CallHeader {
     window_bytes_ = bytes;
     return *this;
   }
+  CallHeader& set_metadata(std::string_view block) {
+    metadata_ = block;
+    return *this;
+  }
+  CallHeader& set_trailers(std::string_view block) {
+    trailers_ = block;
+    return *this;
+  }
 
   // Bytes Encode writes.
   size_t EncodedSize() const;
@@ -105,10 +120,14 @@ class CallHeader {
   // its longest.
   size_t MaxEncodedSize() const {
     // Thirteen one-byte tags, nine varint fields of at most 10 bytes, a
-    // fixed64, and three strings with their lengths.
+    // fixed64, and three strings with their lengths; the metadata blocks
+    // (tags of up to two bytes) only when there are any, so that a header
+    // without them stays within an OutgoingFrame's inline capacity.
     constexpr size_t kMaxVarint = 10;
+    const size_t blocks = metadata_.size() + trailers_.size();
     return 13 + 9 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
-           method_.size() + status_message_.size();
+           method_.size() + status_message_.size() +
+           (blocks == 0 ? 0 : 2 * (2 + kMaxVarint) + blocks);
   }
   // Writes EncodedSize() bytes (proto3: fields at their default omitted);
   // returns the end of what it wrote. `out` must have room for
@@ -140,7 +159,16 @@ class CallHeader {
   StreamKind stream_ = kUnary;
   uint64_t window_messages_ = 0;
   uint64_t window_bytes_ = 0;
+  std::string_view metadata_;
+  std::string_view trailers_;
 };
+
+// A Metadata message (proto/wire.proto) holding `metadata`'s entries, and
+// its reverse: false, and `out` unspecified, when `block` is not a
+// well-formed Metadata message. Neither checks keys or values
+// (ValidateMetadata does).
+std::string EncodeMetadata(const Metadata& metadata);
+bool DecodeMetadata(std::string_view block, Metadata& out);
 
 }  // namespace rdmarpc::rpc
 

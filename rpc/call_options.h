@@ -1,4 +1,4 @@
-// Per-call options: deadline (or timeout) and limits.
+// Per-call options: deadline (or timeout), cancellation, metadata.
 #ifndef RDMARPC_RPC_CALL_OPTIONS_H_
 #define RDMARPC_RPC_CALL_OPTIONS_H_
 
@@ -7,6 +7,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+
+#include "rpc/metadata.h"
 
 namespace rdmarpc::rpc {
 
@@ -62,6 +64,15 @@ struct CallOptions {
   // ends only by its deadline or a cancel. (A call already sent when its
   // connection is lost still fails UNAVAILABLE: it may have run.)
   bool wait_for_ready = false;
+
+  // Request headers sent with the call (rpc/metadata.h). A block the rules
+  // refuse fails the call locally: INVALID_ARGUMENT for a bad key or value,
+  // RESOURCE_EXHAUSTED above kMaxMetadataSize.
+  Metadata metadata;
+  // If set, receives the server's response headers and trailers before the
+  // call's completion runs (a stream's headers before its first message is
+  // delivered). Optional: a call without it skips them.
+  std::shared_ptr<ResponseMetadata> response_metadata;
 
   // A timeout past what the clock can represent saturates to "very late".
   static CallOptions WithTimeout(Clock::duration timeout) {

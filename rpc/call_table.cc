@@ -3,7 +3,8 @@
 namespace rdmarpc::rpc {
 
 uint64_t CallTable::Add(ResponseCallback done,
-                        std::optional<Clock::time_point> deadline) {
+                        std::optional<Clock::time_point> deadline,
+                        const std::shared_ptr<ResponseMetadata>& metadata) {
   uint32_t index;
   if (!free_.empty()) {
     index = free_.back();
@@ -14,6 +15,9 @@ uint64_t CallTable::Add(ResponseCallback done,
   }
   Slot& slot = slots_[index];
   slot.done = std::move(done);
+  if (metadata) [[unlikely]] {
+    slot.metadata = metadata;
+  }
   slot.in_use = true;
   // Generation 0 is never used, so no id is 0.
   if (++slot.generation == 0) slot.generation = 1;
@@ -46,6 +50,9 @@ void CallTable::Release(uint32_t index, ResponseCallback* done) {
   --live_;
   free_.push_back(index);
   *done = std::move(slot.done);
+  if (slot.metadata) [[unlikely]] {
+    slot.metadata.reset();
+  }
 }
 
 std::optional<ResponseCallback> CallTable::Take(uint64_t id) {
@@ -54,8 +61,11 @@ std::optional<ResponseCallback> CallTable::Take(uint64_t id) {
   return done;
 }
 
-bool CallTable::Take(uint64_t id, ResponseCallback* done) {
-  if (Find(id) == nullptr) return false;
+bool CallTable::Take(uint64_t id, ResponseCallback* done,
+                     std::shared_ptr<ResponseMetadata>* metadata) {
+  Slot* slot = Find(id);
+  if (slot == nullptr) return false;
+  if (slot->metadata) *metadata = std::move(slot->metadata);
   Release(static_cast<uint32_t>(id), done);
   return true;
 }

@@ -10,6 +10,7 @@
 #define RDMARPC_RPC_CALL_TABLE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "base/status.h"
 #include "base/unique_function.h"
 #include "rpc/call_options.h"
+#include "rpc/metadata.h"
 #include "rpc/payload.h"
 
 namespace rdmarpc::rpc {
@@ -31,17 +33,20 @@ class CallTable {
  public:
   using Entry = std::pair<uint64_t, ResponseCallback>;
 
-  // Returns the new call's id (never 0).
-  uint64_t Add(ResponseCallback done,
-               std::optional<Clock::time_point> deadline);
+  // Returns the new call's id (never 0). `metadata`, if set, is where the
+  // response's metadata goes (CallOptions::response_metadata).
+  uint64_t Add(ResponseCallback done, std::optional<Clock::time_point> deadline,
+               const std::shared_ptr<ResponseMetadata>& metadata = nullptr);
 
   bool Contains(uint64_t id) const;
   // Removes the call and returns its callback; nullopt if `id` is not
   // outstanding (already completed: a late or duplicate reply).
   std::optional<ResponseCallback> Take(uint64_t id);
-  // The same into `*done` (one move of the callback, not three); false if
-  // `id` is not outstanding.
-  bool Take(uint64_t id, ResponseCallback* done);
+  // The same into `*done` (one move of the callback, not three), and the
+  // call's metadata destination into `*metadata`; false if `id` is not
+  // outstanding.
+  bool Take(uint64_t id, ResponseCallback* done,
+            std::shared_ptr<ResponseMetadata>* metadata);
   // Removes every call whose deadline is at or before `now`.
   void TakeExpired(Clock::time_point now, std::vector<Entry>* out);
   // Removes every call.
@@ -54,6 +59,7 @@ class CallTable {
   static constexpr uint32_t kNotInHeap = UINT32_MAX;
   struct Slot {
     ResponseCallback done;
+    std::shared_ptr<ResponseMetadata> metadata;
     Clock::time_point deadline;
     uint32_t generation = 0;
     uint32_t heap_pos = kNotInHeap;

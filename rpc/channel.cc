@@ -64,6 +64,16 @@ Channel::CallId Channel::Impl::StartCall(
              Buffer());
     return 0;
   }
+  std::string metadata;  // Encoded; none on most calls.
+  if (!call_options.metadata.empty()) [[unlikely]] {
+    StatusOr<std::string> encoded =
+        EncodeOutgoingMetadata(call_options.metadata, "request metadata");
+    if (!encoded.ok()) {
+      Complete(std::move(done), encoded.status(), Buffer());
+      return 0;
+    }
+    metadata = std::move(*encoded);
+  }
   uint64_t timeout_us = 0;  // 0: no deadline for the server.
   if (call_options.deadline &&
       *call_options.deadline - now <= tunables::kMaxTimeout) {
@@ -94,7 +104,8 @@ Channel::CallId Channel::Impl::StartCall(
     }
     state_ = ChannelState::kIdle;
   }
-  const CallId id = calls_.Add(std::move(done), call_options.deadline);
+  const CallId id = calls_.Add(std::move(done), call_options.deadline,
+                               call_options.response_metadata);
   if (stream) {
     stream->id = id;
     streams_.emplace(id, std::move(stream));
@@ -104,10 +115,10 @@ Channel::CallId Channel::Impl::StartCall(
       return MakeStreamRequestFrame(
           id, method_id, timeout_us,
           static_cast<CallHeader::StreamKind>(static_cast<int>(kind)), 0, 0,
-          std::move(request));
+          std::move(request), metadata);
     }
     return MakeRequestFrame(id, service, method, method_id, timeout_us,
-                            std::move(request));
+                            std::move(request), metadata);
   };
   // Encoded and sent outside the lock: a Send on the connection's own thread
   // may write at once, and other callers need not wait out that system
@@ -348,6 +359,15 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
       return stream->OnWindow(header->window_messages(),
                               header->window_bytes());
     }
+    if (!header->metadata().empty()) [[unlikely]] {
+      // The server's response headers, with its first message.
+      ResponseMetadata* sink = stream->response_metadata.get();
+      const Status read =
+          ReadMetadata(header->metadata(), options_.max_metadata_size,
+                       "response headers", "channel", StatusCode::kInternal,
+                       sink != nullptr ? &sink->headers : nullptr);
+      if (!read.ok()) return EndCall(header->call_id(), read);
+    }
     if (frame.dropped_payload_size() > 0) {
       return EndCall(
           header->call_id(),
@@ -372,10 +392,11 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
     return;
   }
   ResponseCallback done;
+  std::shared_ptr<ResponseMetadata> sink;
   bool found;
   {
     std::lock_guard lock(mu_);
-    found = calls_.Take(header->call_id(), &done);
+    found = calls_.Take(header->call_id(), &done, &sink);
     if (!found) ++stats_.late_responses_dropped;
   }
   if (!found) {
@@ -388,6 +409,18 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
     status = DroppedPayloadStatus(
         frame, "response", "channel",
         " of " + std::to_string(options_.transport.max_payload_size));
+  }
+  if (!header->metadata().empty() || !header->trailers().empty()) [[unlikely]] {
+    Status read = ReadMetadata(
+        header->metadata(), options_.max_metadata_size, "response headers",
+        "channel", StatusCode::kInternal, sink ? &sink->headers : nullptr);
+    if (read.ok()) {
+      read = ReadMetadata(header->trailers(), options_.max_metadata_size,
+                          "response trailers", "channel", StatusCode::kInternal,
+                          sink ? &sink->trailers : nullptr);
+    }
+    // The server's own error says more than what came with it.
+    if (!read.ok() && status.ok()) status = std::move(read);
   }
   RDMARPC_TRACE(0, "callback");
   Deliver(done, status,
@@ -540,8 +573,19 @@ std::unique_ptr<ClientStream> Channel::OpenStream(const MethodRef& method,
                                                   const CallOptions& options,
                                                   Payload request) {
   auto state = std::make_shared<ClientStream::State>(impl_, kind);
+  // A stream always keeps its response metadata (ClientStream reads it).
+  const CallOptions* call_options = &options;
+  CallOptions with_sink;
+  if (options.response_metadata) {
+    state->response_metadata = options.response_metadata;
+  } else {
+    with_sink = options;
+    with_sink.response_metadata = state->response_metadata =
+        std::make_shared<ResponseMetadata>();
+    call_options = &with_sink;
+  }
   impl_->StartCall(
-      {}, {}, method.id(), std::move(request), options,
+      {}, {}, method.id(), std::move(request), *call_options,
       [state](const Status& status, Payload response) {
         state->OnEnd(status, std::move(response));
       },

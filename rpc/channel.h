@@ -82,6 +82,11 @@ class ClientStream {
   void Finish(ResponseCallback done);
   // Ends the call CANCELLED and tells the server.
   void Cancel();
+  // The server's response headers, once a Read delivered its first message
+  // or the call ended; its trailers once it ended. (They are also in
+  // CallOptions::response_metadata, if the call set it.)
+  const Metadata& response_headers() const;
+  const Metadata& response_trailers() const;
 
  private:
   std::shared_ptr<State> state_;
@@ -92,6 +97,9 @@ struct ChannelOptions {
   transport::TransportOptions transport;
   // Requests larger than this fail locally with RESOURCE_EXHAUSTED.
   uint64_t max_request_size = tunables::kDefaultMaxPayloadSize;
+  // A response whose metadata (headers and trailers each, as
+  // rpc/metadata.h counts them) is larger fails RESOURCE_EXHAUSTED.
+  size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;
   std::chrono::milliseconds initial_backoff =
       tunables::kInitialReconnectBackoff;
   std::chrono::milliseconds max_backoff = tunables::kMaxReconnectBackoff;

@@ -207,6 +207,13 @@ void ClientStream::Finish(ResponseCallback done) {
       });
 }
 
+const Metadata& ClientStream::response_headers() const {
+  return state_->response_metadata->headers;
+}
+const Metadata& ClientStream::response_trailers() const {
+  return state_->response_metadata->trailers;
+}
+
 void ClientStream::Cancel() {
   if (auto channel = state_->host.lock()) {
     channel->EndCall(state_->id, Status(StatusCode::kCancelled,

@@ -41,6 +41,10 @@ struct ClientStream::State {
   const std::weak_ptr<StreamHost> host;
   const StreamKind kind;
   uint64_t id = 0;  // Set once the call has started.
+  // Where the server's response headers go (CallOptions::response_metadata);
+  // written on the channel's loop before the message they came with is
+  // delivered.
+  std::shared_ptr<ResponseMetadata> response_metadata;
 
   std::mutex mu;
   // The server's messages not yet read, and a Read waiting for one.

@@ -37,6 +37,9 @@ struct ServerOptions {
   transport::TransportOptions transport;
   // Larger responses are replaced by RESOURCE_EXHAUSTED.
   uint64_t max_response_size = tunables::kDefaultMaxPayloadSize;
+  // A request whose metadata is larger, as rpc/metadata.h counts it, is
+  // answered RESOURCE_EXHAUSTED without running its handler.
+  size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;
   // Per-method metrics (rpc/metrics.h); cheap enough to leave on.
   bool enable_metrics = true;
   // Calls one connection may have running at once; more are answered

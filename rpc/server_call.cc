@@ -35,6 +35,11 @@ ServerCall::~ServerCall() {
   }
 }
 
+const Metadata& ServerCall::EmptyMetadata() {
+  static const Metadata empty;
+  return empty;
+}
+
 bool ServerCall::IsCancelled() const {
   return cancelled_ || (deadline_ && Clock::now() >= *deadline_);
 }
@@ -171,8 +176,10 @@ void ServerCall::Write(Payload message, StreamWriteCallback done) {
   }
   stream.send.Take(message.size());
   // Under mu_: messages leave in the order written, ahead of the RESPONSE.
-  const Status sent =
-      session_->SendStreamFrame(MakeMessageFrame(id_, std::move(message)));
+  StatusOr<transport::OutgoingFrame> frame =
+      MessageFrameLocked(std::move(message));
+  const Status sent = frame.ok() ? session_->SendStreamFrame(std::move(*frame))
+                                 : frame.status();
   lock.unlock();
   // Not sent (the send queue is full, the connection closing): the call
   // cannot go on without the message.
@@ -219,13 +226,32 @@ void ServerCall::OnWindow(uint64_t messages, uint64_t bytes) {
     stream.send.Open(messages, bytes);
     if (!stream.pending || !stream.send.HasRoom()) return;
     stream.send.Take(stream.pending->size());
-    sent = session_->SendStreamFrame(
-        MakeMessageFrame(id_, std::move(*stream.pending)));
+    StatusOr<transport::OutgoingFrame> frame =
+        MessageFrameLocked(std::move(*stream.pending));
+    sent = frame.ok() ? session_->SendStreamFrame(std::move(*frame))
+                      : frame.status();
     stream.pending.reset();
     writer = std::move(stream.writer);
   }
   if (!sent.ok()) EndWith(sent);
   Post([writer = std::move(writer), sent]() mutable { writer(sent); });
+}
+
+StatusOr<transport::OutgoingFrame> ServerCall::MessageFrameLocked(
+    Payload message) {
+  if (std::exchange(headers_sent_, true) || !metadata_ ||
+      metadata_->headers.empty()) {
+    return MakeMessageFrame(id_, std::move(message));
+  }
+  StatusOr<std::string> headers =
+      EncodeOutgoingMetadata(metadata_->headers, "response headers");
+  if (!headers.ok()) {
+    Log().error("{}/{}: call {}: {}", *service_, *method_, id_,
+                headers.status().message());
+    return Status(StatusCode::kInternal,
+                  "the server's " + headers.status().message());
+  }
+  return MakeMessageFrame(id_, std::move(message), *headers);
 }
 
 void ServerCall::EndStream(const Status& why) {

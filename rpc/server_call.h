@@ -27,10 +27,13 @@
 
 #include "base/buffer.h"
 #include "base/status.h"
+#include "base/status_or.h"
 #include "base/unique_function.h"
 #include "rpc/call_options.h"
+#include "rpc/metadata.h"
 #include "rpc/payload.h"
 #include "rpc/stream.h"
+#include "transport/connection.h"
 
 namespace rdmarpc::rpc {
 
@@ -60,6 +63,18 @@ class ServerCall {
   Buffer TakeRequestAttachment() { return std::move(request_attachment_); }
   // When the client stops waiting, if it set a deadline.
   std::optional<Clock::time_point> deadline() const { return deadline_; }
+
+  // Metadata (rpc/metadata.h). The client's request headers.
+  const Metadata& request_metadata() const {
+    return metadata_ ? metadata_->request : EmptyMetadata();
+  }
+  // Response headers go with the call's first frame to the client: a
+  // streaming call's first Write, else Finish's. Trailers go with Finish.
+  // Set them from the handler before then, not beside a Write on another
+  // thread; changes after they went are not sent. Keys or values the rules
+  // refuse, or a block above kMaxMetadataSize, end the call INTERNAL.
+  Metadata& response_headers() { return Meta().headers; }
+  Metadata& response_trailers() { return Meta().trailers; }
 
   // True once the client cancelled, the connection was lost, or the deadline
   // passed. Work on a cancelled call is wasted: its response is dropped.
@@ -123,6 +138,9 @@ class ServerCall {
   void EndStream(const Status& why);
   // Runs a stream callback off the caller's stack.
   void Post(UniqueFunction<void()> task);
+  // A MESSAGE frame of this call, with the response headers if it is the
+  // first; an error if they break the rules. Under mu_.
+  StatusOr<transport::OutgoingFrame> MessageFrameLocked(Payload message);
 
   const std::shared_ptr<ServerSession> session_;
   const uint64_t id_;
@@ -132,6 +150,20 @@ class ServerCall {
   const Buffer request_;
   Buffer request_attachment_;
   const std::optional<Clock::time_point> deadline_;
+  // A call's metadata, made on first use: most calls have none, and pay a
+  // null pointer for it.
+  struct CallMetadata {
+    Metadata request;  // Set by the session before the handler runs.
+    Metadata headers;
+    Metadata trailers;
+  };
+  CallMetadata& Meta() {
+    if (!metadata_) metadata_ = std::make_unique<CallMetadata>();
+    return *metadata_;
+  }
+  static const Metadata& EmptyMetadata();
+  std::unique_ptr<CallMetadata> metadata_;
+  bool headers_sent_ = false;     // With a MESSAGE; guarded by mu_.
   MethodMetrics* const metrics_;  // Lives in the server's core.
   // For the metrics' latency only: a clock read is not free everywhere
   // (3.3 us in the emulated test VM).

@@ -116,6 +116,15 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
       *entry.method,
       SplitPayload(std::move(frame).TakePayload(), header.attachment_size()),
       deadline, metrics);
+  if (!header.metadata().empty()) [[unlikely]] {
+    const Status read = ReadMetadata(
+        header.metadata(), core_->max_metadata_size, "request metadata",
+        "server", StatusCode::kInvalidArgument, &call->Meta().request);
+    if (!read.ok()) {
+      call->finished_ = true;
+      return reject(read, call->request_size_);
+    }
+  }
   if (entry.kind != StreamKind::kUnary) {
     call->StartStream(entry.kind, header.window_messages(),
                       header.window_bytes());
@@ -350,8 +359,44 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
                                std::to_string(core_->max_response_size)));
     return StatusCode::kResourceExhausted;
   }
+  if (call.metadata_ && (!call.metadata_->headers.empty() ||
+                         !call.metadata_->trailers.empty())) [[unlikely]] {
+    return SendWithMetadata(call, status, std::move(response));
+  }
   RDMARPC_TRACE(1, "encode");
   connection_->Send(MakeResponseFrame(call.id_, status, std::move(response)))
+      .IgnoreError();
+  return status.code();
+}
+
+StatusCode ServerSession::SendWithMetadata(ServerCall& call,
+                                           const Status& status,
+                                           Payload response) {
+  bool headers_sent;
+  {
+    std::lock_guard lock(call.mu_);
+    headers_sent = call.headers_sent_;
+  }
+  std::string headers;
+  StatusOr<std::string> encoded =
+      headers_sent
+          ? std::string()
+          : EncodeOutgoingMetadata(call.metadata_->headers, "response headers");
+  if (encoded.ok()) {
+    headers = std::move(*encoded);
+    encoded =
+        EncodeOutgoingMetadata(call.metadata_->trailers, "response trailers");
+  }
+  if (!encoded.ok()) {
+    Log().error("{}/{}: call {}: {}", *call.service_, *call.method_, call.id_,
+                encoded.status().message());
+    Reply(call.id_, Status(StatusCode::kInternal,
+                           "the server's " + encoded.status().message()));
+    return StatusCode::kInternal;
+  }
+  connection_
+      ->Send(MakeResponseFrame(call.id_, status, std::move(response), headers,
+                               *encoded))
       .IgnoreError();
   return status.code();
 }

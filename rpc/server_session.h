@@ -46,6 +46,7 @@ struct ServerCore {
   std::map<std::string, ServiceEntry, std::less<>> services;
   MethodIndex<MethodEntry> methods_by_id;  // The same methods, by id.
   uint64_t max_response_size = 0;
+  size_t max_metadata_size = 0;
   bool metrics = true;
   // Where handlers run; empty: inline, on the connection's thread.
   Executor handler_executor;
@@ -123,6 +124,9 @@ class ServerSession final : public transport::ConnectionObserver,
                          const MethodEntry& entry);
   // Returns the status the client gets (CANCELLED when it stopped waiting).
   StatusCode Send(ServerCall& call, const Status& status, Payload response);
+  // Send's path for a call with response headers or trailers.
+  StatusCode SendWithMetadata(ServerCall& call, const Status& status,
+                              Payload response);
   void ProtocolError(const Status& error);
   // RESOURCE_EXHAUSTED (logged once) when max_calls_per_connection calls
   // are live on this connection. Called with mu_ held.

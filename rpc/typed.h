@@ -14,6 +14,10 @@
 // when it has none, where the channel runs callbacks: on its event loop or
 // its callback executor (ChannelOptions::callback_threads).
 //
+// Metadata (rpc/metadata.h): a handler reads request_metadata() and fills
+// response_headers() and response_trailers(); a client sets and reads them
+// through a ClientContext.
+//
 // Attachments (rpc/payload.h): a handler reads the request's with
 // request_attachment() and sends one with set_response_attachment(); a
 // client passes a ClientContext (rpc/client_context.h) to the stub's
@@ -68,6 +72,11 @@ class TypedCall {
   void OnCancel(std::function<void()> on_cancel) {
     call_->OnCancel(std::move(on_cancel));
   }
+  // Metadata: the client's request headers, and what goes back
+  // (ServerCall::response_headers, response_trailers).
+  const Metadata& request_metadata() const { return call_->request_metadata(); }
+  Metadata& response_headers() { return call_->response_headers(); }
+  Metadata& response_trailers() { return call_->response_trailers(); }
   // The request's attachment; empty if it has none. Take it to keep its
   // bytes beyond the call without a copy.
   const Buffer& request_attachment() const {
@@ -121,6 +130,15 @@ struct ClientContextAccess {
   }
   static Buffer& response_attachment(ClientContext& context) {
     return context.response_attachment_;
+  }
+  // The context's options, with the response's metadata going into the
+  // context (which outlives the call: no ownership is shared).
+  static CallOptions OptionsFor(ClientContext& context) {
+    context.response_metadata_ = ResponseMetadata();
+    CallOptions options = context.options;
+    options.response_metadata = std::shared_ptr<ResponseMetadata>(
+        std::shared_ptr<void>(), &context.response_metadata_);
+    return options;
   }
 };
 
@@ -186,8 +204,9 @@ auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
       std::forward<CompletionToken>(token));
 }
 
-// The same with a ClientContext: its request attachment goes with the call,
-// and the response's lands in it. `context` must outlive the call.
+// The same with a ClientContext: its request attachment and metadata go
+// with the call, and the response's land in it. `context` must outlive the
+// call.
 template <typename Response, typename CompletionToken>
 auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
                     const google::protobuf::MessageLite& request,
@@ -196,7 +215,7 @@ auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
   Buffer& response_attachment = Access::response_attachment(context);
   response_attachment.Reset();
   return internal::StartUnaryCall<Response>(
-      channel, method, request, context.options,
+      channel, method, request, Access::OptionsFor(context),
       std::move(Access::request_attachment(context)), &response_attachment,
       std::forward<CompletionToken>(token));
 }

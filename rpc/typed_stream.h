@@ -97,6 +97,11 @@ class TypedServerStream {
     call_->OnCancel(std::move(on_cancel));
   }
   const ServerCall& server_call() const { return *call_; }
+  // Metadata, as ServerCall's: headers go with the first async_Write (or
+  // Finish), trailers with Finish.
+  const Metadata& request_metadata() const { return call_->request_metadata(); }
+  Metadata& response_headers() { return call_->response_headers(); }
+  Metadata& response_trailers() { return call_->response_trailers(); }
 
   // Client- and bidi-streaming: the client's next message, or none at the
   // end. Signature void(Status, std::optional<Request>).
@@ -213,6 +218,14 @@ class TypedClientStream {
   }
   // Ends the call CANCELLED.
   void Cancel() { stream_->Cancel(); }
+  // The server's response headers, once a read delivered its first message
+  // or the call ended; its trailers once it ended.
+  const Metadata& response_headers() const {
+    return stream_->response_headers();
+  }
+  const Metadata& response_trailers() const {
+    return stream_->response_trailers();
+  }
 
  private:
   const std::shared_ptr<Channel> channel_;

@@ -25,9 +25,12 @@ Status ProtocolError(const std::string& why) {
 
 }  // namespace
 
-transport::OutgoingFrame MakeRequestFrame(
-    uint64_t call_id, std::string_view service, std::string_view method,
-    uint64_t method_id, uint64_t timeout_us, Payload request) {
+transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
+                                          std::string_view service,
+                                          std::string_view method,
+                                          uint64_t method_id,
+                                          uint64_t timeout_us, Payload request,
+                                          std::string_view metadata) {
   CallHeader header;
   header.set_kind(CallHeader::kRequest);
   header.set_call_id(call_id);
@@ -37,12 +40,15 @@ transport::OutgoingFrame MakeRequestFrame(
   header.set_timeout_us(timeout_us);
   header.set_payload_size(request.size());
   header.set_attachment_size(request.attachment.size());
+  header.set_metadata(metadata);
   return Frame(header, std::move(request));
 }
 
 transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            const Status& status,
-                                           Payload response) {
+                                           Payload response,
+                                           std::string_view headers,
+                                           std::string_view trailers) {
   CallHeader header;
   header.set_kind(CallHeader::kResponse);
   header.set_call_id(call_id);
@@ -58,6 +64,8 @@ transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
   if (!status.ok()) response = Payload();  // An error carries no payload.
   header.set_payload_size(response.size());
   header.set_attachment_size(response.attachment.size());
+  header.set_metadata(headers);
+  header.set_trailers(trailers);
   return Frame(header, std::move(response));
 }
 
@@ -76,7 +84,7 @@ transport::OutgoingFrame MakeCancelFrame(uint64_t call_id) {
 transport::OutgoingFrame MakeStreamRequestFrame(
     uint64_t call_id, uint64_t method_id, uint64_t timeout_us,
     CallHeader::StreamKind kind, uint64_t window_messages,
-    uint64_t window_bytes, Payload request) {
+    uint64_t window_bytes, Payload request, std::string_view metadata) {
   CallHeader header;
   header.set_kind(CallHeader::kRequest);
   header.set_call_id(call_id);
@@ -86,15 +94,18 @@ transport::OutgoingFrame MakeStreamRequestFrame(
   header.set_attachment_size(request.attachment.size());
   header.set_stream(kind);
   header.set_window(window_messages, window_bytes);
+  header.set_metadata(metadata);
   return Frame(header, std::move(request));
 }
 
-transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload message) {
+transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload message,
+                                          std::string_view headers) {
   CallHeader header;
   header.set_kind(CallHeader::kMessage);
   header.set_call_id(call_id);
   header.set_payload_size(message.size());
   header.set_attachment_size(message.attachment.size());
+  header.set_metadata(headers);
   return Frame(header, std::move(message));
 }
 
@@ -152,6 +163,16 @@ StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
       return ProtocolError("unknown call kind " +
                            std::to_string(header.kind()));
   }
+  if (!header.trailers().empty() || !header.metadata().empty()) [[unlikely]] {
+    if (!header.trailers().empty() && header.kind() != CallHeader::kResponse) {
+      return ProtocolError("trailers on a frame other than a RESPONSE");
+    }
+    if (!header.metadata().empty() && header.kind() != CallHeader::kRequest &&
+        header.kind() != CallHeader::kResponse &&
+        header.kind() != CallHeader::kMessage) {
+      return ProtocolError("metadata on a CANCEL, HALF_CLOSE or WINDOW");
+    }
+  }
   const uint64_t carried = frame.dropped_payload_size() > 0
                                ? frame.dropped_payload_size()
                                : frame.payload_size();
@@ -167,6 +188,44 @@ StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
                          std::to_string(header.payload_size()) + " bytes");
   }
   return header;
+}
+
+StatusOr<std::string> EncodeOutgoingMetadata(const Metadata& metadata,
+                                             std::string_view what) {
+  if (metadata.empty()) return std::string();
+  if (Status valid = ValidateMetadata(metadata, what); !valid.ok()) {
+    return valid;
+  }
+  if (const size_t size = metadata.AccountedSize();
+      size > tunables::kMaxMetadataSize) {
+    return Status(StatusCode::kResourceExhausted,
+                  std::string(what) + " of " + std::to_string(size) +
+                      " bytes exceeds the " +
+                      std::to_string(tunables::kMaxMetadataSize) +
+                      " a call may send");
+  }
+  return EncodeMetadata(metadata);
+}
+
+Status ReadMetadata(std::string_view block, size_t limit, std::string_view what,
+                    std::string_view receiver, StatusCode malformed,
+                    Metadata* out) {
+  if (block.empty()) return Status();
+  Metadata decoded;
+  if (!DecodeMetadata(block, decoded)) {
+    return Status(malformed, std::string(what) + " does not parse");
+  }
+  if (const size_t size = decoded.AccountedSize(); size > limit) {
+    return Status(StatusCode::kResourceExhausted,
+                  std::string(what) + " of " + std::to_string(size) +
+                      " bytes exceeds the " + std::string(receiver) +
+                      "'s limit of " + std::to_string(limit));
+  }
+  if (Status valid = ValidateMetadata(decoded, what); !valid.ok()) {
+    return Status(malformed, valid.message());
+  }
+  if (out != nullptr) *out = std::move(decoded);
+  return Status();
 }
 
 Status DroppedPayloadStatus(const transport::ReceivedFrame& frame,

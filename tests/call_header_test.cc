@@ -43,6 +43,8 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     const std::string service = RandomBytes(random, 40);
     const std::string method = RandomBytes(random, 20);
     const std::string message = RandomBytes(random, 300);
+    const std::string metadata = RandomBytes(random, 200);
+    const std::string trailers = RandomBytes(random, 200);
     CallHeader ours;
     ours.set_kind(static_cast<CallHeader::Kind>(random() % 8))
         .set_call_id(RandomNumber(random))
@@ -55,7 +57,9 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
         .set_method_id(RandomNumber(random))
         .set_attachment_size(RandomNumber(random))
         .set_stream(static_cast<CallHeader::StreamKind>(random() % 5))
-        .set_window(RandomNumber(random), RandomNumber(random));
+        .set_window(RandomNumber(random), RandomNumber(random))
+        .set_metadata(metadata)
+        .set_trailers(trailers);
     // The bound senders size their space by holds every header.
     REQUIRE(ours.MaxEncodedSize() >= ours.EncodedSize());
     std::string encoded(ours.MaxEncodedSize(), '\0');
@@ -78,6 +82,8 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     CHECK(static_cast<int>(theirs.stream()) == static_cast<int>(ours.stream()));
     CHECK(theirs.window_messages() == ours.window_messages());
     CHECK(theirs.window_bytes() == ours.window_bytes());
+    CHECK(theirs.metadata() == metadata);
+    CHECK(theirs.trailers() == trailers);
     // Byte for byte what protobuf writes.
     REQUIRE(theirs.SerializeAsString() == encoded);
 
@@ -96,6 +102,64 @@ TEST_CASE("call header: our encoding is what protobuf parses, and back") {
     CHECK(decoded->stream() == ours.stream());
     CHECK(decoded->window_messages() == ours.window_messages());
     CHECK(decoded->window_bytes() == ours.window_bytes());
+    CHECK(decoded->metadata() == metadata);
+    CHECK(decoded->trailers() == trailers);
+  }
+}
+
+TEST_CASE("metadata: our block is what protobuf parses, and back") {
+  std::mt19937_64 random(11);
+  for (int i = 0; i < 5000; ++i) {
+    Metadata ours;
+    for (int n = static_cast<int>(random() % 6); n > 0; --n) {
+      ours.Add(RandomBytes(random, 12), RandomBytes(random, 300));
+    }
+    const std::string block = EncodeMetadata(ours);
+    wire::Metadata theirs;
+    REQUIRE(theirs.ParseFromString(block));
+    REQUIRE(theirs.entry_size() == static_cast<int>(ours.size()));
+    int at = 0;
+    for (const auto& [key, value] : ours) {
+      CHECK(theirs.entry(at).key() == key);
+      CHECK(theirs.entry(at).value() == value);
+      ++at;
+    }
+    REQUIRE(theirs.SerializeAsString() == block);
+    Metadata decoded;
+    REQUIRE(DecodeMetadata(block, decoded));
+    CHECK(decoded == ours);
+  }
+}
+
+TEST_CASE("metadata: what protobuf accepts decodes, what it refuses fails") {
+  // An entry with its fields reversed, repeated (the last counts) and an
+  // unknown field, then an unknown field of the block.
+  wire::MetadataEntry entry;
+  entry.set_value("v1");
+  std::string inner = entry.SerializeAsString();
+  entry.Clear();
+  entry.set_key("k");
+  inner += entry.SerializeAsString();
+  inner += std::string("\x18\x07", 2);  // Field 3, a varint: unknown.
+  entry.Clear();
+  entry.set_value("v2");
+  inner += entry.SerializeAsString();
+  std::string block = std::string("\x0a") + static_cast<char>(inner.size()) +
+                      inner + std::string("\x15", 1) + std::string(4, 'z');
+  wire::Metadata theirs;
+  REQUIRE(theirs.ParseFromString(block));
+  Metadata ours;
+  REQUIRE(DecodeMetadata(block, ours));
+  REQUIRE(ours.size() == 1);
+  CHECK(ours.Get("k") == theirs.entry(0).value());
+  CHECK(theirs.entry(0).value() == "v2");
+
+  // Cut anywhere inside, the block is refused by both.
+  for (size_t cut = 1; cut < block.size() - 5; ++cut) {
+    const std::string part = block.substr(0, cut);
+    Metadata partial;
+    CHECK(wire::Metadata().ParseFromString(part) ==
+          DecodeMetadata(part, partial));
   }
 }
 

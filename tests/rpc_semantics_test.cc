@@ -1229,6 +1229,77 @@ TEST_CASE("malformed: a WINDOW that opens nothing, a HALF_CLOSE with bytes") {
   }
 }
 
+// Metadata blocks no Channel sends (rpc/metadata.h): a block that does not
+// parse, or breaks the key rules, fails that call INVALID_ARGUMENT; the
+// connection serves the next call. Trailers on a REQUEST break the protocol.
+TEST_CASE("metadata: a malformed request block fails that call only") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  RawPeer peer(server.uri);
+  rpc::Metadata bad_key;
+  bad_key.Add("Upper", "v");
+  peer.Write(
+      WireBytes(rpc::MakeRequestFrame(1, "test.Test", "Echo", 0, 0, Buffer(),
+                                      std::string_view("\x0a\x05"
+                                                       "ab",
+                                                       4))) +
+      WireBytes(rpc::MakeRequestFrame(2, "test.Test", "Echo", 0, 0, Buffer(),
+                                      rpc::EncodeMetadata(bad_key))) +
+      WireBytes(rpc::MakeRequestFrame(3, "test.Test", "Echo", 0, 0,
+                                      Buffer::CopyOf(std::string_view("ok")))));
+  const auto [truncated_id, truncated] = peer.ReadResponse();
+  CHECK(truncated_id == 1);
+  CHECK(truncated.code() == StatusCode::kInvalidArgument);
+  CHECK(truncated.message() == "request metadata does not parse");
+  const auto [upper_id, upper] = peer.ReadResponse();
+  CHECK(upper_id == 2);
+  CHECK(upper.code() == StatusCode::kInvalidArgument);
+  CHECK(upper.message().find("key 'Upper'") != std::string::npos);
+  const auto [id, status] = peer.ReadResponse();
+  CHECK(id == 3);
+  CHECK(status.ok());
+  CHECK(server.calls_started() == 1);
+  CHECK(server.stats().protocol_errors == 0);
+}
+
+TEST_CASE("metadata: trailers on a request close the connection") {
+  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+    SKIP("raw bytes need a TCP socket");
+  }
+  TestServer server;
+  RawPeer peer(server.uri);
+  rpc::CallHeader header;
+  header.set_kind(rpc::CallHeader::kRequest)
+      .set_call_id(4)
+      .set_service("test.Test")
+      .set_method("Echo")
+      .set_trailers("\x0a\x00");
+  transport::OutgoingFrame frame;
+  std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
+  frame.header.Commit(header.Encode(out) - out);
+  LogCapture log;
+  peer.Write(WireBytes(frame));
+  CHECK(peer.ReadError() == boost::asio::error::eof);
+  CHECK(server.stats().protocol_errors == 1);
+  CHECK(server.Logged(log, "trailers on a frame other than a RESPONSE",
+                      spdlog::level::warn));
+}
+
+TEST_CASE("metadata: a server's malformed block fails that call only") {
+  rpc::ChannelStats stats;
+  const CallResult result = CallRawServer(
+      [](uint64_t id) {
+        return WireBytes(rpc::MakeResponseFrame(
+            id, Status(), Buffer::CopyOf(std::string_view("early")), {},
+            std::string_view("\x0a\x09", 2)));
+      },
+      &stats);
+  CHECK(result.status.code() == StatusCode::kInternal);
+  CHECK(result.status.message() == "response trailers does not parse");
+}
+
 TEST_CASE("connect: an unsupported scheme or bad URI is a clear error") {
   Channel channel("carrier-pigeon://somewhere:1");
   const CallResult result = CallSync(channel, "Echo", "");

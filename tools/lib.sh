@@ -16,8 +16,15 @@ bazel_cmd() {
 
 # The clang builds of tools/fuzz (--config=fuzz: libFuzzer, ASan, UBSan) get
 # an output base of their own: CC=clang reconfigures the C++ toolchain, which
-# must not invalidate the gcc builds.
+# must not invalidate the gcc builds. Its builds leave no bazel-* links in
+# the tree (--symlink_prefix=/): links into another output base would be
+# walked by the next `bazel test //...` as packages, and fail it.
 FUZZ_OUTPUT_BASE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/rdmarpc/bazel-fuzz-$(echo "$ROOT" | md5sum | cut -c1-8)
 bazel_fuzz() {
-  (cd "$ROOT" && bazel --output_base="$FUZZ_OUTPUT_BASE" "$@")
+  local command=$1
+  shift
+  case $command in
+    build | test | run | info) set -- --symlink_prefix=/ "$@" ;;
+  esac
+  (cd "$ROOT" && bazel --output_base="$FUZZ_OUTPUT_BASE" "$command" "$@")
 }

@@ -7,8 +7,11 @@
 //                                  std::shared_ptr<Channel>.
 //   rdmarpc::rpc::ChannelOptions   transport options, request size limit,
 //                                  where callbacks run (callback_threads).
-//   rdmarpc::rpc::CallOptions      a deadline (CallOptions::WithTimeout) and
-//                                  a CallCancellation to cancel the call.
+//   rdmarpc::rpc::CallOptions      a deadline (CallOptions::WithTimeout), a
+//                                  CallCancellation to cancel the call, and
+//                                  its metadata (request headers; where the
+//                                  response's headers and trailers go).
+//   rdmarpc::rpc::Metadata         headers or trailers: (key, value) pairs.
 //   rdmarpc::rpc::MethodRef        names a method ("pkg.Service", "Method")
 //                                  by a 64-bit id computed at compile time;
 //                                  generated classes have one per method.
@@ -35,6 +38,7 @@
 #include "rpc/call_options.h"  // IWYU pragma: export
 #include "rpc/channel.h"       // IWYU pragma: export
 #include "rpc/executor.h"      // IWYU pragma: export
+#include "rpc/metadata.h"      // IWYU pragma: export
 #include "rpc/method_ref.h"    // IWYU pragma: export
 #include "rpc/payload.h"       // IWYU pragma: export
 

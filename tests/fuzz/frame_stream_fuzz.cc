@@ -45,7 +45,18 @@ struct Observer : rdmarpc::transport::ConnectionObserver {
     frame_bytes += rdmarpc::tunables::kFramePrefixSize + frame.header().size() +
                    frame.payload_size();
     FUZZ_CHECK(frame_bytes <= size);  // Nothing invented.
-    (void)rdmarpc::rpc::DecodeCallHeader(frame);
+    const auto header = rdmarpc::rpc::DecodeCallHeader(frame);
+    if (header.ok()) {  // Its metadata, as a server or channel reads it.
+      rdmarpc::rpc::Metadata metadata;
+      (void)rdmarpc::rpc::ReadMetadata(
+          header->metadata(), rdmarpc::tunables::kDefaultMaxMetadataSize,
+          "request metadata", "server", rdmarpc::StatusCode::kInvalidArgument,
+          &metadata);
+      (void)rdmarpc::rpc::ReadMetadata(
+          header->trailers(), rdmarpc::tunables::kDefaultMaxMetadataSize,
+          "response trailers", "channel", rdmarpc::StatusCode::kInternal,
+          &metadata);
+    }
   }
   void OnClose(const rdmarpc::Status& reason) override {
     FUZZ_CHECK(!reason.ok());
