@@ -168,6 +168,46 @@ Channel::CallId Channel::Impl::StartCall(
   return id;
 }
 
+bool Channel::Impl::Intercept(std::string_view service, std::string_view method,
+                              StreamKind kind, CallOptions& options,
+                              ResponseCallback& done) {
+  const ClientCallInfo call{target_, service, method, kind};
+  Status verdict;
+  size_t passed = 0;
+  for (const auto& interceptor : *interceptors_) {
+    try {
+      verdict = interceptor->OnCall(call, options);
+    } catch (const std::exception& e) {
+      verdict = Status(StatusCode::kInternal,
+                       std::string("an interceptor threw: ") + e.what());
+    }
+    if (!verdict.ok()) break;
+    ++passed;
+  }
+  // The call's names may not outlive it: its OnEnd gets copies.
+  ResponseCallback wrapped =
+      [chain = interceptors_, passed, start = Clock::now(), target = target_,
+       service = std::string(service), method = std::string(method), kind,
+       done = std::move(done)](const Status& status, Payload response) mutable {
+        const ClientCallInfo ended{target, service, method, kind};
+        const auto elapsed = Clock::now() - start;
+        for (size_t i = 0; i < passed; ++i) {
+          try {
+            (*chain)[i]->OnEnd(ended, status, elapsed);
+          } catch (const std::exception& e) {
+            Log().error("an interceptor's OnEnd threw: {}", e.what());
+          }
+        }
+        done(status, std::move(response));
+      };
+  if (!verdict.ok()) {
+    Complete(std::move(wrapped), verdict, Buffer());
+    return false;
+  }
+  done = std::move(wrapped);
+  return true;
+}
+
 void Channel::Impl::Cancel(CallId id) {
   EndCall(id, Status(StatusCode::kCancelled, "call cancelled by the client"));
 }
@@ -555,6 +595,15 @@ Channel::~Channel() {
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,
                               Payload request, const CallOptions& options,
                               ResponseCallback done) {
+  if (impl_->intercepted()) [[unlikely]] {
+    CallOptions intercepted = options;
+    if (!impl_->Intercept(service, method, StreamKind::kUnary, intercepted,
+                          done)) {
+      return 0;
+    }
+    return impl_->StartCall(service, method, 0, std::move(request), intercepted,
+                            std::move(done));
+  }
   return impl_->StartCall(service, method, 0, std::move(request), options,
                           std::move(done));
 }
@@ -562,6 +611,15 @@ Channel::CallId Channel::Call(std::string_view service, std::string_view method,
 Channel::CallId Channel::Call(const MethodRef& method, Payload request,
                               const CallOptions& options,
                               ResponseCallback done) {
+  if (impl_->intercepted()) [[unlikely]] {
+    CallOptions intercepted = options;
+    if (!impl_->Intercept(method.service(), method.method(), StreamKind::kUnary,
+                          intercepted, done)) {
+      return 0;
+    }
+    return impl_->StartCall({}, {}, method.id(), std::move(request),
+                            intercepted, std::move(done));
+  }
   return impl_->StartCall({}, {}, method.id(), std::move(request), options,
                           std::move(done));
 }
@@ -575,21 +633,28 @@ std::unique_ptr<ClientStream> Channel::OpenStream(const MethodRef& method,
   auto state = std::make_shared<ClientStream::State>(impl_, kind);
   // A stream always keeps its response metadata (ClientStream reads it).
   const CallOptions* call_options = &options;
-  CallOptions with_sink;
+  CallOptions copy;
   if (options.response_metadata) {
     state->response_metadata = options.response_metadata;
   } else {
-    with_sink = options;
-    with_sink.response_metadata = state->response_metadata =
+    copy = options;
+    copy.response_metadata = state->response_metadata =
         std::make_shared<ResponseMetadata>();
-    call_options = &with_sink;
+    call_options = &copy;
   }
-  impl_->StartCall(
-      {}, {}, method.id(), std::move(request), *call_options,
-      [state](const Status& status, Payload response) {
-        state->OnEnd(status, std::move(response));
-      },
-      kind, state);
+  ResponseCallback done = [state](const Status& status, Payload response) {
+    state->OnEnd(status, std::move(response));
+  };
+  if (impl_->intercepted()) [[unlikely]] {
+    if (call_options != &copy) copy = options;
+    call_options = &copy;
+    if (!impl_->Intercept(method.service(), method.method(), kind, copy,
+                          done)) {
+      return std::make_unique<ClientStream>(std::move(state));
+    }
+  }
+  impl_->StartCall({}, {}, method.id(), std::move(request), *call_options,
+                   std::move(done), kind, state);
   return std::make_unique<ClientStream>(std::move(state));
 }
 boost::asio::any_io_executor Channel::executor() const {

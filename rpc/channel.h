@@ -37,6 +37,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/buffer.h"
 #include "base/status.h"
@@ -44,6 +45,7 @@
 #include "rpc/call_options.h"
 #include "rpc/call_table.h"
 #include "rpc/executor.h"
+#include "rpc/interceptor.h"
 #include "rpc/method_ref.h"
 #include "rpc/stream.h"
 #include "transport/connection.h"
@@ -112,6 +114,9 @@ struct ChannelOptions {
   // Either way the loop threads then never run user code.
   int callback_threads = 0;
   Executor callback_executor;
+  // Run, in order, on each call before it is sent and at its end
+  // (rpc/interceptor.h): a token, logging, metrics.
+  std::vector<std::shared_ptr<ClientInterceptor>> interceptors;
 };
 
 enum class ChannelState { kIdle, kConnecting, kReady, kTransientFailure };

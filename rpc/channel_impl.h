@@ -36,7 +36,19 @@ class Channel::Impl final : public transport::ConnectionObserver,
         timer_(context),
         reconnect_timer_(context),
         runner_(std::make_shared<CallbackRunner>(options_)),
+        interceptors_(
+            options_.interceptors.empty()
+                ? nullptr
+                : std::make_shared<const Interceptors>(options_.interceptors)),
         backoff_(options_.initial_backoff) {}
+
+  // Whether the channel has interceptors (ChannelOptions::interceptors).
+  bool intercepted() const { return interceptors_ != nullptr; }
+  // Runs their OnCall on `options` (a copy the call then uses) and wraps
+  // `done` so that their OnEnd runs before it. False when one refused the
+  // call: `done` has been completed with its error.
+  bool Intercept(std::string_view service, std::string_view method,
+                 StreamKind kind, CallOptions& options, ResponseCallback& done);
 
   // Names the method by `method_id` if it is not 0 (the names are then
   // empty), else by the names.
@@ -113,6 +125,9 @@ class Channel::Impl final : public transport::ConnectionObserver,
   boost::asio::steady_timer timer_;            // Loop thread only.
   boost::asio::steady_timer reconnect_timer_;  // Loop thread only.
   const std::shared_ptr<CallbackRunner> runner_;
+  using Interceptors = std::vector<std::shared_ptr<ClientInterceptor>>;
+  // Shared with the calls' wrapped callbacks; null without interceptors.
+  const std::shared_ptr<const Interceptors> interceptors_;
 
   // Taken twice per call (StartCall, OnFrame), briefly: a FutexMutex costs
   // about 50 instructions less per pair than std::mutex.

@@ -21,6 +21,7 @@ class Server::Impl {
       : options_(std::move(options)), core_(std::make_shared<ServerCore>()) {
     core_->max_response_size = options_.max_response_size;
     core_->max_metadata_size = options_.max_metadata_size;
+    core_->interceptors = options_.interceptors;
     core_->metrics = options_.enable_metrics;
     core_->max_calls_per_connection = options_.max_calls_per_connection;
     if (options_.handler_executor) {

@@ -25,6 +25,7 @@
 #include "base/status_or.h"
 #include "base/tunables.h"
 #include "rpc/executor.h"
+#include "rpc/interceptor.h"
 #include "rpc/metrics.h"
 #include "rpc/service.h"
 #include "transport/connection.h"
@@ -57,6 +58,9 @@ struct ServerOptions {
   // are gone (those the server owns go with it).
   int handler_threads = 0;
   Executor handler_executor;
+  // Run, in order, before each call's handler and at its end
+  // (rpc/interceptor.h): a token check, logging, metrics.
+  std::vector<std::shared_ptr<ServerInterceptor>> interceptors;
 };
 
 struct ServerStats {

@@ -61,6 +61,8 @@ class ServerCall {
   // to keep its bytes beyond the call (into a store, say) without a copy.
   const Buffer& request_attachment() const { return request_attachment_; }
   Buffer TakeRequestAttachment() { return std::move(request_attachment_); }
+  // The request's bytes, message and attachment.
+  uint64_t request_size() const { return request_size_; }
   // When the client stops waiting, if it set a deadline.
   std::optional<Clock::time_point> deadline() const { return deadline_; }
 
@@ -68,6 +70,9 @@ class ServerCall {
   const Metadata& request_metadata() const {
     return metadata_ ? metadata_->request : EmptyMetadata();
   }
+  // For interceptors (rpc/interceptor.h): they may rewrite the headers
+  // before the handler sees them.
+  Metadata& mutable_request_metadata() { return Meta().request; }
   // Response headers go with the call's first frame to the client: a
   // streaming call's first Write, else Finish's. Trailers go with Finish.
   // Set them from the handler before then, not beside a Write on another
@@ -163,6 +168,10 @@ class ServerCall {
   }
   static const Metadata& EmptyMetadata();
   std::unique_ptr<CallMetadata> metadata_;
+  // How many of the server's interceptors let the call through (their
+  // OnEnd runs), and when the first saw it. Set before the handler runs.
+  uint32_t intercepted_ = 0;
+  Clock::time_point intercepted_at_;
   bool headers_sent_ = false;     // With a MESSAGE; guarded by mu_.
   MethodMetrics* const metrics_;  // Lives in the server's core.
   // For the metrics' latency only: a clock read is not free everywhere

@@ -262,6 +262,21 @@ void ServerSession::RunHandler(const MethodHandler& handler,
                                std::shared_ptr<ServerCall> call,
                                const MethodEntry& entry) {
   const uint64_t id = call->id_;
+  const auto& interceptors = call->session_->core_->interceptors;
+  if (!interceptors.empty()) [[unlikely]] {
+    call->intercepted_at_ = Clock::now();
+    for (const auto& interceptor : interceptors) {
+      Status verdict;
+      try {
+        verdict = interceptor->OnCall(*call);
+      } catch (const std::exception& e) {
+        verdict = Status(StatusCode::kInternal,
+                         std::string("an interceptor threw: ") + e.what());
+      }
+      if (!verdict.ok()) return call->Finish(verdict);
+      ++call->intercepted_;
+    }
+  }
   try {
     handler(std::move(call));
   } catch (const std::exception& e) {
@@ -333,6 +348,19 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
                   call.id_, *call.service_, *call.method_, StatusCodeName(sent),
                   std::chrono::duration_cast<std::chrono::microseconds>(elapsed)
                       .count());
+    }
+  }
+  if (call.intercepted_ > 0) [[unlikely]] {
+    const Status ended = sent == status.code()
+                             ? status
+                             : Status(sent, "the response was not sent");
+    const auto elapsed = Clock::now() - call.intercepted_at_;
+    for (uint32_t i = 0; i < call.intercepted_; ++i) {
+      try {
+        core_->interceptors[i]->OnEnd(call, ended, elapsed);
+      } catch (const std::exception& e) {
+        Log().error("an interceptor's OnEnd threw: {}", e.what());
+      }
     }
   }
   // Only now is the call over: a graceful shutdown waiting for it may close

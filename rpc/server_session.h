@@ -17,6 +17,7 @@
 
 #include "rpc/call_header.h"
 #include "rpc/executor.h"
+#include "rpc/interceptor.h"
 #include "rpc/method_index.h"
 #include "rpc/metrics.h"
 #include "rpc/server_call.h"
@@ -48,6 +49,8 @@ struct ServerCore {
   uint64_t max_response_size = 0;
   size_t max_metadata_size = 0;
   bool metrics = true;
+  // ServerOptions::interceptors, in order.
+  std::vector<std::shared_ptr<ServerInterceptor>> interceptors;
   // Where handlers run; empty: inline, on the connection's thread.
   Executor handler_executor;
   // Set as the server stops its workers (and then its handler pool): a

@@ -45,4 +45,21 @@ kv del k1 2>/dev/null && fail "second del exited 0"
 kv load --count 300 --size 64 | grep -q 'all verified' || fail "load"
 kv frobnicate 2>/dev/null
 [[ $? -eq 2 ]] || fail "bad usage should exit 2"
+
+# A server that wants a token (interceptors): refused without it, served
+# with it, each call logged.
+"$server" --uri tcp://127.0.0.1:0 --token s3cret --log-calls 1 \
+  >"$work/guarded.out" 2>"$work/guarded.err" &
+guarded=$!
+trap 'kill $pid $guarded 2>/dev/null; wait $pid $guarded 2>/dev/null' EXIT
+for _ in $(seq 100); do grep -q 'listening on' "$work/guarded.out" && break; sleep 0.1; done
+guarded_uri=$(sed -n 's/^kv server listening on //p' "$work/guarded.out")
+[[ -n $guarded_uri ]] || fail "guarded server did not start"
+"$client" --uri "$guarded_uri" put t1 v 2>"$work/err" && fail "no token exited 0"
+grep -q UNAUTHENTICATED "$work/err" || fail "no token: $(cat "$work/err")"
+"$client" --uri "$guarded_uri" --token wrong put t1 v 2>/dev/null && fail "wrong token exited 0"
+"$client" --uri "$guarded_uri" --token s3cret put t1 v || fail "put with the token"
+[[ "$("$client" --uri "$guarded_uri" --token s3cret get t1)" == v ]] || fail "get with the token"
+grep -q 'KeyValue/Put unary -> OK' "$work/guarded.out" "$work/guarded.err" ||
+  fail "the server logged no call: $(cat "$work/guarded.err")"
 echo "kv cli: all checks passed"

@@ -8,8 +8,9 @@
 //                                        connection; prints each call)
 //   client --uri URI wire               (the server's counters of what crossed
 //                                        the wire, examples/common/wire.h)
-// --timing 1 prints each call's latency on stderr. A failed call prints its
-// status on stderr and exits non-zero (1; 2 for bad usage).
+// --token TOKEN sends "authorization: Bearer TOKEN" with every call (the
+// server's --token). --timing 1 prints each call's latency on stderr. A failed
+// call prints its status on stderr and exits non-zero (1; 2 for bad usage).
 #include <boost/asio/use_future.hpp>
 #include <cstdio>
 #include <deque>
@@ -43,6 +44,10 @@ class Cli {
     rpc::ChannelOptions options;
     options.transport.max_payload_size = kMaxMessageSize;
     options.max_request_size = kMaxMessageSize;
+    if (const std::string token = flags.Get("token", ""); !token.empty()) {
+      options.interceptors.push_back(
+          std::make_shared<rpc::TokenClientInterceptor>(token));
+    }
     channel_ = std::make_shared<rpc::Channel>(
         flags.Get("uri", "auto://127.0.0.1:5001"), options);
     stub_ = std::make_unique<KeyValue::Stub>(channel_);

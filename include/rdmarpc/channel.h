@@ -12,6 +12,9 @@
 //                                  its metadata (request headers; where the
 //                                  response's headers and trailers go).
 //   rdmarpc::rpc::Metadata         headers or trailers: (key, value) pairs.
+//   rdmarpc::rpc::ClientInterceptor, TokenClientInterceptor
+//                                  code that sees every call before it is
+//                                  sent and at its end (rpc/interceptor.h).
 //   rdmarpc::rpc::MethodRef        names a method ("pkg.Service", "Method")
 //                                  by a 64-bit id computed at compile time;
 //                                  generated classes have one per method.
@@ -38,6 +41,7 @@
 #include "rpc/call_options.h"  // IWYU pragma: export
 #include "rpc/channel.h"       // IWYU pragma: export
 #include "rpc/executor.h"      // IWYU pragma: export
+#include "rpc/interceptor.h"   // IWYU pragma: export
 #include "rpc/metadata.h"      // IWYU pragma: export
 #include "rpc/method_ref.h"    // IWYU pragma: export
 #include "rpc/payload.h"       // IWYU pragma: export

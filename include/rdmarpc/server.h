@@ -7,14 +7,20 @@
 //   rdmarpc::rpc::ServerOptions   worker threads, transport options (poll
 //                                 mode, payload and memory limits), calls
 //                                 and connections allowed, where handlers
-//                                 run (rpc/executor.h).
+//                                 run (rpc/executor.h), interceptors.
 //   rdmarpc::rpc::Service         a service: generated ones derive from it
 //                                 (Foo::Service, from foo.rdmarpc.h); code
 //                                 without generated stubs adds methods with
 //                                 AddMethod(name, handler), bytes in and out.
 //   rdmarpc::rpc::ServerCall      one call as its handler sees it: request(),
 //                                 deadline(), IsCancelled(), OnCancel(), and
-//                                 Finish(status, response) from any thread.
+//                                 Finish(status, response) from any thread;
+//                                 request_metadata(), response_headers(),
+//                                 response_trailers().
+//   rdmarpc::rpc::ServerInterceptor, TokenServerInterceptor,
+//   LoggingServerInterceptor      code that sees every call before its
+//                                 handler and at its end
+//                                 (rpc/interceptor.h).
 //   rdmarpc::transport::TransportOptions, PollMode
 //                                 in ServerOptions::transport.
 //
@@ -33,6 +39,7 @@
 #include "rdmarpc/buffer.h"   // IWYU pragma: export
 #include "rdmarpc/status.h"   // IWYU pragma: export
 #include "rpc/executor.h"     // IWYU pragma: export
+#include "rpc/interceptor.h"  // IWYU pragma: export
 #include "rpc/server.h"       // IWYU pragma: export
 #include "rpc/server_call.h"  // IWYU pragma: export
 #include "rpc/service.h"      // IWYU pragma: export
