@@ -69,6 +69,10 @@ struct Journal {
     std::lock_guard lock(mu);
     lines.push_back(std::move(line));
   }
+  size_t size() {
+    std::lock_guard lock(mu);
+    return lines.size();
+  }
   std::vector<std::string> Take() {
     std::lock_guard lock(mu);
     return std::exchange(lines, {});
@@ -220,7 +224,7 @@ TEST_CASE("interceptors: chains run in order, rewrite metadata, see the end") {
   CHECK(back.trailers.Get("seen-by-s2") == "yes");
   // Each side's chain in order. (The server's OnEnds run once the response
   // has left, so they may come after the client's.)
-  CHECK(WaitFor([&] { return journal.lines.size() == 6; }));
+  CHECK(WaitFor([&] { return journal.size() == 6; }));
   std::vector<std::string> lines = journal.Take();
   CHECK(Side(lines, 's') ==
         std::vector<std::string>{"s1 call Headers", "s2 call Headers",
@@ -231,7 +235,7 @@ TEST_CASE("interceptors: chains run in order, rewrite metadata, see the end") {
   // A handler's error reaches every OnEnd.
   result = f.Call(kFail);
   CHECK(result.status.code() == StatusCode::kNotFound);
-  CHECK(WaitFor([&] { return journal.lines.size() == 6; }));
+  CHECK(WaitFor([&] { return journal.size() == 6; }));
   lines = journal.Take();
   CHECK(Side(lines, 'c').back() == "c1 end Fail NOT_FOUND");
   CHECK(Side(lines, 's').back() == "s2 end Fail NOT_FOUND");
@@ -245,7 +249,7 @@ TEST_CASE("interceptors: chains run in order, rewrite metadata, see the end") {
   CHECK(result.status.code() == StatusCode::kPermissionDenied);
   CHECK(result.status.message() == "s1 says no");
   CHECK(f.service.handled == handled);
-  CHECK(WaitFor([&] { return journal.lines.size() == 3; }));
+  CHECK(WaitFor([&] { return journal.size() == 3; }));
   CHECK(journal.Take() ==
         std::vector<std::string>{"c1 call Headers", "s1 call Headers",
                                  "c1 end Headers PERMISSION_DENIED"});
@@ -274,7 +278,7 @@ TEST_CASE("interceptors: chains run in order, rewrite metadata, see the end") {
       [&](const Status& status, Payload) { ended.set_value(status); });
   CHECK(ended.get_future().get().ok());
   CHECK(stream->response_trailers().Get("seen-by-s2") == "yes");
-  CHECK(WaitFor([&] { return journal.lines.size() == 6; }));
+  CHECK(WaitFor([&] { return journal.size() == 6; }));
   lines = journal.Take();
   CHECK(Side(lines, 'c') ==
         std::vector<std::string>{"c1 call Count", "c1 end Count OK"});
