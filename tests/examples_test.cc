@@ -110,6 +110,58 @@ TEST_CASE("kv: put, get, delete, scan and their errors") {
   CHECK(Get(*stub, "fruit/apple").first.code() == StatusCode::kNotFound);
 }
 
+// The streaming methods, with more values than a stream's initial window
+// (16 messages, 4 MiB) holds, so both directions wait on flow control.
+TEST_CASE("kv: PutStream and ScanStream move many values both ways") {
+  KvFixture f;
+  auto stub = f.NewStub();
+  constexpr int kKeys = 40;
+  const auto value_of = [](int i) {
+    return std::string(256 << 10, static_cast<char>('a' + i % 26)) +
+           std::to_string(i);
+  };
+  auto put = stub->OpenPutStream();
+  for (int i = 0; i < kKeys; ++i) {
+    kv::PutRequest request;
+    request.set_key("bulk/" + std::to_string(1000 + i));
+    request.set_value(value_of(i));
+    REQUIRE(put->async_Write(request, use_future).get().ok());
+  }
+  put->WritesDone();
+  auto [put_status, stored] = put->async_Finish(use_future).get();
+  REQUIRE(put_status.ok());
+  CHECK(stored.keys() == kKeys);
+
+  kv::ScanRequest scan;
+  scan.set_prefix("bulk/");
+  auto stream = stub->OpenScanStream(scan);
+  int read = 0;
+  for (;;) {
+    auto [status, entry] = stream->async_Read(use_future).get();
+    if (!entry) {
+      CHECK(status.ok());
+      break;
+    }
+    CHECK(entry->key() == "bulk/" + std::to_string(1000 + read));
+    CHECK(entry->value() == value_of(read));
+    ++read;
+  }
+  CHECK(read == kKeys);
+
+  // A put that fails ends the stream with its error; those before it stay.
+  put = stub->OpenPutStream();
+  kv::PutRequest request;
+  request.set_key("kept");
+  REQUIRE(put->async_Write(request, use_future).get().ok());
+  request.set_key("");
+  // May fail: the server may have ended the call already.
+  put->async_Write(request, use_future).get().IgnoreError();
+  put->WritesDone();
+  CHECK(std::get<0>(put->async_Finish(use_future).get()).code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(Get(*stub, "kept").first.ok());
+}
+
 TEST_CASE("kv: the store refuses to grow past its capacity") {
   KvFixture f(/*capacity=*/1000);
   auto stub = f.NewStub();

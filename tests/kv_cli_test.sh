@@ -43,6 +43,17 @@ grep -q '^RESOURCE_EXHAUSTED' "$work/err" || fail "capacity: '$(cat "$work/err")
 kv del k1 || fail "del"
 kv del k1 2>/dev/null && fail "second del exited 0"
 kv load --count 300 --size 64 | grep -q 'all verified' || fail "load"
+# The streaming methods: a client-streaming PutStream, a server-streaming
+# ScanStream; an empty key ends the PutStream with its error, the puts
+# before it kept.
+[[ "$(kv put-stream s1 a s2 bb s3 ccc)" == "stored 3 keys, 6 value bytes" ]] ||
+  fail "put-stream: '$(kv put-stream s1 a s2 bb s3 ccc)'"
+[[ "$(kv scan-stream s)" == "$(printf 's1\t1\ns2\t2\ns3\t3')" ]] ||
+  fail "scan-stream: '$(kv scan-stream s)'"
+[[ "$(kv scan-stream s --limit 2 | wc -l)" == 2 ]] || fail "scan-stream --limit"
+kv put-stream s4 d "" e 2>"$work/err" && fail "put-stream with an empty key exited 0"
+grep -q "INVALID_ARGUMENT" "$work/err" || fail "put-stream error: $(cat "$work/err")"
+[[ "$(kv get s4)" == d ]] || fail "the put before the failed one"
 kv frobnicate 2>/dev/null
 [[ $? -eq 2 ]] || fail "bad usage should exit 2"
 

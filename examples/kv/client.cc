@@ -3,6 +3,12 @@
 //   client --uri URI get KEY            (the value alone on stdout, byte-exact)
 //   client --uri URI del KEY
 //   client --uri URI scan PREFIX [--limit N]
+//   client --uri URI scan-stream PREFIX [--limit N]
+//                                       (a server-streaming call: every key
+//                                        and its value's size, no limit)
+//   client --uri URI put-stream KEY VALUE [KEY VALUE...]
+//                                       (a client-streaming call: the puts
+//                                        in order, then what was stored)
 //   client --uri URI load --count N --size BYTES
 //   client --uri URI session            (one command a line from stdin, one
 //                                        connection; prints each call)
@@ -32,8 +38,9 @@ int Usage() {
   std::fprintf(
       stderr,
       "usage: client --uri URI put KEY VALUE|@FILE | get KEY | del KEY"
-      " | scan PREFIX [--limit N] | load --count N --size BYTES | session"
-      " | wire\n");
+      " | scan PREFIX [--limit N] | scan-stream PREFIX [--limit N]"
+      " | put-stream KEY VALUE [KEY VALUE...] | load --count N --size BYTES"
+      " | session | wire\n");
   return 2;
 }
 
@@ -60,6 +67,12 @@ class Cli {
     if (command == "get" && args.size() == 2) return Get(args[1]);
     if (command == "del" && args.size() == 2) return Delete(args[1]);
     if (command == "scan" && args.size() == 2) return Scan(args[1]);
+    if (command == "scan-stream" && args.size() == 2) {
+      return ScanStream(args[1]);
+    }
+    if (command == "put-stream" && args.size() >= 3 && args.size() % 2 == 1) {
+      return PutStream(args);
+    }
     if (command == "load" && args.size() == 1) return Load();
     if (command == "session" && args.size() == 1) return Session();
     if (command == "wire" && args.size() == 1) {
@@ -189,6 +202,36 @@ class Cli {
                   static_cast<unsigned long long>(entry.value_size()));
     }
     if (reply.truncated()) std::printf("... (more past the limit)\n");
+    return 0;
+  }
+
+  int ScanStream(const std::string& prefix) {
+    ScanRequest request;
+    request.set_prefix(prefix);
+    request.set_limit(static_cast<uint32_t>(flags_.GetInt("limit", 0)));
+    auto stream = stub_->OpenScanStream(request, Options());
+    for (;;) {
+      auto [status, entry] = stream->async_Read(use_future).get();
+      if (!entry) return status.ok() ? 0 : Fail(status);
+      std::printf("%s\t%zu\n", entry->key().c_str(), entry->value().size());
+    }
+  }
+
+  int PutStream(const std::vector<std::string>& args) {
+    auto stream = stub_->OpenPutStream(Options());
+    for (size_t i = 1; i + 1 < args.size(); i += 2) {
+      PutRequest put;
+      put.set_key(args[i]);
+      put.set_value(args[i + 1]);
+      // A failed write: the server ended the call; Finish says why.
+      if (!stream->async_Write(put, use_future).get().ok()) break;
+    }
+    stream->WritesDone();
+    auto [status, reply] = stream->async_Finish(use_future).get();
+    if (!status.ok()) return Fail(status);
+    std::printf("stored %llu keys, %llu value bytes\n",
+                static_cast<unsigned long long>(reply.keys()),
+                static_cast<unsigned long long>(reply.value_bytes()));
     return 0;
   }
 

@@ -82,6 +82,19 @@ void Store::Scan(const std::string& prefix, uint32_t limit,
   }
 }
 
+std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>
+Store::Snapshot(const std::string& prefix, uint32_t limit) const {
+  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> out;
+  std::shared_lock lock(mu_);
+  for (auto it = map_.lower_bound(prefix);
+       it != map_.end() && it->first.compare(0, prefix.size(), prefix) == 0 &&
+       (limit == 0 || out.size() < limit);
+       ++it) {
+    out.emplace_back(it->first, it->second);
+  }
+  return out;
+}
+
 uint64_t Store::bytes() const {
   std::shared_lock lock(mu_);
   return bytes_;
@@ -116,6 +129,60 @@ void KeyValueImpl::Scan(
   }
   store_.Scan(call->request().prefix(), limit, &call->response());
   call->Finish();
+}
+
+namespace {
+
+using ScanOut = rpc::TypedServerStream<ScanRequest, ScanEntry>;
+using Entries =
+    std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>;
+
+// Writes entries[next...] one after another, each once the client's window
+// lets the one before it go, then ends the call.
+void WriteFrom(std::shared_ptr<ScanOut> stream,
+               std::shared_ptr<const Entries> entries, size_t next) {
+  if (next == entries->size()) return stream->Finish(Status());
+  ScanEntry entry;
+  entry.set_key((*entries)[next].first);
+  entry.set_value(*(*entries)[next].second);
+  stream->async_Write(entry, [stream, entries, next](const Status& status) {
+    // Not written: the call has ended (cancelled, or the client is gone).
+    if (status.ok()) WriteFrom(stream, entries, next + 1);
+  });
+}
+
+using PutIn = rpc::TypedServerStream<PutRequest, PutStreamReply>;
+
+// Reads puts until the client's half-close, storing each.
+void ReadFrom(std::shared_ptr<PutIn> stream, Store* store,
+              PutStreamReply reply) {
+  stream->async_Read(
+      [stream, store, reply](const Status& status,
+                             std::optional<PutRequest> put) mutable {
+        if (!put) {
+          if (!status.ok()) return stream->Finish(status);
+          return stream->Finish(Status(), reply);
+        }
+        const uint64_t size = put->value().size();
+        const Status stored =
+            store->Put(put->key(), std::move(*put->mutable_value()));
+        if (!stored.ok()) return stream->Finish(stored);
+        reply.set_keys(reply.keys() + 1);
+        reply.set_value_bytes(reply.value_bytes() + size);
+        ReadFrom(std::move(stream), store, std::move(reply));
+      });
+}
+
+}  // namespace
+
+void KeyValueImpl::ScanStream(std::shared_ptr<ScanOut> stream) {
+  auto entries = std::make_shared<const Entries>(
+      store_.Snapshot(stream->request().prefix(), stream->request().limit()));
+  WriteFrom(std::move(stream), std::move(entries), 0);
+}
+
+void KeyValueImpl::PutStream(std::shared_ptr<PutIn> stream) {
+  ReadFrom(std::move(stream), &store_, PutStreamReply());
 }
 
 }  // namespace rdmarpc::examples::kv

@@ -7,6 +7,8 @@
 #include <memory>
 #include <shared_mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "examples/kv/kv.rdmarpc.h"
 
@@ -29,6 +31,10 @@ class Store {
   Status Get(const std::string& key, std::string* value) const;
   Status Delete(const std::string& key);
   void Scan(const std::string& prefix, uint32_t limit, ScanReply* reply) const;
+  // The keys starting with `prefix` (at most `limit`, if not 0) and their
+  // values, in key order: shared, not copied.
+  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>
+  Snapshot(const std::string& prefix, uint32_t limit) const;
 
   uint64_t bytes() const;
 
@@ -49,6 +55,12 @@ class KeyValueImpl final : public KeyValue::Service {
       override;
   void Scan(
       std::shared_ptr<rpc::TypedCall<ScanRequest, ScanReply>> call) override;
+  void ScanStream(
+      std::shared_ptr<rpc::TypedServerStream<ScanRequest, ScanEntry>> stream)
+      override;
+  void PutStream(
+      std::shared_ptr<rpc::TypedServerStream<PutRequest, PutStreamReply>>
+          stream) override;
 
   const Store& store() const { return store_; }
 
