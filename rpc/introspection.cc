@@ -146,6 +146,11 @@ ServerMetrics GetMetrics(const Server& server) {
     out->set_max_us(latency.max_ns / 1000.0);
     out->set_mean_us(
         latency.total == 0 ? 0 : latency.sum_ns / 1000.0 / latency.total);
+    out->set_messages_received(
+        counted.messages_received.load(std::memory_order_relaxed));
+    out->set_messages_sent(
+        counted.messages_sent.load(std::memory_order_relaxed));
+    out->set_streams_open(counted.streams_open.load(std::memory_order_relaxed));
   });
   server.ForEachConnection([&](const transport::Connection& connection) {
     const transport::ConnectionStats& s = connection.stats();

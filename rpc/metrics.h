@@ -61,6 +61,11 @@ struct MethodMetrics {
   std::atomic<uint64_t> request_bytes{0};
   std::atomic<uint64_t> response_bytes{0};
   LatencyHistogram latency;  // From request arrival to response queued.
+  // Streaming methods: messages read from clients and written to them (each
+  // counted once admitted or sent), and calls whose stream is open now.
+  std::atomic<uint64_t> messages_received{0};
+  std::atomic<uint64_t> messages_sent{0};
+  std::atomic<int64_t> streams_open{0};
 };
 
 }  // namespace rdmarpc::rpc

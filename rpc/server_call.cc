@@ -181,6 +181,9 @@ void ServerCall::Write(Payload message, StreamWriteCallback done) {
   const Status sent = frame.ok() ? session_->SendStreamFrame(std::move(*frame))
                                  : frame.status();
   lock.unlock();
+  if (sent.ok() && metrics_ != nullptr) {
+    metrics_->messages_sent.fetch_add(1, std::memory_order_relaxed);
+  }
   // Not sent (the send queue is full, the connection closing): the call
   // cannot go on without the message.
   if (!sent.ok()) EndWith(sent);
@@ -196,6 +199,9 @@ bool ServerCall::OnStreamMessage(Payload message) {
     return false;
   }
   stream.inbox.push_back(std::move(message));
+  if (metrics_ != nullptr) {
+    metrics_->messages_received.fetch_add(1, std::memory_order_relaxed);
+  }
   if (!stream.reader) return true;
   StreamReadCallback reader = std::move(stream.reader);
   lock.unlock();
@@ -231,6 +237,9 @@ void ServerCall::OnWindow(uint64_t messages, uint64_t bytes) {
     sent = frame.ok() ? session_->SendStreamFrame(std::move(*frame))
                       : frame.status();
     stream.pending.reset();
+    if (sent.ok() && metrics_ != nullptr) {
+      metrics_->messages_sent.fetch_add(1, std::memory_order_relaxed);
+    }
     writer = std::move(stream.writer);
   }
   if (!sent.ok()) EndWith(sent);

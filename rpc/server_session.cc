@@ -157,6 +157,10 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   core_->calls_started++;
   if (metrics != nullptr) {
     metrics->started.fetch_add(1, std::memory_order_relaxed);
+    // Balanced in Complete, which every call from here on reaches once.
+    if (entry.kind != StreamKind::kUnary) {
+      metrics->streams_open.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   if (Log().should_log(spdlog::level::debug)) {
     Log().debug("{}: call {} {}/{} started ({} bytes)", connection_->peer(), id,
@@ -340,6 +344,9 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
   const uint64_t response_size = response.size();
   const StatusCode sent = Send(call, status, std::move(response));
   if (call.metrics_ != nullptr) {
+    if (call.stream_) {
+      call.metrics_->streams_open.fetch_sub(1, std::memory_order_relaxed);
+    }
     const auto elapsed = Clock::now() - call.started_;
     call.metrics_->Record(sent, elapsed, call.request_size_,
                           sent == StatusCode::kOk ? response_size : 0);

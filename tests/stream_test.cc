@@ -14,8 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "proto/introspection.rdmarpc.h"
 #include "rpc/awaitable.h"
 #include "rpc/channel.h"
+#include "rpc/introspection.h"
 #include "rpc/server.h"
 #include "tests/proto/stream.rdmarpc.h"
 #include "tests/test_support.h"
@@ -398,6 +400,61 @@ TEST_CASE("stream: large messages with attachments stream both ways") {
   }
   stream->WritesDone();
   CHECK(FinishSync(*stream).first.ok());
+}
+
+// Introspection's metrics (rdmarpc.Introspection/GetMetrics) count a
+// streaming method's messages each way and its streams open.
+TEST_CASE("stream: metrics count messages and open streams") {
+  StreamService service;
+  rpc::Server server;
+  server.RegisterService(&service);
+  rpc::EnableIntrospection(server);
+  auto bound = server.Listen(ListenUri());
+  REQUIRE(bound.ok());
+  auto channel = std::make_shared<rpc::Channel>(*bound);
+  const auto method_metrics = [&](const std::string& method) {
+    ::rdmarpc::Introspection::Stub stub(channel);
+    auto [status, metrics] =
+        stub.async_GetMetrics({}, boost::asio::use_future).get();
+    REQUIRE(status.ok());
+    for (const auto& m : metrics.methods()) {
+      if (m.service() == "test.Stream" && m.method() == method) return m;
+    }
+    FAIL("no metrics for " << method);
+    return ::rdmarpc::MethodMetrics();
+  };
+
+  // Gated holds its stream open after reading one message.
+  auto gated = channel->OpenStream(kGated, StreamKind::kClientStreaming,
+                                   rpc::CallOptions::WithTimeout(30s));
+  REQUIRE(WriteSync(*gated, "first").ok());
+  REQUIRE(WaitFor([&] {
+    std::lock_guard lock(service.mu);
+    return service.gated != nullptr;
+  }));
+  CHECK(method_metrics("Gated").streams_open() == 1);
+  CHECK(method_metrics("Gated").messages_received() == 1);
+  service.Resume();
+  gated->WritesDone();
+  REQUIRE(FinishSync(*gated).first.ok());
+  CHECK(WaitFor([&] { return method_metrics("Gated").streams_open() == 0; }));
+
+  // Echo: three in, three out.
+  auto echo = channel->OpenStream(kEcho, StreamKind::kBidiStreaming,
+                                  rpc::CallOptions::WithTimeout(30s));
+  for (const char* text : {"a", "b", "c"}) {
+    REQUIRE(WriteSync(*echo, text).ok());
+  }
+  echo->WritesDone();
+  const auto [echoed, end] = ReadAll(*echo);
+  REQUIRE(end.ok());
+  CHECK(echoed.size() == 3);
+  REQUIRE(FinishSync(*echo).first.ok());
+  CHECK(WaitFor([&] {
+    const auto m = method_metrics("Echo");
+    return m.streams_open() == 0 && m.messages_received() == 3 &&
+           m.messages_sent() == 3 && m.started() == 1;
+  }));
 }
 
 // ------------------------------------------------------ typed (generated) --

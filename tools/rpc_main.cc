@@ -27,6 +27,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/log.h"
@@ -265,6 +266,22 @@ int Stats(Client& client) {
                 static_cast<unsigned long long>(ok),
                 static_cast<unsigned long long>(errors), m.p50_us(), m.p99_us(),
                 m.p999_us(), m.max_us(), by_status.c_str());
+  }
+  bool streams = false;
+  for (const MethodMetrics& m : metrics->methods()) {
+    if (m.messages_received() + m.messages_sent() == 0 &&
+        m.streams_open() == 0) {
+      continue;
+    }
+    if (!std::exchange(streams, true)) {
+      std::printf("\n%-40s %8s %12s %12s\n", "STREAMING METHOD", "OPEN",
+                  "MESSAGES_IN", "MESSAGES_OUT");
+    }
+    const std::string name = m.service() + "/" + m.method();
+    std::printf("%-40s %8lld %12llu %12llu\n", name.c_str(),
+                static_cast<long long>(m.streams_open()),
+                static_cast<unsigned long long>(m.messages_received()),
+                static_cast<unsigned long long>(m.messages_sent()));
   }
   std::printf("\n%-28s %9s %9s %8s %8s %7s %7s %8s %8s %7s %4s %9s %9s\n",
               "CONNECTION", "FRAMES_IN", "FRAMES_OUT", "BYTES_IN", "BYTES_OUT",
