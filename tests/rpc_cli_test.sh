@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/rpc's contract against the KV example server (introspection on):
 # list, describe, call through reflection with text-format requests and
-# responses, exit codes from the status, and the stats table.
+# responses, streaming calls in JSON lines, exit codes from the status, and
+# the stats table.
 set -uo pipefail
 server=$1
 rpc=$2
@@ -55,9 +56,31 @@ rc=$?
 rc=$?
 [[ $rc -eq 64 ]] || fail "bad usage exited $rc, not 64"
 
+# Streaming methods: JSON lines in, JSON lines out.
+printf '{"key":"s1","value":"YQ=="}\n\n{"key":"s2","value":"YmI="}\n' |
+  "$rpc" call "$uri" "$kv/PutStream" >"$work/put-stream" || fail "PutStream exited $?"
+[[ "$(cat "$work/put-stream")" == '{"keys":"2","value_bytes":"3"}' ]] ||
+  fail "PutStream printed '$(cat "$work/put-stream")'"
+"$rpc" call "$uri" "$kv/ScanStream" 'prefix: "s"' >"$work/scan-stream" ||
+  fail "ScanStream exited $?"
+[[ "$(cat "$work/scan-stream")" == "$(printf '%s\n%s' '{"key":"s1","value":"YQ=="}' '{"key":"s2","value":"YmI="}')" ]] ||
+  fail "ScanStream printed '$(cat "$work/scan-stream")'"
+echo '{"prefix":"s2"}' | "$rpc" call "$uri" "$kv/ScanStream" >"$work/scan-one" ||
+  fail "ScanStream from stdin exited $?"
+[[ "$(cat "$work/scan-one")" == '{"key":"s2","value":"YmI="}' ]] ||
+  fail "ScanStream from stdin printed '$(cat "$work/scan-one")'"
+echo '{"key":' | "$rpc" call "$uri" "$kv/PutStream" 2>"$work/err"
+rc=$?
+[[ $rc -eq 3 ]] || fail "a bad JSON line exited $rc, not 3 (INVALID_ARGUMENT)"
+grep -q "stdin line 1 is not a JSON rdmarpc.examples.kv.PutRequest" "$work/err" ||
+  fail "bad JSON line: $(cat "$work/err")"
+
 "$rpc" stats "$uri" >"$work/stats" || fail "stats exited $?"
 # Get: 2 calls, 1 OK, 1 error (NOT_FOUND).
 grep -Eq "^$kv/Get +2 +1 +1 .*NOT_FOUND=1" "$work/stats" || fail "stats: $(cat "$work/stats")"
 grep -Eq "^$kv/Put +1 +1 +0 " "$work/stats" || fail "stats Put: $(cat "$work/stats")"
 grep -Eq '^tcp://127\.0\.0\.1:[0-9]+ ' "$work/stats" || fail "stats lacks the connection"
+# The streams: PutStream read 2 messages; ScanStream sent 3 over two calls.
+grep -Eq "^$kv/PutStream +0 +2 +0$" "$work/stats" || fail "stats PutStream: $(cat "$work/stats")"
+grep -Eq "^$kv/ScanStream +0 +0 +3$" "$work/stats" || fail "stats ScanStream: $(cat "$work/stats")"
 echo PASS

@@ -5,6 +5,12 @@
 //   rpc describe URI SERVICE               the service's .proto definitions
 //   rpc call URI SERVICE/METHOD 'TEXT'     one call; TEXT is the request in
 //                                          protobuf text format
+//   rpc call URI SERVICE/METHOD ['TEXT']   a streaming method: requests are
+//                                          JSON lines on stdin (a server-
+//                                          streaming one's may be TEXT), and
+//                                          each response message is printed
+//                                          as a JSON line (protobuf's JSON
+//                                          mapping, proto field names)
 //   rpc stats URI                          per-method and per-connection table
 //   rpc devices                            this host's RDMA devices: limits,
 //                                          ports, GIDs (for ?device= and
@@ -18,13 +24,16 @@
 #include <google/protobuf/dynamic_message.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <boost/asio/use_future.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -49,6 +58,8 @@ int Usage() {
                "usage: rpc list URI\n"
                "       rpc describe URI SERVICE\n"
                "       rpc call URI SERVICE/METHOD 'TEXT-FORMAT REQUEST'\n"
+               "       rpc call URI SERVICE/METHOD ['TEXT'] < JSON-LINES"
+               "   (streaming methods)\n"
                "       rpc stats URI\n"
                "       rpc devices\n"
                "options: --timeout MS (default 30000)\n");
@@ -149,6 +160,140 @@ int Describe(Client& client, const std::string& service) {
   return 0;
 }
 
+// A message as one line of JSON (protobuf's mapping, proto field names).
+std::string JsonLine(const pb::Message& message) {
+  pb::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  const auto printed = pb::util::MessageToJsonString(message, &out, options);
+  if (!printed.ok()) return "{}";  // Every message has a JSON form.
+  return out;
+}
+
+// A streaming call: requests from stdin, one JSON object a line (a
+// server-streaming call's one request may come as `text`, in text format,
+// instead); each message the server streams printed as a JSON line as it
+// comes, and a client-streaming call's response at the end.
+int CallStream(Client& client, const std::string& service,
+               const std::string& method_name,
+               const pb::MethodDescriptor* method,
+               pb::DynamicMessageFactory& factory, const std::string& text) {
+  const bool client_sends = method->client_streaming();
+  const bool server_sends = method->server_streaming();
+  const rpc::StreamKind kind =
+      client_sends && server_sends ? rpc::StreamKind::kBidiStreaming
+      : client_sends               ? rpc::StreamKind::kClientStreaming
+                                   : rpc::StreamKind::kServerStreaming;
+  const pb::Message* input = factory.GetPrototype(method->input_type());
+  const pb::Message* output = factory.GetPrototype(method->output_type());
+  int line_number = 0;
+  // The next request from stdin; nullopt at its end.
+  const auto next_request =
+      [&]() -> std::optional<StatusOr<std::unique_ptr<pb::Message>>> {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      ++line_number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      std::unique_ptr<pb::Message> request(input->New());
+      const auto parsed = pb::util::JsonStringToMessage(line, request.get());
+      if (!parsed.ok()) {
+        return StatusOr<std::unique_ptr<pb::Message>>(
+            Status(StatusCode::kInvalidArgument,
+                   "stdin line " + std::to_string(line_number) +
+                       " is not a JSON " + method->input_type()->full_name() +
+                       ": " + std::string(parsed.message())));
+      }
+      return StatusOr<std::unique_ptr<pb::Message>>(std::move(request));
+    }
+    return std::nullopt;
+  };
+
+  rpc::Payload first;
+  if (!client_sends) {
+    std::unique_ptr<pb::Message> request(input->New());
+    if (!text.empty()) {
+      if (!pb::TextFormat::ParseFromString(text, request.get())) {
+        return Fail(Status(StatusCode::kInvalidArgument,
+                           "request is not a text-format " +
+                               method->input_type()->full_name()));
+      }
+    } else {
+      auto read = next_request();
+      if (!read) {
+        return Fail(Status(StatusCode::kInvalidArgument,
+                           "no request: give TEXT or a JSON line on stdin"));
+      }
+      if (!read->ok()) return Fail(read->status());
+      request = std::move(**read);
+    }
+    first = rpc::Payload(Buffer::CopyOf(request->SerializeAsString()));
+  }
+  const rpc::MethodRef ref(service, method_name);
+  std::unique_ptr<rpc::ClientStream> stream = client.channel().OpenStream(
+      ref, kind, client.options(), std::move(first));
+
+  // The server's messages, printed as they come (beside our writes: a bidi
+  // server may wait for us to read before it reads more).
+  std::promise<Status> read_all;
+  std::function<void()> read_next = [&] {
+    stream->Read(
+        [&](const Status& status, std::optional<rpc::Payload> message) {
+          if (!message) return read_all.set_value(status);
+          std::unique_ptr<pb::Message> response(output->New());
+          if (!response->ParseFromArray(
+                  message->message.data(),
+                  static_cast<int>(message->message.size()))) {
+            stream->Cancel();
+            return read_all.set_value(Status(
+                StatusCode::kInternal, "a streamed message is not a " +
+                                           method->output_type()->full_name()));
+          }
+          std::printf("%s\n", JsonLine(*response).c_str());
+          std::fflush(stdout);
+          read_next();
+        });
+  };
+  if (server_sends) read_next();
+
+  Status failure;
+  if (client_sends) {
+    while (auto read = next_request()) {
+      if (!read->ok()) {
+        failure = read->status();
+        stream->Cancel();
+        break;
+      }
+      std::promise<Status> written;
+      stream->Write(rpc::Payload(Buffer::CopyOf((**read)->SerializeAsString())),
+                    [&](const Status& status) { written.set_value(status); });
+      // Not written: the call has ended; Finish says how.
+      if (!written.get_future().get().ok()) break;
+    }
+    stream->WritesDone();
+  }
+  Status read_status;
+  if (server_sends) read_status = read_all.get_future().get();
+  std::promise<std::pair<Status, Buffer>> finished;
+  stream->Finish([&](const Status& status, rpc::Payload response) {
+    finished.set_value({status, std::move(response.message)});
+  });
+  auto [status, bytes] = finished.get_future().get();
+  if (!failure.ok()) return Fail(failure);
+  if (!status.ok()) return Fail(status);
+  if (!read_status.ok()) return Fail(read_status);
+  if (!server_sends) {
+    std::unique_ptr<pb::Message> response(output->New());
+    if (!response->ParseFromArray(bytes.data(),
+                                  static_cast<int>(bytes.size()))) {
+      return Fail(
+          Status(StatusCode::kInternal,
+                 "response is not a " + method->output_type()->full_name()));
+    }
+    std::printf("%s\n", JsonLine(*response).c_str());
+  }
+  return 0;
+}
+
 int Call(Client& client, const std::string& target, const std::string& text) {
   const size_t slash = target.rfind('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == target.size()) {
@@ -167,6 +312,9 @@ int Call(Client& client, const std::string& target, const std::string& text) {
                        "service " + service + " has no method " + method_name));
   }
   pb::DynamicMessageFactory factory;
+  if (method->client_streaming() || method->server_streaming()) {
+    return CallStream(client, service, method_name, method, factory, text);
+  }
   std::unique_ptr<pb::Message> request(
       factory.GetPrototype(method->input_type())->New());
   struct Collector : pb::io::ErrorCollector {
@@ -329,8 +477,8 @@ int Main(int argc, char** argv) {
   if (command == "describe" && args.size() == 3) {
     return Describe(client, args[2]);
   }
-  if (command == "call" && args.size() == 4) {
-    return Call(client, args[2], args[3]);
+  if (command == "call" && (args.size() == 3 || args.size() == 4)) {
+    return Call(client, args[2], args.size() == 4 ? args[3] : "");
   }
   if (command == "stats" && args.size() == 2) return Stats(client);
   return Usage();
