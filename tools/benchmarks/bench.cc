@@ -1,6 +1,7 @@
 // The rdmarpc echo benchmark, measured against the raw link in the same run.
 //
-//   bench --mode latency|throughput|bandwidth [--uri URI] [--sizes 16,4096]
+//   bench --mode latency|throughput|bandwidth|stream [--uri URI]
+//         [--sizes 16,4096]
 //         [--iters N] [--warmup N] [--outstanding K] [--connections C]
 //         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
 //         [--plot FILE.png] [--raw 0] [--pin 0] [--metrics 0] [--stats 1]
@@ -35,6 +36,10 @@
 //               own client event loop) for S seconds: calls/s
 //   bandwidth   sizes up to 64 MiB sent from registered memory to a method
 //               that answers with nothing, 2 outstanding: GB/s one way
+//   stream      one client-streaming call of N messages (1 MiB by default)
+//               from registered memory, each written as soon as flow
+//               control lets it: GB/s one way, against the raw WRITE stream
+//               (rdma://) or the raw one-way socket stream (tcp://)
 //
 // Calls name their method by id (rpc/method_ref.h), as generated stubs do;
 // --by-name 1 makes the latency loop send the service and method names
@@ -132,9 +137,12 @@ int Run(int argc, char** argv) {
   Options options;
   options.uri = flags.Get("uri", options.uri);
   options.mode = flags.Get("mode", options.mode);
-  const bool bandwidth = options.mode == "bandwidth";
-  std::string sizes = flags.Get(
-      "sizes", bandwidth ? "65536,1048576,4194304,67108864" : "16,4096,65536");
+  const bool stream = options.mode == "stream";
+  const bool bandwidth = options.mode == "bandwidth" || stream;
+  std::string sizes =
+      flags.Get("sizes", stream      ? "1048576"
+                         : bandwidth ? "65536,1048576,4194304,67108864"
+                                     : "16,4096,65536");
   for (std::stringstream in(sizes); std::getline(in, sizes, ',');) {
     options.sizes.push_back(std::stoull(sizes));
   }
@@ -159,9 +167,8 @@ int Run(int argc, char** argv) {
       static_cast<int>(flags.GetInt("callback-threads", 0));
   pin_sides = flags.GetInt(
                   "pin", std::thread::hardware_concurrency() >= 2 ? 1 : 0) != 0;
-  if (options.mode != "latency" && options.mode != "throughput" &&
-      options.mode != "bandwidth") {
-    std::fprintf(stderr, "bench: --mode latency|throughput|bandwidth\n");
+  if (options.mode != "latency" && options.mode != "throughput" && !bandwidth) {
+    std::fprintf(stderr, "bench: --mode latency|throughput|bandwidth|stream\n");
     return 64;
   }
 
@@ -172,7 +179,7 @@ int Run(int argc, char** argv) {
   // and raw, so that a slow spell of this shared machine falls on both
   // alike: TCP latency and bandwidth, and RDMA bandwidth in event mode.
   const bool alternate_bandwidth =
-      options.mode == "bandwidth" && options.raw &&
+      bandwidth && options.raw &&
       (!rdma || options.poll == transport::PollMode::kEvent);
   // NaN where not measured here (or measured in alternating rounds below).
   std::vector<Result> raw(options.sizes.size());
@@ -191,7 +198,7 @@ int Run(int argc, char** argv) {
                                        options.iters);
       r.raw_p50 = Percentile(base, 0.5);
       r.raw_p99 = Percentile(base, 0.99);
-    } else if (options.mode == "bandwidth" && !alternate_bandwidth) {
+    } else if (bandwidth && !alternate_bandwidth) {
       r.raw_gbps = RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
                             options.iters, "outstanding: ");
     }
@@ -338,7 +345,8 @@ int Run(int argc, char** argv) {
       const auto raw_gbps = [&](int n) {
         return rdma ? RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
                                n, "outstanding: ")
-                    : RawTcpBandwidth(size, n);
+               : stream ? RawTcpStream(size, n)
+                        : RawTcpBandwidth(size, n);
       };
       constexpr int kRounds = 4;
       double rpc_seconds = 0, raw_seconds = 0;
@@ -348,13 +356,18 @@ int Run(int argc, char** argv) {
         const double bytes = static_cast<double>(size) * n;
         raw_seconds += bytes / 1e9 / raw_gbps(n);
         rpc_seconds +=
-            bytes / 1e9 / RpcBandwidth(channel, *arena, size, n, r.errors);
+            bytes / 1e9 /
+            (stream ? RpcStreamBandwidth(channel, *arena, size, n, r.errors)
+                    : RpcBandwidth(channel, *arena, size, n, r.errors));
       }
       const double bytes = static_cast<double>(size) * options.iters;
       r.gbps = bytes / rpc_seconds / 1e9;
       r.raw_gbps = bytes / raw_seconds / 1e9;
     } else {
-      r.gbps = RpcBandwidth(channel, *arena, size, options.iters, r.errors);
+      r.gbps =
+          stream ? RpcStreamBandwidth(channel, *arena, size, options.iters,
+                                      r.errors)
+                 : RpcBandwidth(channel, *arena, size, options.iters, r.errors);
     }
     total_errors += r.errors;
     if (options.stats && server) PrintServerStats(*server, r);

@@ -30,8 +30,10 @@ inline constexpr rpc::MethodRef kEcho(kService, "Echo");
 inline constexpr rpc::MethodRef kSink(kService, "Sink");
 inline constexpr rpc::MethodRef kPin(kService, "Pin");
 inline constexpr rpc::MethodRef kWindow(kService, "Window");
+inline constexpr rpc::MethodRef kDrain(kService, "Drain");
 
 // Echo answers with the request's own buffer (no copy); Sink with nothing;
+// Drain, client-streaming, reads every message and answers with nothing;
 // Pin pins the server's loop thread (PinTo(1)); Window switches callgrind's
 // instrumentation in this process (bench-cpu).
 class BenchService : public rpc::Service {
@@ -124,8 +126,13 @@ std::vector<double> RawTcpPingPong(RawTcpLoop loop, size_t size, int warmup,
 // The same ping-pong on Asio alone, as rdmarpc's transport uses it: the floor
 // for an event-driven stack on Asio.
 std::vector<double> AsioTcpPingPong(size_t size, int warmup, int iters);
-// A one-way stream of `iters` messages of `size` bytes: GB/s.
+// `iters` messages of `size` bytes one way, each acknowledged (one
+// outstanding, as a unary call): GB/s.
 double RawTcpBandwidth(size_t size, int iters);
+// `iters` messages of `size` bytes one way, back to back, one
+// acknowledgement at the end: the raw socket stream a streaming call is
+// measured against. GB/s.
+double RawTcpStream(size_t size, int iters);
 
 // ---- Raw verbs baselines (raw_verbs.cc).
 
@@ -159,6 +166,12 @@ uint64_t RunCalls(rpc::Channel& channel, long long n, int k,
 double RpcBandwidth(rpc::Channel& channel,
                     const transport::MemoryRegistration& arena, size_t size,
                     int iters, uint64_t& errors);
+// One client-streaming Drain call of `iters` messages of `size` bytes, each
+// written as soon as the one before it went (flow control decides): GB/s one
+// way, until the server's answer that it read them all.
+double RpcStreamBandwidth(rpc::Channel& channel,
+                          const transport::MemoryRegistration& arena,
+                          size_t size, int iters, uint64_t& errors);
 
 // ---- The report (report.cc).
 

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
 
 #include "tools/benchmarks/bench.h"
 #include "tools/benchmarks/pin.h"
@@ -39,6 +41,17 @@ void PinTo(int cpu) {
   if (pin_sides) PinThisThreadTo(cpu);
 }
 
+namespace {
+// Reads messages until the client's half-close, then answers.
+void Drain(std::shared_ptr<rpc::ServerCall> call) {
+  call->Read([call](const Status& status,
+                    std::optional<rpc::Payload> message) mutable {
+    if (!message) return call->Finish(status);
+    Drain(std::move(call));
+  });
+}
+}  // namespace
+
 BenchService::BenchService() : rpc::Service(kService) {
   AddMethod(std::string(kEcho.method()),
             [](std::shared_ptr<rpc::ServerCall> call) {
@@ -47,6 +60,9 @@ BenchService::BenchService() : rpc::Service(kService) {
   AddMethod(
       std::string(kSink.method()),
       [](std::shared_ptr<rpc::ServerCall> call) { call->Finish(Status()); });
+  AddStreamingMethod(
+      std::string(kDrain.method()), rpc::StreamKind::kClientStreaming,
+      [](std::shared_ptr<rpc::ServerCall> call) { Drain(call); });
   AddMethod(std::string(kPin.method()),
             [](std::shared_ptr<rpc::ServerCall> call) {
               PinTo(1);  // Runs on the server's event loop: pins that thread.

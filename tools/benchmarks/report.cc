@@ -96,7 +96,7 @@ void Plot(const Options& options, const std::vector<Result>& results) {
       cdf_plot += std::string(cdf_plot.empty() ? "plot " : ", ") + "'" + file +
                   "' with lines title '" + SizeName(r.size) + "'";
       sweep << r.size << " " << r.p50 << " " << r.raw_p50 << "\n";
-    } else if (r.mode == "bandwidth") {
+    } else if (r.mode == "bandwidth" || r.mode == "stream") {
       sweep << r.size << " " << r.gbps << " " << r.raw_gbps << "\n";
     }
   }
@@ -177,6 +177,13 @@ void PrintReport(const Options& options, const std::string& poll, bool rdma,
       std::printf("target: 16 B p50 <= %.2f x raw: %.2f -> %s\n", limit,
                   r.p50 / r.raw_p50,
                   r.p50 <= limit * r.raw_p50 ? "MET" : "NOT MET");
+    }
+    if (r.mode == "stream" && std::isfinite(r.raw_gbps)) {
+      std::printf("target: %s stream goodput >= 0.9 x %s: %.2f -> %s\n",
+                  SizeName(r.size).c_str(),
+                  rdma ? "raw WRITE stream" : "raw socket stream",
+                  r.gbps / r.raw_gbps,
+                  r.gbps >= 0.9 * r.raw_gbps ? "MET" : "NOT MET");
     }
     if (r.mode == "bandwidth" && rdma &&
         (r.size == (4u << 20) || r.size == (64u << 20)) &&

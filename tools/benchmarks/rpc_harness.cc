@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/post.hpp>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -178,6 +180,43 @@ double RpcBandwidth(rpc::Channel& channel,
   const double seconds =
       std::chrono::duration<double>(Clock::now() - start).count();
   return static_cast<double>(size) * iters / seconds / 1e9;
+}
+
+double RpcStreamBandwidth(rpc::Channel& channel,
+                          const transport::MemoryRegistration& arena,
+                          size_t size, int iters, uint64_t& errors) {
+  const auto stream_of = [&](int n) -> double {
+    auto stream = channel.OpenStream(kDrain, rpc::StreamKind::kClientStreaming,
+                                     rpc::CallOptions::WithTimeout(600s));
+    std::promise<Status> written;
+    int left = n;  // Written to from the channel's thread only.
+    std::function<void()> next = [&] {
+      stream->Write(rpc::Payload(Payload(arena, size)),
+                    [&](const Status& status) {
+                      if (!status.ok() || --left == 0) {
+                        return written.set_value(status);
+                      }
+                      next();
+                    });
+    };
+    const auto start = Clock::now();
+    next();
+    Status status = written.get_future().get();
+    stream->WritesDone();
+    std::promise<Status> finished;
+    stream->Finish(
+        [&](const Status& end, rpc::Payload) { finished.set_value(end); });
+    const Status end = finished.get_future().get();
+    const double seconds =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    if (!status.ok() || !end.ok()) {
+      ++errors;
+      return NAN;
+    }
+    return static_cast<double>(size) * n / seconds / 1e9;
+  };
+  stream_of(2);  // Connecting and the pools' growth are not timed.
+  return stream_of(iters);
 }
 
 }  // namespace rdmarpc::bench
