@@ -922,6 +922,17 @@ std::string WireBytes(const transport::OutgoingFrame& frame) {
   return out;
 }
 
+// A frame whose call header is `header` as set, checked by no one: for
+// headers no Channel would send. `payload` is its payload, if any.
+transport::OutgoingFrame RawFrame(const rpc::CallHeader& header,
+                                  std::string_view payload = {}) {
+  transport::OutgoingFrame frame;
+  std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
+  frame.header.Commit(header.Encode(out) - out);
+  if (!payload.empty()) frame.AddPayload(Buffer::CopyOf(payload));
+  return frame;
+}
+
 // After a header large enough to be read straight into its own block, the
 // oversized payload that follows is discarded, not parsed as frames: that
 // call fails, the next one succeeds, and no protocol error is counted. A raw
@@ -1024,12 +1035,8 @@ TEST_CASE("malformed: an attachment larger than the payload") {
       .set_method("Echo")
       .set_payload_size(2)
       .set_attachment_size(3);
-  transport::OutgoingFrame frame;
-  std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
-  frame.header.Commit(header.Encode(out) - out);
-  frame.AddPayload(Buffer::CopyOf(std::string_view("ok")));
   LogCapture log;
-  peer.Write(WireBytes(frame));
+  peer.Write(WireBytes(RawFrame(header, "ok")));
   CHECK(peer.ReadError() == boost::asio::error::eof);
   CHECK(server.stats().protocol_errors == 1);
   CHECK(server.calls_started() == 0);
@@ -1215,12 +1222,8 @@ TEST_CASE("malformed: a WINDOW that opens nothing, a HALF_CLOSE with bytes") {
                          : rpc::CallHeader::kHalfClose)
         .set_call_id(6)
         .set_payload_size(window ? 0 : 1);
-    transport::OutgoingFrame frame;
-    std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
-    frame.header.Commit(header.Encode(out) - out);
-    if (!window) frame.AddPayload(Buffer::CopyOf(std::string_view("z")));
     LogCapture log;
-    peer.Write(WireBytes(frame));
+    peer.Write(WireBytes(RawFrame(header, window ? "" : "z")));
     CHECK(peer.ReadError() == boost::asio::error::eof);
     CHECK(server.stats().protocol_errors == 1);
     CHECK(server.Logged(
@@ -1276,11 +1279,8 @@ TEST_CASE("metadata: trailers on a request close the connection") {
       .set_service("test.Test")
       .set_method("Echo")
       .set_trailers("\x0a\x00");
-  transport::OutgoingFrame frame;
-  std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
-  frame.header.Commit(header.Encode(out) - out);
   LogCapture log;
-  peer.Write(WireBytes(frame));
+  peer.Write(WireBytes(RawFrame(header)));
   CHECK(peer.ReadError() == boost::asio::error::eof);
   CHECK(server.stats().protocol_errors == 1);
   CHECK(server.Logged(log, "trailers on a frame other than a RESPONSE",

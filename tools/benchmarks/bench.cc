@@ -345,8 +345,7 @@ int Run(int argc, char** argv) {
       const auto raw_gbps = [&](int n) {
         return rdma ? RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
                                n, "outstanding: ")
-               : stream ? RawTcpStream(size, n)
-                        : RawTcpBandwidth(size, n);
+                    : RawTcpBandwidth(size, n, /*ack_each=*/!stream);
       };
       constexpr int kRounds = 4;
       double rpc_seconds = 0, raw_seconds = 0;

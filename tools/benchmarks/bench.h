@@ -126,13 +126,11 @@ std::vector<double> RawTcpPingPong(RawTcpLoop loop, size_t size, int warmup,
 // The same ping-pong on Asio alone, as rdmarpc's transport uses it: the floor
 // for an event-driven stack on Asio.
 std::vector<double> AsioTcpPingPong(size_t size, int warmup, int iters);
-// `iters` messages of `size` bytes one way, each acknowledged (one
-// outstanding, as a unary call): GB/s.
-double RawTcpBandwidth(size_t size, int iters);
-// `iters` messages of `size` bytes one way, back to back, one
-// acknowledgement at the end: the raw socket stream a streaming call is
-// measured against. GB/s.
-double RawTcpStream(size_t size, int iters);
+// `iters` messages of `size` bytes one way: GB/s. With `ack_each`, each
+// is acknowledged before the next (one outstanding, as a unary call);
+// without, they go back to back with one acknowledgement at the end (the
+// raw socket stream a streaming call is measured against).
+double RawTcpBandwidth(size_t size, int iters, bool ack_each);
 
 // ---- Raw verbs baselines (raw_verbs.cc).
 

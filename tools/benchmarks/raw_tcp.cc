@@ -312,51 +312,30 @@ std::vector<double> RawTcpPingPong(RawTcpLoop loop, size_t size, int warmup,
 }
 
 // `size` bytes one way then a 1-byte answer, `iters` times: GB/s.
-double RawTcpBandwidth(size_t size, int iters) {
+double RawTcpBandwidth(size_t size, int iters, bool ack_each) {
   TcpPair pair;
   std::vector<std::byte> out(std::max<size_t>(size, 1));
   // Touched before the clock starts, as the RPC side's reused blocks are.
   std::vector<std::byte> buffer(out.size());
   PinTo(0);
+  const std::byte kAck{1};
   std::thread sink([&] {
     PinTo(1);
-    const std::byte ack{1};
     for (int i = 0; i < iters; ++i) {
       if (!ReadAll(pair.server, buffer.data(), size) ||
-          !WriteAll(pair.server, &ack, 1)) {
+          (ack_each && !WriteAll(pair.server, &kAck, 1))) {
         return;
       }
     }
+    if (!ack_each) WriteAll(pair.server, &kAck, 1);  // All of it was read.
   });
   std::byte ack;
   const auto start = Clock::now();
   for (int i = 0; i < iters; ++i) {
     WriteAll(pair.client, out.data(), size);
-    ReadAll(pair.client, &ack, 1);
+    if (ack_each) ReadAll(pair.client, &ack, 1);
   }
-  const double seconds =
-      std::chrono::duration<double>(Clock::now() - start).count();
-  sink.join();
-  return static_cast<double>(size) * iters / seconds / 1e9;
-}
-
-double RawTcpStream(size_t size, int iters) {
-  TcpPair pair;
-  std::vector<std::byte> out(std::max<size_t>(size, 1));
-  std::vector<std::byte> buffer(out.size());
-  PinTo(0);
-  std::thread sink([&] {
-    PinTo(1);
-    for (int i = 0; i < iters; ++i) {
-      if (!ReadAll(pair.server, buffer.data(), size)) return;
-    }
-    const std::byte ack{1};
-    WriteAll(pair.server, &ack, 1);  // Everything has been read.
-  });
-  std::byte ack;
-  const auto start = Clock::now();
-  for (int i = 0; i < iters; ++i) WriteAll(pair.client, out.data(), size);
-  ReadAll(pair.client, &ack, 1);
+  if (!ack_each) ReadAll(pair.client, &ack, 1);
   const double seconds =
       std::chrono::duration<double>(Clock::now() - start).count();
   sink.join();
