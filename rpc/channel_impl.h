@@ -1,7 +1,8 @@
 // Channel::Impl: a Channel's state (its connection, calls and streams,
 // behind one lock) and what runs on its event loop. Internal to the rpc
-// layer: rpc/channel.cc implements the call path and the connection's life,
-// rpc/client_stream.cc the streams it routes frames to.
+// layer: rpc/channel_impl.cc implements the call path and the connection's
+// life, rpc/client_stream.cc the streams it routes frames to, and
+// rpc/channel.cc the public Channel over it.
 #ifndef RDMARPC_RPC_CHANNEL_IMPL_H_
 #define RDMARPC_RPC_CHANNEL_IMPL_H_
 
