@@ -553,7 +553,9 @@ TEST_CASE("typed stream: client-streaming and bidi in a coroutine") {
 
         auto both = f.stub.OpenDouble(rpc::CallOptions::WithTimeout(30s));
         for (int64_t i = 0; i < 5; ++i) {
-          co_await both->async_Write(MakeNumber(i), asio::use_awaitable);
+          const Status sent =
+              co_await both->async_Write(MakeNumber(i), asio::use_awaitable);
+          if (!sent.ok()) co_return;
           auto [read, number] = co_await both->async_Read(asio::use_awaitable);
           if (number) doubled.push_back(number->value());
         }
