@@ -16,9 +16,10 @@ bazel_cmd() {
 
 # The clang builds (--config=fuzz: libFuzzer, ASan, UBSan; tools/fuzz and
 # tools/test's ASan suites) get an output base of their own: CC=clang
-# reconfigures the C++ toolchain, which must not invalidate the gcc builds. Its builds leave no bazel-* links in
-# the tree (--symlink_prefix=/): links into another output base would be
-# walked by the next `bazel test //...` as packages, and fail it.
+# reconfigures the C++ toolchain, which must not invalidate the gcc builds.
+# Its builds leave no bazel-* links in the tree (--symlink_prefix=/): links
+# into another output base would be walked by the next `bazel test //...` as
+# packages, and fail it.
 FUZZ_OUTPUT_BASE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/rdmarpc/bazel-fuzz-$(echo "$ROOT" | md5sum | cut -c1-8)
 bazel_fuzz() {
   local command=$1
