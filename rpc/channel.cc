@@ -93,33 +93,15 @@ Channel::~Channel() {
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,
                               Payload request, const CallOptions& options,
                               ResponseCallback done) {
-  if (impl_->intercepted()) [[unlikely]] {
-    CallOptions intercepted = options;
-    if (!impl_->Intercept(service, method, StreamKind::kUnary, intercepted,
-                          done)) {
-      return 0;
-    }
-    return impl_->StartCall(service, method, 0, std::move(request), intercepted,
-                            std::move(done));
-  }
-  return impl_->StartCall(service, method, 0, std::move(request), options,
-                          std::move(done));
+  return impl_->Start(service, method, 0, std::move(request), options,
+                      std::move(done));
 }
 
 Channel::CallId Channel::Call(const MethodRef& method, Payload request,
                               const CallOptions& options,
                               ResponseCallback done) {
-  if (impl_->intercepted()) [[unlikely]] {
-    CallOptions intercepted = options;
-    if (!impl_->Intercept(method.service(), method.method(), StreamKind::kUnary,
-                          intercepted, done)) {
-      return 0;
-    }
-    return impl_->StartCall({}, {}, method.id(), std::move(request),
-                            intercepted, std::move(done));
-  }
-  return impl_->StartCall({}, {}, method.id(), std::move(request), options,
-                          std::move(done));
+  return impl_->Start(method.service(), method.method(), method.id(),
+                      std::move(request), options, std::move(done));
 }
 
 void Channel::Cancel(CallId id) { impl_->Cancel(id); }
@@ -130,31 +112,22 @@ std::unique_ptr<ClientStream> Channel::OpenStream(const MethodRef& method,
                                                   Payload request) {
   auto state = std::make_shared<ClientStream::State>(impl_, kind);
   // A stream always keeps its response metadata (ClientStream reads it).
-  const CallOptions* call_options = &options;
-  CallOptions copy;
-  if (options.response_metadata) {
-    state->response_metadata = options.response_metadata;
-  } else {
-    copy = options;
-    copy.response_metadata = state->response_metadata =
-        std::make_shared<ResponseMetadata>();
-    call_options = &copy;
+  CallOptions stream_options = options;
+  if (!stream_options.response_metadata) {
+    stream_options.response_metadata = std::make_shared<ResponseMetadata>();
   }
+  state->response_metadata = stream_options.response_metadata;
   ResponseCallback done = [state](const Status& status, Payload response) {
     state->OnEnd(status, std::move(response));
   };
-  if (impl_->intercepted()) [[unlikely]] {
-    if (call_options != &copy) copy = options;
-    call_options = &copy;
-    if (!impl_->Intercept(method.service(), method.method(), kind, copy,
-                          done)) {
-      return std::make_unique<ClientStream>(std::move(state));
-    }
-  }
-  impl_->StartCall({}, {}, method.id(), std::move(request), *call_options,
-                   std::move(done), kind, state);
+  // A stream refused before it started (by an interceptor, or a passed
+  // deadline) has ended: its reads and Finish report why.
+  impl_->Start(method.service(), method.method(), method.id(),
+               std::move(request), stream_options, std::move(done), kind,
+               state);
   return std::make_unique<ClientStream>(std::move(state));
 }
+
 boost::asio::any_io_executor Channel::executor() const {
   return loop_->context().get_executor();
 }

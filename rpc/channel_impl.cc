@@ -26,6 +26,21 @@ using transport::ReceivedFrame;
 
 // ----------------------------------------------------------- Channel::Impl --
 
+Channel::CallId Channel::Impl::Start(
+    std::string_view service, std::string_view method, uint64_t method_id,
+    Payload request, const CallOptions& options, ResponseCallback done,
+    StreamKind kind, std::shared_ptr<ClientStream::State> stream) {
+  std::optional<CallOptions> intercepted;  // Empty: nothing to construct.
+  if (interceptors_) [[unlikely]] {
+    intercepted.emplace(options);
+    if (!Intercept(service, method, kind, *intercepted, done)) return 0;
+  }
+  if (method_id != 0) service = method = {};
+  return StartCall(service, method, method_id, std::move(request),
+                   intercepted ? *intercepted : options, std::move(done), kind,
+                   std::move(stream));
+}
+
 Channel::CallId Channel::Impl::StartCall(
     std::string_view service, std::string_view method, uint64_t method_id,
     Payload request, const CallOptions& call_options, ResponseCallback done,

@@ -43,22 +43,16 @@ class Channel::Impl final : public transport::ConnectionObserver,
                 : std::make_shared<const Interceptors>(options_.interceptors)),
         backoff_(options_.initial_backoff) {}
 
-  // Whether the channel has interceptors (ChannelOptions::interceptors).
-  bool intercepted() const { return interceptors_ != nullptr; }
-  // Runs their OnCall on `options` (a copy the call then uses) and wraps
-  // `done` so that their OnEnd runs before it. False when one refused the
-  // call: `done` has been completed with its error.
-  bool Intercept(std::string_view service, std::string_view method,
-                 StreamKind kind, CallOptions& options, ResponseCallback& done);
-
-  // Names the method by `method_id` if it is not 0 (the names are then
-  // empty), else by the names.
-  // A streaming call passes its kind and state; `done` ends it.
-  CallId StartCall(std::string_view service, std::string_view method,
-                   uint64_t method_id, Payload request,
-                   const CallOptions& call_options, ResponseCallback done,
-                   StreamKind kind = StreamKind::kUnary,
-                   std::shared_ptr<ClientStream::State> stream = nullptr);
+  // Starts a call of `service`.`method`, sent by `method_id` when that is
+  // not 0 (a MethodRef: the names then only tell the interceptors), else by
+  // the names. The channel's interceptors (ChannelOptions::interceptors), if
+  // any, run first on a copy of `options`; one that refuses the call
+  // completes `done` with its error, and 0 is returned. A streaming call
+  // passes its kind and state; `done` ends it.
+  CallId Start(std::string_view service, std::string_view method,
+               uint64_t method_id, Payload request, const CallOptions& options,
+               ResponseCallback done, StreamKind kind = StreamKind::kUnary,
+               std::shared_ptr<ClientStream::State> stream = nullptr);
   void Cancel(CallId id);
   // Fails every call with `why` and drops the connection.
   void Shutdown(std::vector<CallTable::Entry>* orphans);
@@ -109,6 +103,18 @@ class Channel::Impl final : public transport::ConnectionObserver,
       InvokeCallback(done, status, std::move(response));
     });
   }
+  // Start's work once interceptors have run: `service` and `method` are
+  // empty when `method_id` is not 0.
+  CallId StartCall(std::string_view service, std::string_view method,
+                   uint64_t method_id, Payload request,
+                   const CallOptions& call_options, ResponseCallback done,
+                   StreamKind kind,
+                   std::shared_ptr<ClientStream::State> stream);
+  // Runs the interceptors' OnCall on `options` (the call's copy) and wraps
+  // `done` so that their OnEnd runs before it. False when one refused the
+  // call: `done` has been completed with its error.
+  bool Intercept(std::string_view service, std::string_view method,
+                 StreamKind kind, CallOptions& options, ResponseCallback& done);
   void StartConnect();
   void OnConnected(StatusOr<std::shared_ptr<transport::Connection>> result);
   void ArmTimer();
