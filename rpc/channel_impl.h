@@ -103,13 +103,6 @@ class Channel::Impl final : public transport::ConnectionObserver,
       InvokeCallback(done, status, std::move(response));
     });
   }
-  // Start's work once interceptors have run: `service` and `method` are
-  // empty when `method_id` is not 0.
-  CallId StartCall(std::string_view service, std::string_view method,
-                   uint64_t method_id, Payload request,
-                   const CallOptions& call_options, ResponseCallback done,
-                   StreamKind kind,
-                   std::shared_ptr<ClientStream::State> stream);
   // Runs the interceptors' OnCall on `options` (the call's copy) and wraps
   // `done` so that their OnEnd runs before it. False when one refused the
   // call: `done` has been completed with its error.
@@ -136,7 +129,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // Shared with the calls' wrapped callbacks; null without interceptors.
   const std::shared_ptr<const Interceptors> interceptors_;
 
-  // Taken twice per call (StartCall, OnFrame), briefly: a FutexMutex costs
+  // Taken twice per call (Start, OnFrame), briefly: a FutexMutex costs
   // about 50 instructions less per pair than std::mutex.
   mutable FutexMutex mu_;
   ChannelState state_ = ChannelState::kIdle;
