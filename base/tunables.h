@@ -227,6 +227,16 @@ inline constexpr uint64_t kRdmaGrantPoolMaxBytes = 64ull << 20;
 // that the payload is dropped for the memory limit).
 inline constexpr uint32_t kRdmaSegmentSize = 1u << 20;
 inline constexpr uint32_t kRdmaMinSegment = 32u << 10;
+// Standing grants (transport/rdma/protocol.h): once two large frames of one
+// size class in a row from a peer have landed, its receiver grants the
+// peer's next one before it is asked, up to kRdmaStandingGrants per
+// connection, each a grant-pool block of that size class. A peer idle for
+// a keepalive interval gives back those it holds.
+inline constexpr uint32_t kRdmaStandingGrants = 2;
+static_assert(kRdmaStandingGrants >= 1 &&
+                  kRdmaStandingGrants <= kRdmaMaxOpenGrants,
+              "a standing grant is for a transfer the peer may have under "
+              "way, so no more of them than transfers");
 
 static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
               "credits travel in a u16; one is held back for CREDIT");

@@ -269,35 +269,65 @@ class HostilePeer {
     return SendControl(rts);
   }
 
-  // The next frame the server SENDs (CREDIT messages are taken in passing).
+  // The next frame the server SENDs (CREDIT messages, and standing grants,
+  // are taken in passing).
   Received WaitForFrame() {
     for (;;) {
       const bool got = PollUntil([this] { return !messages_.empty(); });
       INFO("peer state: " << Describe());
       REQUIRE(got);
-      Bytes message = std::move(messages_.front());
-      messages_.pop_front();
-      REQUIRE(message.size() >= tunables::kFramePrefixSize);
-      const auto decoded = transport::DecodeFramePrefix(
-          std::span(message).first(tunables::kFramePrefixSize),
-          tunables::kDefaultMaxPayloadSize);
-      INFO(decoded.error.ToString());
-      REQUIRE(decoded.verdict == transport::PrefixVerdict::kAccept);
-      const transport::FramePrefix& prefix = decoded.prefix;
-      REQUIRE(tunables::kFramePrefixSize + prefix.header_size +
-                  prefix.payload_size ==
-              message.size());
-      credits_ += prefix.credits;
-      const auto header = message.begin() + tunables::kFramePrefixSize;
-      Received frame{prefix, Bytes(header, header + prefix.header_size),
-                     Bytes(header + prefix.header_size, message.end())};
-      if (prefix.type == FrameType::kControl) {
-        const auto control = transport::rdma::DecodeControl(frame.header);
-        REQUIRE(control.has_value());
-        if (control->kind == ControlKind::kCredit) continue;
-      }
-      return frame;
+      if (std::optional<Received> frame = TakeMessage()) return *frame;
     }
+  }
+
+  // Standing grants the server offered and this peer has not used, oldest
+  // first.
+  std::deque<ControlMessage>& standing_grants() { return standing_grants_; }
+
+  // The oldest standing grant the server offered and this peer has not
+  // used, waiting for one (no other frame may come meanwhile).
+  ControlMessage WaitForStandingGrant() {
+    while (standing_grants_.empty()) {
+      const bool got = PollUntil([this] { return !messages_.empty(); });
+      INFO("peer state: " << Describe());
+      REQUIRE(got);
+      const std::optional<Received> frame = TakeMessage();
+      INFO("a frame of type " << (frame ? int(frame->prefix.type) : -1));
+      REQUIRE(!frame);
+    }
+    return standing_grants_.front();
+  }
+
+  // The oldest message received: nullopt if taken in passing (a CREDIT, a
+  // standing grant).
+  std::optional<Received> TakeMessage() {
+    Bytes message = std::move(messages_.front());
+    messages_.pop_front();
+    REQUIRE(message.size() >= tunables::kFramePrefixSize);
+    const auto decoded = transport::DecodeFramePrefix(
+        std::span(message).first(tunables::kFramePrefixSize),
+        tunables::kDefaultMaxPayloadSize);
+    INFO(decoded.error.ToString());
+    REQUIRE(decoded.verdict == transport::PrefixVerdict::kAccept);
+    const transport::FramePrefix& prefix = decoded.prefix;
+    REQUIRE(tunables::kFramePrefixSize + prefix.header_size +
+                prefix.payload_size ==
+            message.size());
+    credits_ += prefix.credits;
+    const auto header = message.begin() + tunables::kFramePrefixSize;
+    Received frame{prefix, Bytes(header, header + prefix.header_size),
+                   Bytes(header + prefix.header_size, message.end())};
+    if (prefix.type == FrameType::kControl) {
+      const auto control = transport::rdma::DecodeControl(frame.header);
+      REQUIRE(control.has_value());
+      if (control->kind == ControlKind::kCredit) return std::nullopt;
+      if (control->kind == ControlKind::kGrant &&
+          (control->flags & transport::rdma::kGrantStanding)) {
+        standing_grants_.push_back(*control);  // Offered after a landing.
+        return std::nullopt;
+      }
+    }
+    return frame;
   }
 
   ControlMessage WaitForGrant() {
@@ -540,6 +570,7 @@ class HostilePeer {
   std::deque<rdma_cm_event_type> cm_events_;
   std::vector<std::string> cm_log_;
   std::deque<Bytes> messages_;
+  std::deque<ControlMessage> standing_grants_;
   std::map<uint64_t, ibv_wc_status> completions_;
   uint64_t next_wr_id_ = 0;
   uint32_t receive_errors_ = 0;
@@ -788,7 +819,9 @@ TEST_CASE("hostile: RDMA WRITE to a grant already used") {
   CHECK(header->status_code() == 0);
   CHECK(std::string(reinterpret_cast<const char*>(response.payload.data()),
                     response.payload.size()) == request);
-  REQUIRE(fixture.server.stats().live_calls == 0);
+  // (The server counts the call done just after it sent the response.)
+  REQUIRE(
+      WaitFor([&] { return fixture.server.stats().live_calls == 0; }, kWait));
   // The grant was closed (window invalidated, or region deregistered) when
   // the data landed.
   CHECK(peer.Write(grant.addr, grant.rkey, Pattern(64, 4)) ==
@@ -832,6 +865,169 @@ TEST_CASE("hostile: a grant's key opens nothing on another connection") {
   CHECK(std::string(reinterpret_cast<const char*>(response.payload.data()),
                     response.payload.size()) == request);
   fixture.ExpectEcho("after the attack");
+}
+
+// One legitimate rendezvous of an Echo request (call `call_id`) as
+// transfer `transfer`: RTS, GRANT, the frame written into it, the response
+// checked. With `standing`, into that standing grant instead, with no RTS
+// answered first. After two of these the server offers standing grants
+// (protocol.h).
+void EchoByRendezvous(HostilePeer& peer, uint64_t call_id, uint32_t transfer,
+                      const ControlMessage* standing = nullptr) {
+  const std::string request(1000, 'q');
+  const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
+      call_id, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request));
+  const Bytes block = FrameBytes(frame);
+  ControlMessage rts;
+  rts.kind = ControlKind::kRts;
+  rts.transfer = transfer;
+  rts.header_size = static_cast<uint32_t>(frame.header.size());
+  rts.payload_size = static_cast<uint32_t>(frame.payload_size());
+  ControlMessage grant;
+  if (standing != nullptr) {
+    rts.flags = transport::rdma::kRtsStanding;
+    rts.rkey = standing->rkey;
+    grant = *standing;
+  }
+  REQUIRE(peer.SendControl(rts) == kSuccess);
+  if (standing == nullptr) {
+    grant = peer.WaitForGrant();
+    REQUIRE(grant.transfer == transfer);
+    REQUIRE(grant.length == block.size());
+  }
+  REQUIRE(peer.WriteWithImm(grant.addr, grant.rkey, block, transfer) ==
+          kSuccess);
+  const Received response = peer.WaitForFrame();
+  REQUIRE(response.prefix.type == FrameType::kRpc);
+  const auto header = rpc::CallHeader::Decode(response.header);
+  REQUIRE(header.has_value());
+  CHECK(header->call_id() == call_id);
+  CHECK(header->status_code() == 0);
+  CHECK(std::string(reinterpret_cast<const char*>(response.payload.data()),
+                    response.payload.size()) == request);
+}
+
+// The wire protocol of standing grants, spoken by raw verbs: after two
+// frames alike landed, the server grants the next one unasked; a frame written
+// into it behind a standing RTS is served like any other, and the next standing
+// grant follows. Given back, a grant's key opens nothing.
+TEST_CASE("hostile: standing grants, used and given back") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  EchoByRendezvous(peer, 1, 1);
+  EchoByRendezvous(peer, 2, 2);  // Two alike in a row.
+  const ControlMessage first = peer.WaitForStandingGrant();
+  CHECK(first.transfer == 0);  // The server's first standing grant.
+  CHECK(first.dropped == 0);
+  // The landed frame's size class: the smallest pool block.
+  CHECK(first.length == tunables::kRdmaGrantPoolMinBlock);
+  peer.standing_grants().pop_front();
+  EchoByRendezvous(peer, 3, 3, &first);
+  const ControlMessage second = peer.WaitForStandingGrant();
+  CHECK(second.transfer == 1);
+  CHECK(second.rkey != first.rkey);
+  // The first one's window was invalidated when its frame landed.
+  LogCapture log;
+  CHECK(peer.Write(first.addr, first.rkey, Pattern(64, 7)) ==
+        WcName(IBV_WC_REM_ACCESS_ERR));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+}
+
+TEST_CASE("hostile: a standing grant given back, then written into") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  EchoByRendezvous(peer, 1, 1);
+  EchoByRendezvous(peer, 2, 2);  // Two alike in a row.
+  const ControlMessage grant = peer.WaitForStandingGrant();
+  ControlMessage release;
+  release.kind = ControlKind::kRelease;
+  release.transfer = grant.transfer;
+  release.length = 1;
+  REQUIRE(peer.SendControl(release) == kSuccess);
+  peer.standing_grants().pop_front();
+  // Still served, this connection too (a RELEASE is no error), and the
+  // grant after it is still this peer's.
+  fixture.ExpectEcho("after the release");
+  EchoByRendezvous(peer, 3, 3);
+  REQUIRE(peer.WaitForStandingGrant().transfer == 1);
+  // The key given back opens nothing: its window was invalidated.
+  LogCapture log;
+  CHECK(peer.Write(grant.addr, grant.rkey, Pattern(64, 8)) ==
+        WcName(IBV_WC_REM_ACCESS_ERR));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+}
+
+TEST_CASE("hostile: a transfer into a standing grant never offered") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  ControlMessage rts;
+  rts.kind = ControlKind::kRts;
+  rts.flags = transport::rdma::kRtsStanding;
+  rts.transfer = 1;
+  rts.header_size = kRtsHeader;
+  rts.payload_size = kRtsPayload;
+  rts.rkey = 0x1234;
+  const std::string sent = peer.SendControl(rts);
+  INFO("the SEND: " << sent);
+  CHECK((sent == kSuccess || sent == kClosedFirst));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
+                               "into a standing grant not held");
+}
+
+TEST_CASE("hostile: a frame larger than its standing grant") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  EchoByRendezvous(peer, 1, 1);
+  EchoByRendezvous(peer, 2, 2);  // Two alike in a row.
+  const ControlMessage grant = peer.WaitForStandingGrant();
+  LogCapture log;
+  ControlMessage rts;
+  rts.kind = ControlKind::kRts;
+  rts.flags = transport::rdma::kRtsStanding;
+  rts.transfer = 3;
+  rts.header_size = kRtsHeader;
+  rts.payload_size = grant.length;  // With the header, one block too many.
+  rts.rkey = grant.rkey;
+  const std::string sent = peer.SendControl(rts);
+  INFO("the SEND: " << sent);
+  CHECK((sent == kSuccess || sent == kClosedFirst));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
+                               "into a standing grant of");
+}
+
+TEST_CASE("hostile: a release of standing grants it does not hold") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  EchoByRendezvous(peer, 1, 1);
+  EchoByRendezvous(peer, 2, 2);  // Two alike in a row.
+  REQUIRE(peer.WaitForStandingGrant().transfer == 0);
+  // The server offers as many as a peer may hold, and no more.
+  const auto offered = [&] {
+    uint64_t count = 0;
+    fixture.server.ForEachConnection(
+        [&](const transport::Connection& connection) {
+          count += connection.stats().standing_grants;
+        });
+    return count;
+  };
+  REQUIRE(WaitFor([&] { return offered() == tunables::kRdmaStandingGrants; }));
+  LogCapture log;
+  ControlMessage release;
+  release.kind = ControlKind::kRelease;
+  release.transfer = 0;
+  release.length = tunables::kRdmaStandingGrants + 1;
+  const std::string sent = peer.SendControl(release);
+  INFO("the SEND: " << sent);
+  CHECK((sent == kSuccess || sent == kClosedFirst));
+  fixture.ExpectClosedByServer(
+      peer, log, /*protocol_error=*/true,
+      "release of 3 standing grants from 0 while 2 are out");
 }
 
 TEST_CASE("hostile: RDMA READ of a granted range") {

@@ -1,5 +1,6 @@
 // The receiver's grant planning and the sender's grant checks for frames
-// that go in segments (transport/rdma/protocol.h).
+// that go in segments, and the checks of standing grants on both sides
+// (transport/rdma/protocol.h).
 #include "transport/rdma/peer_checks.h"
 
 #include <catch2/catch_test_macros.hpp>
@@ -105,9 +106,94 @@ TEST_CASE("grant check: segments cover the frame, one after another") {
   CHECK_FALSE(CheckGrant(Grant((3 << 20) + 10, false), pending).ok());
   // Flags this version does not know.
   ControlMessage unknown = Grant(1 << 20, true);
-  unknown.flags |= 2;
+  unknown.flags |= 4;
   pending.covered = 0;
   CHECK_FALSE(CheckGrant(unknown, pending).ok());
+  // A standing grant is not an answer to an RTS.
+  ControlMessage standing = Grant((3 << 20) + 10, false);
+  standing.flags = kGrantStanding;
+  CHECK_FALSE(CheckGrant(standing, pending).ok());
+}
+
+TEST_CASE("grant plan: an RTS with flags is not planned as a plain one") {
+  ControlMessage rts = Rts(10, 1 << 20);
+  rts.flags = kRtsStanding;
+  CHECK_FALSE(PlanGrant(rts, 0, 2, kMaxPayload, 4 << 20).ok());
+}
+
+ControlMessage Standing(uint32_t number, uint32_t length) {
+  ControlMessage grant;
+  grant.kind = ControlKind::kGrant;
+  grant.flags = kGrantStanding;
+  grant.transfer = number;
+  grant.rkey = 99;
+  grant.length = length;
+  return grant;
+}
+
+TEST_CASE("standing grant check: numbered in turn, a pool block, a few held") {
+  CHECK(CheckStandingGrant(Standing(0, 2 << 20), 0, 0).ok());
+  CHECK(CheckStandingGrant(Standing(5, 32 << 10), 5, 1).ok());
+  // Out of turn.
+  CHECK_FALSE(CheckStandingGrant(Standing(1, 2 << 20), 0, 0).ok());
+  // Empty, or larger than any pool block.
+  CHECK_FALSE(CheckStandingGrant(Standing(0, 0), 0, 0).ok());
+  CHECK_FALSE(CheckStandingGrant(
+                  Standing(0, tunables::kRdmaGrantPoolMaxBlock + 1), 0, 0)
+                  .ok());
+  // Dropping, or with other flags.
+  ControlMessage odd = Standing(0, 2 << 20);
+  odd.dropped = 1;
+  CHECK_FALSE(CheckStandingGrant(odd, 0, 0).ok());
+  odd = Standing(0, 2 << 20);
+  odd.flags |= kGrantSegment;
+  CHECK_FALSE(CheckStandingGrant(odd, 0, 0).ok());
+  // One more than a sender holds.
+  CHECK_FALSE(
+      CheckStandingGrant(Standing(2, 2 << 20), 2, tunables::kRdmaStandingGrants)
+          .ok());
+}
+
+TEST_CASE("standing RTS check: the oldest grant, by key, and the frame fits") {
+  ControlMessage rts = Rts(10, 1 << 20);
+  rts.flags = kRtsStanding;
+  rts.rkey = 99;
+  const StandingGrant grant{3, 99, 2 << 20};
+  CHECK(CheckStandingRts(rts, 0, 2, grant).ok());
+  CHECK(CheckStandingRts(rts, 1, 2, grant).ok());
+  // Beyond the transfers the receiver lets a peer have under way.
+  CHECK_FALSE(CheckStandingRts(rts, 2, 2, grant).ok());
+  // No standing grant, another key, a frame one byte too large.
+  CHECK_FALSE(CheckStandingRts(rts, 0, 2, std::nullopt).ok());
+  CHECK_FALSE(CheckStandingRts(rts, 0, 2, StandingGrant{3, 98, 2 << 20}).ok());
+  // Without kRtsStanding.
+  CHECK_FALSE(CheckStandingRts(Rts(10, 1 << 20), 0, 2, grant).ok());
+  ControlMessage full = Rts(10, (2 << 20) - 10);
+  full.flags = kRtsStanding;
+  full.rkey = 99;
+  CHECK(CheckStandingRts(full, 0, 2, grant).ok());
+  full.payload_size += 1;
+  CHECK_FALSE(CheckStandingRts(full, 0, 2, grant).ok());
+  // A header over the call header limit.
+  ControlMessage header = rts;
+  header.header_size = tunables::kMaxCallHeaderSize + 1;
+  CHECK_FALSE(CheckStandingRts(header, 0, 2, grant).ok());
+}
+
+TEST_CASE("release check: the oldest, at least one, no more than are out") {
+  ControlMessage release;
+  release.kind = ControlKind::kRelease;
+  release.transfer = 3;
+  release.length = 2;
+  const StandingGrant oldest{3, 99, 2 << 20};
+  CHECK(CheckRelease(release, oldest, 2).ok());
+  CHECK_FALSE(CheckRelease(release, oldest, 1).ok());
+  CHECK_FALSE(CheckRelease(release, std::nullopt, 0).ok());
+  release.length = 0;
+  CHECK_FALSE(CheckRelease(release, oldest, 2).ok());
+  release.length = 1;
+  release.transfer = 4;  // Not the oldest.
+  CHECK_FALSE(CheckRelease(release, oldest, 2).ok());
 }
 
 }  // namespace

@@ -166,6 +166,12 @@ struct ConnectionStats {
   std::atomic<uint64_t> rdma_writes{0};  // WRITE WITH IMMEDIATE transfers.
   // Transfers whose RTS went out while an earlier one was still under way.
   std::atomic<uint64_t> pipelined_transfers{0};
+  // Standing grants (the receiver's grants for transfers not yet asked for):
+  // those this side offered, transfers it wrote into one with no round trip,
+  // and those it gave back unused once idle.
+  std::atomic<uint64_t> standing_grants{0};
+  std::atomic<uint64_t> standing_transfers{0};
+  std::atomic<uint64_t> standing_grants_released{0};
   // Bytes of those transfers written straight from a MemoryRegistration, and
   // bytes copied into registered staging memory first.
   std::atomic<uint64_t> zero_copy_bytes{0};

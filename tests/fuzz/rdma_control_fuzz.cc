@@ -8,7 +8,10 @@
 // most max_open_grants transfers are under way, a payload over the budget
 // waits only behind transfers of this peer, a landing names the oldest open
 // grant and fits it, and a GRANT answers exactly the oldest transfer we
-// asked for.
+// asked for. Standing grants: a transfer into one uses our oldest (by key)
+// and fits it, a RELEASE gives back our oldest ones and no more than are
+// out, and the peer's standing grants to us come in turn, a few at most,
+// each no larger than a pool block.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -68,13 +71,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t granted_bytes = 0;
   std::vector<PendingTransfer> pending;
   size_t granted = 0;  // GRANTs answer them in order.
+  // Standing grants: ours, oldest first, and the peer's that we hold.
+  std::vector<StandingGrant> offered;
+  uint32_t next_offer = 0;
+  size_t held = 0;
+  uint32_t next_held = 0;
   for (int i = 0; i < 2; ++i) {
     pending.push_back(PendingTransfer{in.Take<uint32_t>(), in.Take<uint16_t>(),
                                       in.Take<uint32_t>()});
   }
 
   while (!in.empty()) {
-    switch (in.Take<uint8_t>() % 4) {
+    switch (in.Take<uint8_t>() % 6) {
       case 0: {  // A SEND from the peer.
         const auto message = in.Bytes(in.Take<uint8_t>());
         auto inbound = CheckInbound(message, kMaxPayload);
@@ -94,7 +102,43 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           break;
         }
         const ControlMessage& control = *inbound->control;
-        if (control.kind == ControlKind::kRts) {
+        if (control.kind == ControlKind::kRts && control.flags != 0) {
+          std::optional<StandingGrant> oldest;
+          if (!offered.empty()) oldest = offered.front();
+          const auto ahead = static_cast<uint32_t>(open.size());
+          if (!CheckStandingRts(control, ahead, max_open, oldest).ok()) {
+            return 0;
+          }
+          FUZZ_CHECK(control.flags == kRtsStanding && ahead < max_open);
+          FUZZ_CHECK(oldest && oldest->rkey == control.rkey);
+          const uint64_t total =
+              uint64_t{control.header_size} + control.payload_size;
+          FUZZ_CHECK(total <= oldest->length);
+          FUZZ_CHECK(control.header_size <=
+                     rdmarpc::tunables::kMaxCallHeaderSize);
+          // Open like any grant until it lands.
+          open.push_back(OpenGrant{control.transfer, total});
+          granted_bytes += total;
+          offered.erase(offered.begin());
+        } else if (control.kind == ControlKind::kRelease) {
+          std::optional<StandingGrant> oldest;
+          if (!offered.empty()) oldest = offered.front();
+          if (!CheckRelease(control, oldest, offered.size()).ok()) return 0;
+          FUZZ_CHECK(oldest && oldest->number == control.transfer);
+          FUZZ_CHECK(control.length >= 1 && control.length <= offered.size());
+          offered.erase(offered.begin(), offered.begin() + control.length);
+        } else if (control.kind == ControlKind::kGrant &&
+                   (control.flags & kGrantStanding)) {
+          if (!CheckStandingGrant(control, next_held, held).ok()) return 0;
+          FUZZ_CHECK(control.flags == kGrantStanding && !control.dropped);
+          FUZZ_CHECK(control.transfer == next_held);
+          FUZZ_CHECK(held < rdmarpc::tunables::kRdmaStandingGrants);
+          FUZZ_CHECK(control.length >= 1 &&
+                     control.length <=
+                         rdmarpc::tunables::kRdmaGrantPoolMaxBlock);
+          ++held;
+          ++next_held;
+        } else if (control.kind == ControlKind::kRts) {
           // Grants of headers alone are not held to the budget.
           const auto left = [&] {
             return granted_bytes < budget ? budget - granted_bytes : 0;
@@ -187,6 +231,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 3:  // We posted the WRITEs of the segment granted last.
         if (granted < pending.size()) pending[granted].writing = false;
+        break;
+      case 4:  // A frame landed: we offer a standing grant.
+        if (offered.size() < rdmarpc::tunables::kRdmaStandingGrants) {
+          const auto rkey = in.Take<uint32_t>();
+          offered.push_back(StandingGrant{next_offer++, rkey,
+                                          uint64_t{in.Take<uint16_t>()} + 1});
+        }
+        break;
+      case 5:  // We wrote a frame into the peer's oldest standing grant.
+        if (held > 0) --held;
         break;
     }
   }

@@ -12,15 +12,17 @@ void PrintServerStats(const rpc::Server& server, const Result& r) {
   server.ForEachConnection([&](const transport::Connection& connection) {
     const transport::ConnectionStats& s = connection.stats();
     const std::vector<uint64_t> now = {
-        s.frames_received, s.frames_sent,      s.write_calls,   s.read_calls,
-        s.inline_sends,    s.credit_messages,  s.credit_stalls, s.cq_events,
-        s.cq_polls,        s.rdma_writes,      s.registrations, s.staged_bytes,
-        s.pooled_grants,   s.registered_grants};
+        s.frames_received, s.frames_sent,       s.write_calls,
+        s.read_calls,      s.inline_sends,      s.credit_messages,
+        s.credit_stalls,   s.cq_events,         s.cq_polls,
+        s.rdma_writes,     s.registrations,     s.staged_bytes,
+        s.pooled_grants,   s.registered_grants, s.standing_grants};
     const char* names[] = {
-        "frames_received", "frames_sent",      "write_calls",   "read_calls",
-        "inline_sends",    "credit_msgs",      "credit_stalls", "cq_events",
-        "cq_polls",        "rdma_writes",      "registrations", "staged_bytes",
-        "pooled_grants",   "registered_grants"};
+        "frames_received", "frames_sent",       "write_calls",
+        "read_calls",      "inline_sends",      "credit_msgs",
+        "credit_stalls",   "cq_events",         "cq_polls",
+        "rdma_writes",     "registrations",     "staged_bytes",
+        "pooled_grants",   "registered_grants", "standing_grants"};
     last.resize(now.size());
     const double frames =
         std::max<double>(1, static_cast<double>(now[0] - last[0]));

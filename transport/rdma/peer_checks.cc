@@ -110,6 +110,9 @@ StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
                               uint64_t max_payload_size, uint64_t budget_left,
                               uint64_t whole_limit) {
   if (rts.kind != ControlKind::kRts) return Violation("not an RTS");
+  if (rts.flags != 0) {
+    return Violation("RTS with unknown flags " + std::to_string(rts.flags));
+  }
   if (ahead >= max_open_grants) {
     return Violation("transfer " + std::to_string(rts.transfer) + " while " +
                      std::to_string(ahead) + " are under way (the limit is " +
@@ -177,6 +180,72 @@ Status CheckGrant(const ControlMessage& grant,
   }
   if (pending->writing) {
     return Violation("segment grant before the segment before was written");
+  }
+  return Status();
+}
+
+Status CheckStandingGrant(const ControlMessage& grant, uint32_t expected,
+                          size_t held) {
+  if (grant.kind != ControlKind::kGrant || grant.flags != kGrantStanding) {
+    return Violation("not a standing GRANT");
+  }
+  if (grant.transfer != expected) {
+    return Violation("standing grant " + std::to_string(grant.transfer) +
+                     " where " + std::to_string(expected) + " comes next");
+  }
+  if (grant.dropped != 0 || grant.length == 0 ||
+      grant.length > tunables::kRdmaGrantPoolMaxBlock) {
+    return Violation("standing grant of " + std::to_string(grant.length) +
+                     " bytes" + (grant.dropped != 0 ? ", dropping" : ""));
+  }
+  if (held >= tunables::kRdmaStandingGrants) {
+    return Violation("standing grant while " + std::to_string(held) +
+                     " are held (the limit is " +
+                     std::to_string(tunables::kRdmaStandingGrants) + ")");
+  }
+  return Status();
+}
+
+Status CheckStandingRts(const ControlMessage& rts, uint32_t ahead,
+                        uint32_t max_open_grants,
+                        const std::optional<StandingGrant>& oldest) {
+  if (rts.kind != ControlKind::kRts || rts.flags != kRtsStanding) {
+    return Violation("not a standing RTS");
+  }
+  if (ahead >= max_open_grants) {
+    return Violation("transfer " + std::to_string(rts.transfer) + " while " +
+                     std::to_string(ahead) + " are under way (the limit is " +
+                     std::to_string(max_open_grants) + ")");
+  }
+  if (rts.header_size > tunables::kMaxCallHeaderSize) {
+    return Violation("transfer header of " + std::to_string(rts.header_size) +
+                     " bytes");
+  }
+  if (!oldest || oldest->rkey != rts.rkey) {
+    return Violation("transfer " + std::to_string(rts.transfer) +
+                     " into a standing grant not held (key " +
+                     std::to_string(rts.rkey) + ")");
+  }
+  const uint64_t total = uint64_t{rts.header_size} + rts.payload_size;
+  if (total > oldest->length) {
+    return Violation("transfer of " + std::to_string(total) +
+                     " bytes into a standing grant of " +
+                     std::to_string(oldest->length));
+  }
+  return Status();
+}
+
+Status CheckRelease(const ControlMessage& release,
+                    const std::optional<StandingGrant>& oldest, size_t out) {
+  if (release.kind != ControlKind::kRelease) return Violation("not a RELEASE");
+  if (!oldest || oldest->number != release.transfer || release.length == 0 ||
+      release.length > out) {
+    return Violation("release of " + std::to_string(release.length) +
+                     " standing grants from " +
+                     std::to_string(release.transfer) + " while " +
+                     std::to_string(out) + " are out" +
+                     (oldest ? ", the oldest " + std::to_string(oldest->number)
+                             : std::string()));
   }
   return Status();
 }

@@ -103,6 +103,34 @@ struct PendingTransfer {
 Status CheckGrant(const ControlMessage& grant,
                   const std::optional<PendingTransfer>& pending);
 
+// A GRANT with kGrantStanding (protocol.h): a grant for a transfer of ours
+// not yet asked for. It must be numbered `expected` (the one after the last
+// we took), for at least one byte and at most a grant-pool block, drop
+// nothing, and come while we hold fewer than kRdmaStandingGrants (`held`).
+Status CheckStandingGrant(const ControlMessage& grant, uint32_t expected,
+                          size_t held);
+
+// A standing grant of ours, sent to the peer and not yet used or given back.
+struct StandingGrant {
+  uint32_t number = 0;
+  uint32_t rkey = 0;
+  uint64_t length = 0;
+};
+
+// An RTS with kRtsStanding: the peer writes the frame into our oldest
+// standing grant at once. It must name that grant by its key, the frame must
+// fit it, and `ahead` and `max_open_grants` are as for PlanGrant. A payload
+// over our maximum is no error: it lands, and only its header is delivered.
+Status CheckStandingRts(const ControlMessage& rts, uint32_t ahead,
+                        uint32_t max_open_grants,
+                        const std::optional<StandingGrant>& oldest);
+
+// A RELEASE: the peer gives back `release.length` of our standing grants
+// (at least one, no more than the `out` it holds), the oldest first, which
+// must be numbered `release.transfer`.
+Status CheckRelease(const ControlMessage& release,
+                    const std::optional<StandingGrant>& oldest, size_t out);
+
 // A grant of ours, open for the peer's WRITEs.
 struct OpenGrant {
   uint32_t id = 0;

@@ -30,8 +30,8 @@
 // Frames up to the receive buffer size travel as one SEND (inline when they
 // fit max_inline_data). A larger frame travels by rendezvous:
 //   1. sender -> RTS {transfer, header_size, payload_size}      (control SEND)
-//   2. receiver takes (TransportOptions::rdma_pooled_grants, off by
-//      default for now) a zeroed block of header+payload bytes from its
+//   2. receiver takes (TransportOptions::rdma_pooled_grants, on by
+//      default) a zeroed block of header+payload bytes from its
 //      device's grant pool (grant_pool.h), binds a type 2 memory window on
 //      this connection's QP to exactly that block (remote write only), and
 //      answers GRANT {transfer, addr, rkey, length}: the window's rkey,
@@ -72,6 +72,26 @@
 // of grant memory (max_grant_bytes) while grants of this connection are open
 // answers the RTS once they have landed instead of dropping the payload.
 //
+// Standing grants: the round trip of RTS and GRANT is skipped for a peer
+// that keeps sending large frames alike (a stream of them). Once a second
+// whole frame of the same grant-pool size class in a row has landed from a
+// pooled grant, the receiver may grant the peer's next one before it is
+// asked: a GRANT with kGrantStanding, `transfer` a
+// sequence number of the receiver's standing grants (0, 1, ...), `length`
+// a whole grant-pool block of the landed frame's size class, bound to a
+// window as any pooled grant. The peer holds at most kRdmaStandingGrants.
+// A sender with a frame that fits its oldest standing grant sends the RTS
+// with kRtsStanding and `rkey` that grant's key, and posts the frame's
+// WRITEs right behind it without waiting; RC delivers the RTS first, and
+// the receiver makes the grant that transfer's (checking the key and that
+// the frame fits), then everything goes as in step 4. A frame that fits
+// none asks by RTS as above; the standing grant stays. A sender that finds
+// its connection idle (keepalive) gives back the standing grants it holds
+// with one RELEASE {transfer = the oldest's number, length = how many}; the
+// receiver invalidates their windows and returns the blocks. A standing
+// RTS, or a RELEASE, that names no standing grant of the receiver's, or
+// not the oldest, is a protocol error.
+//
 // Order: control messages may go at any time, but frames (SENDs and WRITE
 // WITH IMMEDIATEs) are posted in the order the sender queued them, so a
 // small frame behind a large one waits until that one's last WRITE is
@@ -95,7 +115,8 @@ inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
 // initial_credits and may be lent up to receive_depth.
 // 4: a GRANT may cover a segment of its frame (kGrantSegment).
 // 5: an idle side gives back credits (kGiveBack).
-inline constexpr uint16_t kConnVersion = 5;
+// 6: standing grants (kGrantStanding, kRtsStanding, kRelease).
+inline constexpr uint16_t kConnVersion = 6;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
@@ -152,21 +173,29 @@ enum class ControlKind : uint8_t {
   kPong = 5,
   // Credits given back unused (`length` of them) by an idle side.
   kGiveBack = 6,
+  // Standing grants given back unused: `length` of them, the oldest first,
+  // numbered `transfer` onwards.
+  kRelease = 7,
 };
 
 // ControlMessage::flags of a GRANT.
-inline constexpr uint16_t kGrantSegment = 1;  // Covers a segment only.
+inline constexpr uint16_t kGrantSegment = 1;   // Covers a segment only.
+inline constexpr uint16_t kGrantStanding = 2;  // For a transfer not yet asked.
+// ControlMessage::flags of an RTS: the frame is written into the sender's
+// oldest standing grant, whose key is in `rkey`.
+inline constexpr uint16_t kRtsStanding = 1;
 
 struct ControlMessage {
   ControlKind kind = ControlKind::kCredit;
   uint8_t dropped = 0;  // GRANT: the payload exceeded the maximum.
-  uint16_t flags = 0;   // GRANT: kGrantSegment.
+  uint16_t flags = 0;   // GRANT: kGrantSegment, kGrantStanding. RTS.
   uint32_t transfer = 0;
   uint32_t header_size = 0;   // RTS.
   uint32_t payload_size = 0;  // RTS.
   uint64_t addr = 0;          // GRANT.
-  uint32_t rkey = 0;          // GRANT.
+  uint32_t rkey = 0;          // GRANT; RTS with kRtsStanding.
   // GRANT: bytes the sender may write. GIVE_BACK: credits given back.
+  // RELEASE: standing grants given back.
   uint32_t length = 0;
 };
 static_assert(sizeof(ControlMessage) == 32);
@@ -177,7 +206,7 @@ inline std::optional<ControlMessage> DecodeControl(
   ControlMessage message;
   std::memcpy(&message, bytes.data(), sizeof(message));
   if (message.kind < ControlKind::kCredit ||
-      message.kind > ControlKind::kGiveBack) {
+      message.kind > ControlKind::kRelease) {
     return std::nullopt;
   }
   return message;

@@ -95,6 +95,8 @@ void RdmaConnection::ReleaseDevice() {
   outgoing_.clear();
   incoming_.clear();
   invalidating_.clear();
+  standing_.clear();
+  standing_grants_.clear();
   held_.clear();
   // The group and the event channel are the loop's: they are told on the
   // loop (the last holder of a connection may let go on any thread).

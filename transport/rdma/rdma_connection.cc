@@ -395,11 +395,22 @@ void RdmaConnection::ArmKeepalive() {
 }
 
 void RdmaConnection::GiveBackIdleCredits() {
-  const uint32_t keep = peer_params_.initial_credits;
-  if (credits_ <= keep || !outgoing_.empty() ||
+  if (!outgoing_.empty() ||
       queued_frames_.load(std::memory_order_relaxed) > 0) {
     return;
   }
+  if (!standing_grants_.empty()) {
+    // The peer's blocks held for frames that did not come.
+    ControlMessage release;
+    release.kind = ControlKind::kRelease;
+    release.transfer = standing_grants_.front().transfer;
+    release.length = static_cast<uint32_t>(standing_grants_.size());
+    standing_grants_.clear();
+    Bump(stats_.standing_grants_released, release.length);
+    control_queue_.push_back(release);
+  }
+  const uint32_t keep = peer_params_.initial_credits;
+  if (credits_ <= keep) return;
   ControlMessage give_back;
   give_back.kind = ControlKind::kGiveBack;
   give_back.length = credits_ - keep;

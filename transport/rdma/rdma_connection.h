@@ -152,6 +152,8 @@ class RdmaConnection final
     uint32_t window_rkey = 0;
     bool window_bound = false;
     bool invalidate_posted = false;
+    // A standing grant given back unused: invalidated, not delivered.
+    bool released = false;
     MemoryRegion region;
     GrantCharge charge;  // For the block's bytes.
     // Granted in segments (protocol.h): `block` holds the open segment, and
@@ -194,6 +196,16 @@ class RdmaConnection final
   void AfterBatch(bool woken);
   void OnControl(const ControlMessage& message);
   void OnRts(const ControlMessage& rts);
+  // Standing grants (protocol.h). Ours for the peer: an RTS that uses the
+  // oldest, a RELEASE that gives some back, and offering another once a
+  // frame of `landed` bytes landed from the pool.
+  void OnStandingRts(const ControlMessage& rts);
+  void OnRelease(const ControlMessage& release);
+  void OfferStandingGrant(uint64_t landed);
+  // The peer's for us: a GRANT with kGrantStanding, and whether the next
+  // transfer, of `bytes` (header and payload), may go into the oldest.
+  void OnStandingGrant(const ControlMessage& grant);
+  bool TakeStandingGrant(OutgoingTransfer& transfer, ControlMessage& rts);
   // PlanGrant for `transfer` with `ahead` of the peer's transfers before
   // it; for a segmented one, its next segment.
   StatusOr<GrantPlan> PlanGrantFor(const IncomingTransfer& transfer,
@@ -284,8 +296,9 @@ class RdmaConnection final
 
   // Keepalive (transport/keepalive.h): the timer's next tick.
   void ArmKeepalive();
-  // Keepalive found the connection idle: queues a GIVE_BACK of the credits
-  // held beyond the peer's initial ones, if nothing waits to be sent.
+  // Keepalive found the connection idle: if nothing waits to be sent,
+  // queues a RELEASE of the standing grants held and a GIVE_BACK of the
+  // credits held beyond the peer's initial ones.
   void GiveBackIdleCredits();
 
   void MaybeFinishClose();
@@ -408,6 +421,17 @@ class RdmaConnection final
   RingQueue<IncomingTransfer> incoming_;
   // Landed in a pool block, oldest first: their windows being invalidated.
   RingQueue<IncomingTransfer> invalidating_;
+  // Our standing grants for the peer's next transfers, oldest first (each
+  // an IncomingTransfer granted ahead of its RTS; rts.transfer holds its
+  // number), and the next one's number.
+  RingQueue<IncomingTransfer> standing_;
+  uint32_t next_standing_offer_ = 0;
+  // The size class (grant-pool block) of the last frame that landed whole.
+  uint64_t last_landed_extent_ = 0;
+  // The peer's standing grants for ours (GRANTs, `transfer` their number),
+  // oldest first, and the number the next must have.
+  RingQueue<ControlMessage> standing_grants_;
+  uint32_t next_standing_grant_ = 0;
   // Memory windows: all this connection allocated, and those not bound.
   std::vector<MemoryWindow> windows_;
   std::vector<ibv_mw*> free_windows_;

@@ -96,6 +96,7 @@ void RdmaConnection::Flush() {
   }
   if (!outgoing_.empty()) PostWrites();  // Large frames only: no call else.
   const size_t small_limit = SmallLimit();
+  bool standing = false;  // A transfer went into a standing grant.
   {
     std::lock_guard lock(mu_);
     while (!queue_.empty()) {
@@ -131,11 +132,18 @@ void RdmaConnection::Flush() {
       rts.transfer = transfer.id;
       rts.header_size = static_cast<uint32_t>(transfer.frame.header.size());
       rts.payload_size = static_cast<uint32_t>(transfer.frame.payload_size());
+      // With a standing grant it fits, its WRITEs follow the RTS at once.
+      const bool granted = TakeStandingGrant(transfer, rts);
       outgoing_.push_back(std::move(transfer));
       PostControl(rts);
+      if (granted) {
+        StartWrites(outgoing_.back());
+        standing = true;
+      }
     }
     queued_frames_.store(queue_.size(), std::memory_order_relaxed);
   }
+  if (standing) PostWrites();
   // Return credits explicitly when no traffic has carried them back and the
   // peer is down to half of what it was lent (or to the one it holds back).
   if (credits_to_return_ > 0 && peer_holds_ * 2 <= lent_ && credits_ >= 1 &&
