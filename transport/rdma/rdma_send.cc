@@ -96,54 +96,63 @@ void RdmaConnection::Flush() {
   }
   if (!outgoing_.empty()) PostWrites();  // Large frames only: no call else.
   const size_t small_limit = SmallLimit();
-  bool standing = false;  // A transfer went into a standing grant.
-  {
-    std::lock_guard lock(mu_);
-    while (!queue_.empty()) {
-      OutgoingFrame& frame = queue_.front();
-      // One credit stays in reserve for CREDIT messages.
-      if (credits_ < 2 || !SendSlotFree()) {
-        Bump(stats_.credit_stalls);
-        break;
-      }
-      const uint64_t total =
-          kFramePrefixSize + frame.header.size() + frame.payload_size();
-      const bool small = total <= small_limit;
-      // A small frame follows the WRITEs of the large ones ahead of it; a
-      // large one may ask for its grant while those are under way.
-      if (small ? WritesPending() : outgoing_.size() >= max_transfers_) break;
-      if (small) {
-        if (!PostSmall(frame, frame.type, {})) break;  // No staging slot.
+  // A transfer that went into a standing grant has its WRITEs planned and
+  // posted at once (outside the lock: posting may close), and the queue
+  // goes on behind them. Each pass uses up a standing grant: few passes.
+  for (bool standing = true; standing;) {
+    standing = false;
+    {
+      std::lock_guard lock(mu_);
+      while (!queue_.empty()) {
+        OutgoingFrame& frame = queue_.front();
+        // One credit stays in reserve for CREDIT messages.
+        if (credits_ < 2 || !SendSlotFree()) {
+          Bump(stats_.credit_stalls);
+          break;
+        }
+        const uint64_t total =
+            kFramePrefixSize + frame.header.size() + frame.payload_size();
+        const bool small = total <= small_limit;
+        // A small frame follows the WRITEs of the large ones ahead of it; a
+        // large one may ask for its grant while those are under way.
+        if (small ? WritesPending() : outgoing_.size() >= max_transfers_) break;
+        if (small) {
+          if (!PostSmall(frame, frame.type, {})) break;  // No staging slot.
+          queued_bytes_ -= total;
+          queue_.pop_front();
+          continue;
+        }
         queued_bytes_ -= total;
+        if (!outgoing_.empty()) Bump(stats_.pipelined_transfers);
+        OutgoingTransfer transfer;
+        transfer.id = next_transfer_id_++;
+        transfer.frame = std::move(frame);
+        // Its write plan will point into the header while outgoing_ may grow
+        // and move the transfer.
+        transfer.frame.header.MoveOutOfLine();
         queue_.pop_front();
-        continue;
+        ControlMessage rts;
+        rts.kind = ControlKind::kRts;
+        rts.transfer = transfer.id;
+        rts.header_size = static_cast<uint32_t>(transfer.frame.header.size());
+        rts.payload_size = static_cast<uint32_t>(transfer.frame.payload_size());
+        // With a standing grant it fits, its WRITEs follow the RTS at once.
+        const bool granted = TakeStandingGrant(transfer, rts);
+        outgoing_.push_back(std::move(transfer));
+        PostControl(rts);
+        if (granted) {
+          standing = true;
+          break;
+        }
       }
-      queued_bytes_ -= total;
-      if (!outgoing_.empty()) Bump(stats_.pipelined_transfers);
-      OutgoingTransfer transfer;
-      transfer.id = next_transfer_id_++;
-      transfer.frame = std::move(frame);
-      // Its write plan will point into the header while outgoing_ may grow
-      // and move the transfer.
-      transfer.frame.header.MoveOutOfLine();
-      queue_.pop_front();
-      ControlMessage rts;
-      rts.kind = ControlKind::kRts;
-      rts.transfer = transfer.id;
-      rts.header_size = static_cast<uint32_t>(transfer.frame.header.size());
-      rts.payload_size = static_cast<uint32_t>(transfer.frame.payload_size());
-      // With a standing grant it fits, its WRITEs follow the RTS at once.
-      const bool granted = TakeStandingGrant(transfer, rts);
-      outgoing_.push_back(std::move(transfer));
-      PostControl(rts);
-      if (granted) {
-        StartWrites(outgoing_.back());
-        standing = true;
-      }
+      queued_frames_.store(queue_.size(), std::memory_order_relaxed);
     }
-    queued_frames_.store(queue_.size(), std::memory_order_relaxed);
+    if (standing) {
+      StartWrites(outgoing_.back());  // The transfer just queued.
+      PostWrites();
+      standing = !torn_down_;
+    }
   }
-  if (standing) PostWrites();
   // Return credits explicitly when no traffic has carried them back and the
   // peer is down to half of what it was lent (or to the one it holds back).
   if (credits_to_return_ > 0 && peer_holds_ * 2 <= lent_ && credits_ >= 1 &&
