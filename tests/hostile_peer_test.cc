@@ -790,43 +790,100 @@ TEST_CASE("hostile: RDMA WRITE outside the granted range") {
   fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
 }
 
-TEST_CASE("hostile: RDMA WRITE to a grant already used") {
-  Fixture fixture;
-  HostilePeer peer;
-  fixture.Connect(peer);
-  LogCapture log;
-  // One legitimate rendezvous: an Echo request written into its grant.
-  const std::string request(1000, 'r');
+// An RTS for transfer `transfer` of H + P bytes; with `standing`, written
+// into the standing grant of that key.
+ControlMessage Rts(uint32_t transfer, uint32_t header_size,
+                   uint32_t payload_size,
+                   std::optional<uint32_t> standing = std::nullopt) {
+  ControlMessage rts;
+  rts.kind = ControlKind::kRts;
+  rts.transfer = transfer;
+  rts.header_size = header_size;
+  rts.payload_size = payload_size;
+  if (standing) {
+    rts.flags = transport::rdma::kRtsStanding;
+    rts.rkey = *standing;
+  }
+  return rts;
+}
+
+// `message` breaks the protocol: the server closes this peer, saying so.
+void ExpectRefused(Fixture& fixture, HostilePeer& peer, const LogCapture& log,
+                   const ControlMessage& message,
+                   const std::string& warn_text) {
+  const std::string sent = peer.SendControl(message);
+  INFO("the SEND: " << sent);
+  CHECK((sent == kSuccess || sent == kClosedFirst));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true, warn_text);
+}
+
+// One legitimate rendezvous of an Echo request (call `call_id`) as
+// transfer `transfer`: RTS, GRANT, the frame written into it, the response
+// checked; the grant it used. With `standing`, into that standing grant
+// instead, with no RTS answered first. After two of these the server offers
+// standing grants (protocol.h).
+ControlMessage EchoByRendezvous(HostilePeer& peer, uint64_t call_id,
+                                uint32_t transfer,
+                                const ControlMessage* standing = nullptr) {
+  const std::string request(1000, 'q');
   const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
-      42, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request));
+      call_id, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request));
   const Bytes block = FrameBytes(frame);
-  const auto header_size = static_cast<uint32_t>(frame.header.size());
-  REQUIRE(peer.SendRts(1, header_size,
-                       static_cast<uint32_t>(frame.payload_size())) ==
-          WcName(IBV_WC_SUCCESS));
-  const ControlMessage grant = peer.WaitForGrant();
-  REQUIRE(grant.transfer == 1);
-  REQUIRE(grant.length == block.size());
-  REQUIRE(peer.WriteWithImm(grant.addr, grant.rkey, block, 1) ==
-          WcName(IBV_WC_SUCCESS));
-  // The Echo response, as one SEND.
+  const ControlMessage rts =
+      Rts(transfer, static_cast<uint32_t>(frame.header.size()),
+          static_cast<uint32_t>(frame.payload_size()),
+          standing ? std::optional(standing->rkey) : std::nullopt);
+  ControlMessage grant;
+  if (standing != nullptr) grant = *standing;
+  REQUIRE(peer.SendControl(rts) == kSuccess);
+  if (standing == nullptr) {
+    grant = peer.WaitForGrant();
+    REQUIRE(grant.transfer == transfer);
+    REQUIRE(grant.length == block.size());
+  }
+  REQUIRE(peer.WriteWithImm(grant.addr, grant.rkey, block, transfer) ==
+          kSuccess);
   const Received response = peer.WaitForFrame();
   REQUIRE(response.prefix.type == FrameType::kRpc);
   const auto header = rpc::CallHeader::Decode(response.header);
   REQUIRE(header.has_value());
-  CHECK(header->kind() == rpc::CallHeader::kResponse);
-  CHECK(header->call_id() == 42);
+  CHECK(header->call_id() == call_id);
   CHECK(header->status_code() == 0);
   CHECK(std::string(reinterpret_cast<const char*>(response.payload.data()),
                     response.payload.size()) == request);
+  return grant;
+}
+
+// Two Echo requests by rendezvous (transfers 1 and 2, frames alike), after
+// which the server offers standing grants: the first of them.
+ControlMessage EarnStandingGrant(HostilePeer& peer) {
+  EchoByRendezvous(peer, 1, 1);
+  EchoByRendezvous(peer, 2, 2);
+  return peer.WaitForStandingGrant();
+}
+
+// A grant's key that must open nothing any more (its window invalidated):
+// writing through it fails this peer's QP, which the server sees close.
+void ExpectKeyOpensNothing(Fixture& fixture, HostilePeer& peer,
+                           const ControlMessage& grant) {
+  LogCapture log;
+  CHECK(peer.Write(grant.addr, grant.rkey, Pattern(64, 7)) ==
+        WcName(IBV_WC_REM_ACCESS_ERR));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+}
+
+TEST_CASE("hostile: RDMA WRITE to a grant already used") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  // One legitimate rendezvous: an Echo request written into its grant.
+  const ControlMessage grant = EchoByRendezvous(peer, 42, 1);
   // (The server counts the call done just after it sent the response.)
   REQUIRE(
       WaitFor([&] { return fixture.server.stats().live_calls == 0; }, kWait));
   // The grant was closed (window invalidated, or region deregistered) when
   // the data landed.
-  CHECK(peer.Write(grant.addr, grant.rkey, Pattern(64, 4)) ==
-        WcName(IBV_WC_REM_ACCESS_ERR));
-  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+  ExpectKeyOpensNothing(fixture, peer, grant);
 }
 
 // Grants are memory windows bound on the granted peer's queue pair: their
@@ -867,46 +924,6 @@ TEST_CASE("hostile: a grant's key opens nothing on another connection") {
   fixture.ExpectEcho("after the attack");
 }
 
-// One legitimate rendezvous of an Echo request (call `call_id`) as
-// transfer `transfer`: RTS, GRANT, the frame written into it, the response
-// checked. With `standing`, into that standing grant instead, with no RTS
-// answered first. After two of these the server offers standing grants
-// (protocol.h).
-void EchoByRendezvous(HostilePeer& peer, uint64_t call_id, uint32_t transfer,
-                      const ControlMessage* standing = nullptr) {
-  const std::string request(1000, 'q');
-  const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
-      call_id, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request));
-  const Bytes block = FrameBytes(frame);
-  ControlMessage rts;
-  rts.kind = ControlKind::kRts;
-  rts.transfer = transfer;
-  rts.header_size = static_cast<uint32_t>(frame.header.size());
-  rts.payload_size = static_cast<uint32_t>(frame.payload_size());
-  ControlMessage grant;
-  if (standing != nullptr) {
-    rts.flags = transport::rdma::kRtsStanding;
-    rts.rkey = standing->rkey;
-    grant = *standing;
-  }
-  REQUIRE(peer.SendControl(rts) == kSuccess);
-  if (standing == nullptr) {
-    grant = peer.WaitForGrant();
-    REQUIRE(grant.transfer == transfer);
-    REQUIRE(grant.length == block.size());
-  }
-  REQUIRE(peer.WriteWithImm(grant.addr, grant.rkey, block, transfer) ==
-          kSuccess);
-  const Received response = peer.WaitForFrame();
-  REQUIRE(response.prefix.type == FrameType::kRpc);
-  const auto header = rpc::CallHeader::Decode(response.header);
-  REQUIRE(header.has_value());
-  CHECK(header->call_id() == call_id);
-  CHECK(header->status_code() == 0);
-  CHECK(std::string(reinterpret_cast<const char*>(response.payload.data()),
-                    response.payload.size()) == request);
-}
-
 // The wire protocol of standing grants, spoken by raw verbs: after two
 // frames alike landed, the server grants the next one unasked; a frame written
 // into it behind a standing RTS is served like any other, and the next standing
@@ -915,9 +932,7 @@ TEST_CASE("hostile: standing grants, used and given back") {
   Fixture fixture;
   HostilePeer peer;
   fixture.Connect(peer);
-  EchoByRendezvous(peer, 1, 1);
-  EchoByRendezvous(peer, 2, 2);  // Two alike in a row.
-  const ControlMessage first = peer.WaitForStandingGrant();
+  const ControlMessage first = EarnStandingGrant(peer);
   CHECK(first.transfer == 0);  // The server's first standing grant.
   CHECK(first.dropped == 0);
   // The landed frame's size class: the smallest pool block.
@@ -928,19 +943,14 @@ TEST_CASE("hostile: standing grants, used and given back") {
   CHECK(second.transfer == 1);
   CHECK(second.rkey != first.rkey);
   // The first one's window was invalidated when its frame landed.
-  LogCapture log;
-  CHECK(peer.Write(first.addr, first.rkey, Pattern(64, 7)) ==
-        WcName(IBV_WC_REM_ACCESS_ERR));
-  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+  ExpectKeyOpensNothing(fixture, peer, first);
 }
 
 TEST_CASE("hostile: a standing grant given back, then written into") {
   Fixture fixture;
   HostilePeer peer;
   fixture.Connect(peer);
-  EchoByRendezvous(peer, 1, 1);
-  EchoByRendezvous(peer, 2, 2);  // Two alike in a row.
-  const ControlMessage grant = peer.WaitForStandingGrant();
+  const ControlMessage grant = EarnStandingGrant(peer);
   ControlMessage release;
   release.kind = ControlKind::kRelease;
   release.transfer = grant.transfer;
@@ -953,10 +963,7 @@ TEST_CASE("hostile: a standing grant given back, then written into") {
   EchoByRendezvous(peer, 3, 3);
   REQUIRE(peer.WaitForStandingGrant().transfer == 1);
   // The key given back opens nothing: its window was invalidated.
-  LogCapture log;
-  CHECK(peer.Write(grant.addr, grant.rkey, Pattern(64, 8)) ==
-        WcName(IBV_WC_REM_ACCESS_ERR));
-  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false, "");
+  ExpectKeyOpensNothing(fixture, peer, grant);
 }
 
 TEST_CASE("hostile: a transfer into a standing grant never offered") {
@@ -964,49 +971,27 @@ TEST_CASE("hostile: a transfer into a standing grant never offered") {
   HostilePeer peer;
   fixture.Connect(peer);
   LogCapture log;
-  ControlMessage rts;
-  rts.kind = ControlKind::kRts;
-  rts.flags = transport::rdma::kRtsStanding;
-  rts.transfer = 1;
-  rts.header_size = kRtsHeader;
-  rts.payload_size = kRtsPayload;
-  rts.rkey = 0x1234;
-  const std::string sent = peer.SendControl(rts);
-  INFO("the SEND: " << sent);
-  CHECK((sent == kSuccess || sent == kClosedFirst));
-  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
-                               "into a standing grant not held");
+  ExpectRefused(fixture, peer, log, Rts(1, kRtsHeader, kRtsPayload, 0x1234),
+                "into a standing grant not held");
 }
 
 TEST_CASE("hostile: a frame larger than its standing grant") {
   Fixture fixture;
   HostilePeer peer;
   fixture.Connect(peer);
-  EchoByRendezvous(peer, 1, 1);
-  EchoByRendezvous(peer, 2, 2);  // Two alike in a row.
-  const ControlMessage grant = peer.WaitForStandingGrant();
+  const ControlMessage grant = EarnStandingGrant(peer);
   LogCapture log;
-  ControlMessage rts;
-  rts.kind = ControlKind::kRts;
-  rts.flags = transport::rdma::kRtsStanding;
-  rts.transfer = 3;
-  rts.header_size = kRtsHeader;
-  rts.payload_size = grant.length;  // With the header, one block too many.
-  rts.rkey = grant.rkey;
-  const std::string sent = peer.SendControl(rts);
-  INFO("the SEND: " << sent);
-  CHECK((sent == kSuccess || sent == kClosedFirst));
-  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
-                               "into a standing grant of");
+  // With the header, more than the block.
+  ExpectRefused(fixture, peer, log,
+                Rts(3, kRtsHeader, grant.length, grant.rkey),
+                "into a standing grant of");
 }
 
 TEST_CASE("hostile: a release of standing grants it does not hold") {
   Fixture fixture;
   HostilePeer peer;
   fixture.Connect(peer);
-  EchoByRendezvous(peer, 1, 1);
-  EchoByRendezvous(peer, 2, 2);  // Two alike in a row.
-  REQUIRE(peer.WaitForStandingGrant().transfer == 0);
+  REQUIRE(EarnStandingGrant(peer).transfer == 0);
   // The server offers as many as a peer may hold, and no more.
   const auto offered = [&] {
     uint64_t count = 0;
@@ -1022,12 +1007,8 @@ TEST_CASE("hostile: a release of standing grants it does not hold") {
   release.kind = ControlKind::kRelease;
   release.transfer = 0;
   release.length = tunables::kRdmaStandingGrants + 1;
-  const std::string sent = peer.SendControl(release);
-  INFO("the SEND: " << sent);
-  CHECK((sent == kSuccess || sent == kClosedFirst));
-  fixture.ExpectClosedByServer(
-      peer, log, /*protocol_error=*/true,
-      "release of 3 standing grants from 0 while 2 are out");
+  ExpectRefused(fixture, peer, log, release,
+                "release of 3 standing grants from 0 while 2 are out");
 }
 
 TEST_CASE("hostile: RDMA READ of a granted range") {

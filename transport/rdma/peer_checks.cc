@@ -105,13 +105,16 @@ Status CheckGiveBack(uint32_t count, uint32_t held) {
                    " credits while holding " + std::to_string(held));
 }
 
-StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
-                              uint32_t max_open_grants,
-                              uint64_t max_payload_size, uint64_t budget_left,
-                              uint64_t whole_limit) {
+namespace {
+
+// What every RTS must meet, plain or standing: `flags` as expected, room
+// for one more transfer under way, a header within the call header limit.
+Status CheckRts(const ControlMessage& rts, uint16_t flags, uint32_t ahead,
+                uint32_t max_open_grants) {
   if (rts.kind != ControlKind::kRts) return Violation("not an RTS");
-  if (rts.flags != 0) {
-    return Violation("RTS with unknown flags " + std::to_string(rts.flags));
+  if (rts.flags != flags) {
+    return Violation("RTS with flags " + std::to_string(rts.flags) + " where " +
+                     std::to_string(flags) + " was expected");
   }
   if (ahead >= max_open_grants) {
     return Violation("transfer " + std::to_string(rts.transfer) + " while " +
@@ -122,6 +125,16 @@ StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
     return Violation("transfer header of " + std::to_string(rts.header_size) +
                      " bytes");
   }
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<GrantPlan> PlanGrant(const ControlMessage& rts, uint32_t ahead,
+                              uint32_t max_open_grants,
+                              uint64_t max_payload_size, uint64_t budget_left,
+                              uint64_t whole_limit) {
+  if (Status s = CheckRts(rts, 0, ahead, max_open_grants); !s.ok()) return s;
   GrantPlan plan;
   plan.length = uint64_t{rts.header_size} + rts.payload_size;
   if (rts.payload_size > max_payload_size) {
@@ -209,17 +222,8 @@ Status CheckStandingGrant(const ControlMessage& grant, uint32_t expected,
 Status CheckStandingRts(const ControlMessage& rts, uint32_t ahead,
                         uint32_t max_open_grants,
                         const std::optional<StandingGrant>& oldest) {
-  if (rts.kind != ControlKind::kRts || rts.flags != kRtsStanding) {
-    return Violation("not a standing RTS");
-  }
-  if (ahead >= max_open_grants) {
-    return Violation("transfer " + std::to_string(rts.transfer) + " while " +
-                     std::to_string(ahead) + " are under way (the limit is " +
-                     std::to_string(max_open_grants) + ")");
-  }
-  if (rts.header_size > tunables::kMaxCallHeaderSize) {
-    return Violation("transfer header of " + std::to_string(rts.header_size) +
-                     " bytes");
+  if (Status s = CheckRts(rts, kRtsStanding, ahead, max_open_grants); !s.ok()) {
+    return s;
   }
   if (!oldest || oldest->rkey != rts.rkey) {
     return Violation("transfer " + std::to_string(rts.transfer) +
