@@ -231,12 +231,13 @@ inline constexpr uint32_t kRdmaMinSegment = 32u << 10;
 // size class in a row from a peer have landed, its receiver grants the
 // peer's next one before it is asked, up to kRdmaStandingGrants per
 // connection, each a grant-pool block of that size class. A peer idle for
-// a keepalive interval gives back those it holds.
-inline constexpr uint32_t kRdmaStandingGrants = 2;
-static_assert(kRdmaStandingGrants >= 1 &&
-                  kRdmaStandingGrants <= kRdmaMaxOpenGrants,
-              "a standing grant is for a transfer the peer may have under "
-              "way, so no more of them than transfers");
+// a keepalive interval gives back those it holds. Twice the transfers a
+// peer may have under way: with 2, a 1 MiB stream still asked by RTS for
+// about one message in five (both used by the transfers under way, the
+// next not yet back); with 4, for the first ones only (docs/benchmarks.md).
+inline constexpr uint32_t kRdmaStandingGrants = 2 * kRdmaMaxOpenGrants;
+static_assert(kRdmaStandingGrants >= 1 && kRdmaStandingGrants <= 64,
+              "each pins up to a grant-pool block per connection");
 
 static_assert(kRdmaReceiveDepth >= 4 && kRdmaReceiveDepth <= 65535,
               "credits travel in a u16; one is held back for CREDIT");

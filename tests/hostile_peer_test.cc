@@ -1008,7 +1008,10 @@ TEST_CASE("hostile: a release of standing grants it does not hold") {
   release.transfer = 0;
   release.length = tunables::kRdmaStandingGrants + 1;
   ExpectRefused(fixture, peer, log, release,
-                "release of 3 standing grants from 0 while 2 are out");
+                "release of " +
+                    std::to_string(tunables::kRdmaStandingGrants + 1) +
+                    " standing grants from 0 while " +
+                    std::to_string(tunables::kRdmaStandingGrants) + " are out");
 }
 
 TEST_CASE("hostile: RDMA READ of a granted range") {
