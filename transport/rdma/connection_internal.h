@@ -1,7 +1,8 @@
 // Private to the RdmaConnection sources (rdma_*.cc), which split one class by
 // concern: setup (rdma_connection.cc), completions (rdma_completions.cc),
-// the send path and credits (rdma_send.cc), large transfers
-// (rdma_rendezvous.cc) and close (rdma_close.cc).
+// the send path and credits (rdma_send.cc), large transfers received
+// (rdma_rendezvous.cc) and sent (rdma_writes.cc), standing grants
+// (rdma_standing.cc) and close (rdma_close.cc).
 #ifndef RDMARPC_TRANSPORT_RDMA_CONNECTION_INTERNAL_H_
 #define RDMARPC_TRANSPORT_RDMA_CONNECTION_INTERNAL_H_
 

@@ -25,7 +25,9 @@
 // The implementation is split by concern: rdma_connection.cc (setup and the
 // rdma_cm handshake), rdma_completions.cc (completion polling, receives),
 // rdma_send.cc (the send path and credits), rdma_rendezvous.cc (large
-// transfers: RTS, GRANT, WRITEs, the bounce pool), rdma_close.cc.
+// transfers received: RTS, GRANT, landing), rdma_writes.cc (large transfers
+// sent: the WRITEs, the bounce pool), rdma_standing.cc (standing grants),
+// rdma_close.cc.
 #ifndef RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 #define RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 
