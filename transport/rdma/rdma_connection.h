@@ -204,6 +204,8 @@ class RdmaConnection final
   void OnStandingRts(const ControlMessage& rts);
   void OnRelease(const ControlMessage& release);
   void OfferStandingGrant(uint64_t landed);
+  // Our oldest standing grant, if it was sent (the peer may name it).
+  std::optional<StandingGrant> OldestStanding();
   // The peer's for us: a GRANT with kGrantStanding, and whether the next
   // transfer, of `bytes` (header and payload), may go into the oldest.
   void OnStandingGrant(const ControlMessage& grant);

@@ -9,14 +9,17 @@
 
 namespace rdmarpc::transport::rdma {
 
+std::optional<StandingGrant> RdmaConnection::OldestStanding() {
+  // Only grants already sent (their windows bound) can be named; they go
+  // in order, so if the oldest is not, none is.
+  if (standing_.empty() || !standing_.front().window_bound) return std::nullopt;
+  return StandingGrant{standing_.front().rts.transfer,
+                       standing_.front().window_rkey,
+                       standing_.front().block.size()};
+}
+
 void RdmaConnection::OnStandingRts(const ControlMessage& rts) {
-  // Only grants already sent (their windows bound) can be named.
-  std::optional<StandingGrant> oldest;
-  if (!standing_.empty() && standing_.front().window_bound) {
-    oldest = StandingGrant{standing_.front().rts.transfer,
-                           standing_.front().window_rkey,
-                           standing_.front().block.size()};
-  }
+  const std::optional<StandingGrant> oldest = OldestStanding();
   if (Status s = CheckStandingRts(rts, static_cast<uint32_t>(incoming_.size()),
                                   tunables::kRdmaMaxOpenGrants, oldest);
       !s.ok()) {
@@ -45,12 +48,7 @@ void RdmaConnection::OnStandingRts(const ControlMessage& rts) {
 void RdmaConnection::OnRelease(const ControlMessage& release) {
   size_t out = 0;  // Sent: the GRANTs go in order, so these come first.
   while (out < standing_.size() && standing_[out].window_bound) ++out;
-  std::optional<StandingGrant> oldest;
-  if (out > 0) {
-    oldest = StandingGrant{standing_.front().rts.transfer,
-                           standing_.front().window_rkey,
-                           standing_.front().block.size()};
-  }
+  const std::optional<StandingGrant> oldest = OldestStanding();
   if (Status s = CheckRelease(release, oldest, out); !s.ok()) {
     return ProtocolError(s);
   }
