@@ -1,0 +1,144 @@
+#include "tests/etcd_process.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace rdmarpc::testing {
+
+namespace {
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    throw std::runtime_error("no free loopback port");
+  }
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+bool Answers(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  const bool ok =
+      connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  close(fd);
+  return ok;
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* out = freopen(log.c_str(), "a", stdout);
+    if (out != nullptr) dup2(fileno(stdout), 2);
+    std::vector<char*> argv;
+    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+EtcdProcess::EtcdProcess() {
+  if (access("/usr/bin/etcd", X_OK) != 0) {
+    throw std::runtime_error(
+        "/usr/bin/etcd is missing: tools/setup installs etcd-server");
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string base = tmp != nullptr ? tmp : "/tmp";
+  char templ[4096];
+  snprintf(templ, sizeof templ, "%s/etcd.XXXXXX", base.c_str());
+  if (mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = templ;
+  client_port_ = FreePort();
+  peer_port_ = FreePort();
+  Launch();
+}
+
+EtcdProcess::~EtcdProcess() {
+  if (pid_ > 0) Stop(SIGTERM);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::string EtcdProcess::endpoint() const {
+  return "127.0.0.1:" + std::to_string(client_port_);
+}
+
+void EtcdProcess::Launch() {
+  const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  pid_ =
+      Spawn({"/usr/bin/etcd", "--name", "t", "--data-dir", dir_ + "/data",
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", "t=" + peer, "--log-level", "warn"},
+            dir_ + "/etcd.log");
+  WaitReady();
+}
+
+void EtcdProcess::WaitReady() {
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!Answers(client_port_)) {
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("etcd exited at start; see " + dir_ +
+                               "/etcd.log");
+    }
+    if (std::chrono::steady_clock::now() > give_up) {
+      throw std::runtime_error("etcd did not answer within 20 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void EtcdProcess::Stop(int signal) {
+  if (pid_ <= 0) return;
+  kill(pid_, signal);
+  int status;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+void EtcdProcess::Restart() {
+  if (pid_ > 0) Stop(SIGTERM);
+  Launch();
+}
+
+void EtcdProcess::Compact() {
+  // etcdctl prints the revision it compacted to; "compact" needs a number:
+  // the current revision, from "endpoint status".
+  const std::string command =
+      "rev=$(ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=" + endpoint() +
+      " endpoint status -w json | sed -n "
+      "'s/.*\"revision\":\\([0-9]*\\).*/\\1/p')"
+      " && ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=" +
+      endpoint() + " compact \"$rev\" >/dev/null";
+  if (std::system(command.c_str()) != 0) {
+    throw std::runtime_error("etcdctl compact failed");
+  }
+}
+
+}  // namespace rdmarpc::testing

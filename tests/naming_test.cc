@@ -1,0 +1,356 @@
+// Naming against a real etcd (tests/etcd_process.h): the etcd client over
+// the HTTP/JSON gateway, registration with a lease, and the etcd:// and
+// list:// resolvers.
+#include <signal.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "naming/etcd_client.h"
+#include "naming/registration.h"
+#include "naming/resolver.h"
+#include "tests/etcd_process.h"
+#include "tests/test_support.h"
+
+namespace rdmarpc {
+namespace {
+
+namespace asio = boost::asio;
+using naming::EtcdClient;
+using testing::EtcdProcess;
+using namespace std::chrono_literals;
+using Endpoints = std::vector<std::string>;
+
+// An io_context on a thread of its own.
+struct Loop {
+  Loop() : thread([this] { context.run(); }) {}
+  ~Loop() {
+    work.reset();
+    context.stop();
+    thread.join();
+  }
+  asio::io_context context;
+  asio::executor_work_guard<asio::io_context::executor_type> work =
+      asio::make_work_guard(context);
+  std::thread thread;
+};
+
+// Calls `start(callback)` and waits for the callback's value.
+template <typename Response, typename F>
+StatusOr<Response> Wait(F start) {
+  std::promise<StatusOr<Response>> promise;
+  auto future = promise.get_future();
+  start([&promise](StatusOr<Response> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+std::shared_ptr<EtcdClient> Client(Loop& loop, std::string endpoints,
+                                   naming::EtcdOptions options = {}) {
+  auto client =
+      EtcdClient::Create(loop.context.get_executor(), endpoints, options);
+  REQUIRE(client.ok());
+  return *client;
+}
+
+// Records a resolver's updates; waits for one that satisfies a predicate.
+class Watcher {
+ public:
+  naming::Resolver::Update Callback() {
+    return [this](StatusOr<Endpoints> update) {
+      std::lock_guard lock(mu_);
+      if (update.ok()) {
+        sets_.push_back(*update);
+      } else {
+        errors_.push_back(update.status());
+      }
+      changed_.notify_all();
+    };
+  }
+  // The latest set, once it equals `want` (empty optional on timeout).
+  bool WaitFor(const Endpoints& want, std::chrono::milliseconds limit = 10s) {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(
+        lock, limit, [&] { return !sets_.empty() && sets_.back() == want; });
+  }
+  size_t updates() const {
+    std::lock_guard lock(mu_);
+    return sets_.size();
+  }
+  size_t errors() const {
+    std::lock_guard lock(mu_);
+    return errors_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<Endpoints> sets_;
+  std::vector<Status> errors_;
+};
+
+TEST_CASE("targets and prefixes parse") {
+  CHECK(naming::PrefixRangeEnd("/a/") == "/a0");
+  CHECK(naming::PrefixRangeEnd(std::string("a\xff", 2)) == "b");
+  CHECK(naming::PrefixRangeEnd("") == std::string(1, '\0'));
+  auto target = naming::ParseEtcdTarget("etcd://h1:1,h2:2/services/kv/");
+  REQUIRE(target.ok());
+  CHECK(target->endpoints == "h1:1,h2:2");
+  CHECK(target->prefix == "/services/kv");
+  CHECK(naming::ParseEtcdTarget("etcd://h1:1").status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(naming::IsClusterTarget("list://a:1"));
+  CHECK(naming::IsClusterTarget("etcd://a:1/p"));
+  CHECK_FALSE(naming::IsClusterTarget("tcp://a:1"));
+  Loop loop;
+  for (const char* bad : {"list://", "list://a", "list://a:1,b", "etcd://a:1",
+                          "tcp://a:1", "etcd:///p"}) {
+    INFO(bad);
+    CHECK(naming::MakeResolver(bad, loop.context.get_executor())
+              .status()
+              .code() == StatusCode::kInvalidArgument);
+  }
+  CHECK(EtcdClient::Create(loop.context.get_executor(), "a:1,b")
+            .status()
+            .code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("list:// gives its endpoints, bare ones with the default scheme") {
+  Loop loop;
+  naming::ResolverOptions options;
+  options.default_scheme = "tcp";
+  auto resolver = naming::MakeResolver("list://b:2,rdma://a:1,b:2",
+                                       loop.context.get_executor(), options);
+  REQUIRE(resolver.ok());
+  Watcher watcher;
+  (*resolver)->Start(watcher.Callback());
+  CHECK(watcher.WaitFor({"rdma://a:1", "tcp://b:2"}));
+  (*resolver)->Stop();
+}
+
+TEST_CASE("the etcd client puts, lists, deletes and runs leases") {
+  EtcdProcess etcd;
+  Loop loop;
+  auto client = Client(loop, etcd.endpoint());
+  for (const char* key : {"/s/a", "/s/b", "/t/c"}) {
+    auto put = Wait<naming::etcd::PutResponse>([&](auto done) {
+      client->Put(key, std::string("v") + key, 0, std::move(done));
+    });
+    REQUIRE(put.ok());
+  }
+  auto range = Wait<naming::etcd::RangeResponse>(
+      [&](auto done) { client->Range("/s/", std::move(done)); });
+  REQUIRE(range.ok());
+  REQUIRE(range->kvs_size() == 2);
+  CHECK(range->kvs(0).key() == "/s/a");
+  CHECK(range->kvs(1).value() == "v/s/b");
+  CHECK(range->header().revision() >= 3);
+
+  auto lease = Wait<naming::etcd::LeaseGrantResponse>(
+      [&](auto done) { client->GrantLease(30, std::move(done)); });
+  REQUIRE(lease.ok());
+  CHECK(lease->ttl() == 30);
+  REQUIRE(Wait<naming::etcd::PutResponse>([&](auto done) {
+            client->Put("/s/leased", "x", lease->id(), std::move(done));
+          }).ok());
+  auto kept = Wait<naming::etcd::LeaseKeepAliveResponse>(
+      [&](auto done) { client->KeepAlive(lease->id(), std::move(done)); });
+  REQUIRE(kept.ok());
+  CHECK(kept->ttl() == 30);
+  REQUIRE(Wait<naming::etcd::LeaseRevokeResponse>([&](auto done) {
+            client->RevokeLease(lease->id(), std::move(done));
+          }).ok());
+  range = Wait<naming::etcd::RangeResponse>(
+      [&](auto done) { client->Range("/s/", std::move(done)); });
+  REQUIRE(range.ok());
+  CHECK(range->kvs_size() == 2);  // The leased key went with its lease.
+
+  // etcd's own errors come back with their code.
+  auto revoked = Wait<naming::etcd::LeaseRevokeResponse>(
+      [&](auto done) { client->RevokeLease(lease->id(), std::move(done)); });
+  CHECK(revoked.status().code() == StatusCode::kNotFound);
+  auto expired = Wait<naming::etcd::LeaseKeepAliveResponse>(
+      [&](auto done) { client->KeepAlive(lease->id(), std::move(done)); });
+  CHECK((!expired.ok() || expired->ttl() <= 0));
+
+  REQUIRE(Wait<naming::etcd::DeleteRangeResponse>([&](auto done) {
+            client->Delete("/s/a", std::move(done));
+          })->deleted() == 1);
+}
+
+TEST_CASE("the etcd client moves past a member that is down") {
+  EtcdProcess etcd;
+  EtcdProcess down;
+  const std::string dead = down.endpoint();
+  down.Stop(SIGKILL);
+  Loop loop;
+  naming::EtcdOptions options;
+  options.request_timeout = 1s;
+  auto client = Client(loop, dead + "," + etcd.endpoint(), options);
+  auto range = Wait<naming::etcd::RangeResponse>(
+      [&](auto done) { client->Range("/", std::move(done)); });
+  CHECK(range.ok());
+
+  auto nobody = Client(loop, dead, options);
+  range = Wait<naming::etcd::RangeResponse>(
+      [&](auto done) { nobody->Range("/", std::move(done)); });
+  CHECK(range.status().code() == StatusCode::kUnavailable);
+  CHECK(range.status().message().find(dead) != std::string::npos);
+}
+
+TEST_CASE("an etcd:// resolver follows registrations, stops and crashes") {
+  EtcdProcess etcd;
+  Loop loop;
+  const std::string target = "etcd://" + etcd.endpoint() + "/services/kv";
+  auto resolver = naming::MakeResolver(target, loop.context.get_executor());
+  REQUIRE(resolver.ok());
+  Watcher watcher;
+  (*resolver)->Start(watcher.Callback());
+  CHECK(watcher.WaitFor({}));  // Known, and empty.
+
+  naming::RegistrationOptions options;
+  options.ttl = 2s;
+  auto a = naming::Registration::Start(loop.context.get_executor(), target,
+                                       "tcp://10.0.0.1:1", options);
+  auto b = naming::Registration::Start(loop.context.get_executor(), target,
+                                       "rdma://10.0.0.2:2", options);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(watcher.WaitFor({"rdma://10.0.0.2:2", "tcp://10.0.0.1:1"}));
+  CHECK((*a)->registered());
+  CHECK((*a)->key() == "/services/kv/tcp://10.0.0.1:1");
+
+  // A graceful stop deregisters at once.
+  const auto stop = std::chrono::steady_clock::now();
+  CHECK((*a)->Stop().ok());
+  CHECK(watcher.WaitFor({"rdma://10.0.0.2:2"}, 1s));
+  CHECK(std::chrono::steady_clock::now() - stop < 1s);
+
+  // The lease keeps b listed past its TTL.
+  std::this_thread::sleep_for(3s);
+  CHECK(watcher.WaitFor({"rdma://10.0.0.2:2"}, 0s));
+  CHECK((*b)->stats().renewals >= 2);
+
+  // A crash: a lease nobody renews; etcd drops the key within its TTL.
+  auto client = Client(loop, etcd.endpoint());
+  auto lease = Wait<naming::etcd::LeaseGrantResponse>(
+      [&](auto done) { client->GrantLease(1, std::move(done)); });
+  REQUIRE(lease.ok());
+  REQUIRE(Wait<naming::etcd::PutResponse>([&](auto done) {
+            client->Put("/services/kv/tcp://10.0.0.3:3", "tcp://10.0.0.3:3",
+                        lease->id(), std::move(done));
+          }).ok());
+  CHECK(watcher.WaitFor({"rdma://10.0.0.2:2", "tcp://10.0.0.3:3"}));
+  CHECK(watcher.WaitFor({"rdma://10.0.0.2:2"}, 4s));
+
+  // A value that is not a URI is ignored, and the rest stands.
+  REQUIRE(Wait<naming::etcd::PutResponse>([&](auto done) {
+            client->Put("/services/kv/junk", "not a uri", 0, std::move(done));
+          }).ok());
+  REQUIRE(Wait<naming::etcd::PutResponse>([&](auto done) {
+            client->Put("/services/kv2/x", "tcp://10.0.0.9:9", 0,
+                        std::move(done));
+          }).ok());
+  REQUIRE(Wait<naming::etcd::PutResponse>([&](auto done) {
+            client->Put("/services/kv/c", "tcp://10.0.0.4:4", 0,
+                        std::move(done));
+          }).ok());
+  CHECK(watcher.WaitFor({"rdma://10.0.0.2:2", "tcp://10.0.0.4:4"}));
+  (*resolver)->Stop();
+}
+
+TEST_CASE("an etcd:// resolver keeps its set through an etcd restart") {
+  EtcdProcess etcd;
+  Loop loop;
+  const std::string target = "etcd://" + etcd.endpoint() + "/svc";
+  naming::ResolverOptions options;
+  options.etcd_retry = 200ms;
+  options.etcd.request_timeout = 500ms;
+  auto resolver =
+      naming::MakeResolver(target, loop.context.get_executor(), options);
+  REQUIRE(resolver.ok());
+  auto client = Client(loop, etcd.endpoint());
+  REQUIRE(Wait<naming::etcd::PutResponse>([&](auto done) {
+            client->Put("/svc/a", "tcp://10.0.0.1:1", 0, std::move(done));
+          }).ok());
+  Watcher watcher;
+  (*resolver)->Start(watcher.Callback());
+  CHECK(watcher.WaitFor({"tcp://10.0.0.1:1"}));
+  const size_t updates = watcher.updates();
+
+  etcd.Stop(SIGKILL);
+  std::this_thread::sleep_for(1500ms);  // Several failed retries.
+  CHECK(watcher.updates() == updates);  // The set stood.
+  CHECK(watcher.errors() == 0);
+  etcd.Restart();
+  REQUIRE(Wait<naming::etcd::PutResponse>([&](auto done) {
+            client->Put("/svc/b", "tcp://10.0.0.2:2", 0, std::move(done));
+          }).ok());
+  CHECK(watcher.WaitFor({"tcp://10.0.0.1:1", "tcp://10.0.0.2:2"}));
+  (*resolver)->Stop();
+}
+
+TEST_CASE("an etcd:// resolver lists again when its revision is compacted") {
+  EtcdProcess etcd;
+  Loop loop;
+  const std::string target = "etcd://" + etcd.endpoint() + "/svc";
+  naming::ResolverOptions options;
+  options.etcd_retry = 3s;  // Time to change and compact before it resumes.
+  auto resolver =
+      naming::MakeResolver(target, loop.context.get_executor(), options);
+  REQUIRE(resolver.ok());
+  Watcher watcher;
+  (*resolver)->Start(watcher.Callback());
+  CHECK(watcher.WaitFor({}));
+  testing::LogCapture log;
+  etcd.Restart();  // The watch is lost; the resolver resumes in 3 s.
+  auto client = Client(loop, etcd.endpoint());
+  for (const char* key : {"/svc/a", "/svc/b"}) {
+    REQUIRE(Wait<naming::etcd::PutResponse>([&](auto done) {
+              client->Put(key,
+                          std::string("tcp://h:") +
+                              (key + 5 == std::string("a") ? "1" : "2"),
+                          0, std::move(done));
+            }).ok());
+  }
+  REQUIRE(Wait<naming::etcd::DeleteRangeResponse>([&](auto done) {
+            client->Delete("/svc/a", std::move(done));
+          }).ok());
+  etcd.Compact();
+  CHECK(watcher.WaitFor({"tcp://h:2"}));
+  CHECK(log.Contains("compacted away"));
+  (*resolver)->Stop();
+}
+
+TEST_CASE("a registration comes back after etcd lost it") {
+  EtcdProcess etcd;
+  Loop loop;
+  const std::string target = "etcd://" + etcd.endpoint() + "/svc";
+  naming::RegistrationOptions options;
+  options.ttl = 1s;
+  options.etcd.request_timeout = 500ms;
+  auto registration = naming::Registration::Start(
+      loop.context.get_executor(), target, "tcp://10.0.0.1:1", options);
+  REQUIRE(registration.ok());
+  auto resolver = naming::MakeResolver(target, loop.context.get_executor());
+  REQUIRE(resolver.ok());
+  Watcher watcher;
+  (*resolver)->Start(watcher.Callback());
+  CHECK(watcher.WaitFor({"tcp://10.0.0.1:1"}));
+  // Down for longer than the lease: it expires with etcd's clock running
+  // again, and the server registers anew.
+  etcd.Stop(SIGKILL);
+  std::this_thread::sleep_for(2s);
+  etcd.Restart();
+  std::this_thread::sleep_for(3s);
+  CHECK(watcher.WaitFor({"tcp://10.0.0.1:1"}));
+  CHECK((*registration)->registered());
+  CHECK((*registration)->stats().failures >= 1);
+  (*resolver)->Stop();
+}
+
+}  // namespace
+}  // namespace rdmarpc
