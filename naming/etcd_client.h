@@ -31,16 +31,9 @@
 #include "base/status_or.h"
 #include "base/unique_function.h"
 #include "naming/etcd.pb.h"
+#include "naming/options.h"
 
 namespace rdmarpc::naming {
-
-struct EtcdOptions {
-  // One member's time to connect and answer a request (a watch: to answer
-  // its create request).
-  std::chrono::milliseconds request_timeout{2000};
-  // A larger response (a Range over a huge prefix) fails RESOURCE_EXHAUSTED.
-  uint64_t max_response_bytes = uint64_t{64} << 20;
-};
 
 // The end of the range that holds every key starting with `prefix`: the
 // prefix with its last byte that is not 0xff incremented ("\0" for all keys).

@@ -24,15 +24,9 @@
 
 #include "base/status_or.h"
 #include "naming/etcd_client.h"
+#include "naming/options.h"
 
 namespace rdmarpc::naming {
-
-struct RegistrationOptions {
-  // The lease's time to live: how long a crashed server stays listed.
-  // etcd counts whole seconds; at least 1 s.
-  std::chrono::seconds ttl{5};
-  EtcdOptions etcd;
-};
 
 struct RegistrationStats {
   uint64_t registrations = 0;  // Leases granted with the key put.

@@ -25,20 +25,9 @@
 #include <vector>
 
 #include "base/status_or.h"
-#include "naming/etcd_client.h"
+#include "naming/options.h"
 
 namespace rdmarpc::naming {
-
-struct ResolverOptions {
-  // The scheme of a bare host:port in list:// and dns://.
-  std::string default_scheme = "auto";
-  // How often dns:// resolves again (and at most how stale its set is).
-  std::chrono::milliseconds dns_refresh{30000};
-  // etcd://: each request's timeout, and the pause before listing or
-  // watching again after etcd could not be reached.
-  EtcdOptions etcd;
-  std::chrono::milliseconds etcd_retry{1000};
-};
 
 class Resolver {
  public:

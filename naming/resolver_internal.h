@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "naming/etcd_client.h"
 #include "naming/resolver.h"
 
 namespace rdmarpc::naming {

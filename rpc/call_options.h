@@ -3,6 +3,7 @@
 #define RDMARPC_RPC_CALL_OPTIONS_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,11 @@ struct CallOptions {
   // call's completion runs (a stream's headers before its first message is
   // delivered). Optional: a call without it skips them.
   std::shared_ptr<ResponseMetadata> response_metadata;
+
+  // For a channel whose target is a cluster balanced by a hash ring
+  // (rpc/cluster_options.h): the call's key, e.g. BalanceKey(user_id).
+  // Calls with the same key go to the same server while it is there.
+  std::optional<uint64_t> balance_key;
 
   // A timeout past what the clock can represent saturates to "very late".
   static CallOptions WithTimeout(Clock::duration timeout) {

@@ -20,8 +20,10 @@ uint64_t CallTable::Add(ResponseCallback done,
   }
   slot.in_use = true;
   // Generation 0 is never used, so no id is 0.
-  if (++slot.generation == 0) slot.generation = 1;
-  ++live_;
+  slot.generation = (slot.generation + 1) & generation_mask_;
+  if (slot.generation == 0) slot.generation = 1;
+  live_.store(live_.load(std::memory_order_relaxed) + 1,
+              std::memory_order_relaxed);
   if (deadline) {
     slot.deadline = *deadline;
     HeapPush(index);
@@ -33,7 +35,8 @@ CallTable::Slot* CallTable::Find(uint64_t id) {
   const auto index = static_cast<uint32_t>(id);
   if (index >= slots_.size()) return nullptr;
   Slot& slot = slots_[index];
-  if (!slot.in_use || slot.generation != static_cast<uint32_t>(id >> 32)) {
+  if (!slot.in_use || (tag_bits_ | (uint64_t{slot.generation} << 32)) !=
+                          (id & ~uint64_t{UINT32_MAX})) {
     return nullptr;
   }
   return &slot;
@@ -47,7 +50,8 @@ void CallTable::Release(uint32_t index, ResponseCallback* done) {
   Slot& slot = slots_[index];
   if (slot.heap_pos != kNotInHeap) HeapRemove(slot.heap_pos);
   slot.in_use = false;
-  --live_;
+  live_.store(live_.load(std::memory_order_relaxed) - 1,
+              std::memory_order_relaxed);
   free_.push_back(index);
   *done = std::move(slot.done);
   if (slot.metadata) [[unlikely]] {

@@ -9,6 +9,7 @@
 #ifndef RDMARPC_RPC_CALL_TABLE_H_
 #define RDMARPC_RPC_CALL_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -53,7 +54,19 @@ class CallTable {
   void TakeAll(std::vector<Entry>* out);
 
   std::optional<Clock::time_point> NextDeadline() const;
-  size_t size() const { return live_; }
+  // The calls outstanding. Unlike the rest, readable from any thread (a
+  // cluster's balancer reads it without the owner's lock), if only as a
+  // hint: it may be stale by the time it is used.
+  size_t size() const { return live_.load(std::memory_order_relaxed); }
+
+  // Ids from now on carry `tag` (1..65535) in their top 16 bits, so that a
+  // cluster channel knows from an id which subchannel's call it is; the
+  // generation then has 16 bits instead of 32.
+  void set_id_tag(uint16_t tag) {
+    tag_bits_ = uint64_t{tag} << 48;
+    generation_mask_ = tag == 0 ? UINT32_MAX : 0xffff;
+  }
+  static uint16_t IdTag(uint64_t id) { return static_cast<uint16_t>(id >> 48); }
 
  private:
   static constexpr uint32_t kNotInHeap = UINT32_MAX;
@@ -66,8 +79,8 @@ class CallTable {
     bool in_use = false;
   };
 
-  static uint64_t MakeId(uint32_t index, uint32_t generation) {
-    return (uint64_t{generation} << 32) | index;
+  uint64_t MakeId(uint32_t index, uint32_t generation) const {
+    return tag_bits_ | (uint64_t{generation} << 32) | index;
   }
   Slot* Find(uint64_t id);
   // Frees the slot; its callback moves to `*done`.
@@ -85,7 +98,10 @@ class CallTable {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
   std::vector<uint32_t> heap_;  // Slot indices, earliest deadline first.
-  size_t live_ = 0;
+  // Written by the owner only, as load and store (no locked instruction).
+  std::atomic<size_t> live_{0};
+  uint64_t tag_bits_ = 0;
+  uint32_t generation_mask_ = UINT32_MAX;
 };
 
 }  // namespace rdmarpc::rpc

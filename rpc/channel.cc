@@ -9,8 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include "naming/resolver.h"
 #include "rpc/channel_impl.h"
 #include "rpc/client_loops.h"
+#include "rpc/cluster.h"
 #include "rpc/event_loop.h"
 
 namespace rdmarpc::rpc {
@@ -36,13 +38,29 @@ Channel::Channel(std::string target, ChannelOptions options)
     : pool_(NeedsOwnLoop(options) ? nullptr : ClientLoops::Shared()),
       own_loop_(NeedsOwnLoop(options) ? std::make_unique<EventLoop>()
                                       : nullptr),
-      loop_(own_loop_ ? own_loop_.get() : &pool_->Next()),
-      impl_(std::make_shared<Impl>(std::move(target), std::move(options),
-                                   loop_->context())) {}
+      loop_(own_loop_ ? own_loop_.get() : &pool_->Next()) {
+  if (naming::IsClusterTarget(target)) {
+    cluster_ = std::make_shared<Cluster>(std::move(target), std::move(options),
+                                         loop_->context());
+    cluster_->Begin();
+  } else {
+    impl_ = std::make_shared<Impl>(std::move(target), std::move(options),
+                                   loop_->context());
+  }
+}
+
+const std::shared_ptr<CallbackRunner>& Channel::runner() const {
+  return cluster_ ? cluster_->runner() : impl_->runner();
+}
 
 Channel::~Channel() {
   std::vector<CallTable::Entry> orphans;
-  impl_->Shutdown(&orphans);
+  if (cluster_) {
+    cluster_->Shutdown(&orphans);
+  } else {
+    impl_->Shutdown(&orphans);
+  }
+  const std::shared_ptr<CallbackRunner> runner = this->runner();
   const Status destroyed(StatusCode::kCancelled, "channel destroyed");
   const bool on_a_loop =
       loop_->InLoopThread() || (pool_ && pool_->InLoopThread());
@@ -51,17 +69,19 @@ Channel::~Channel() {
     // thread runs a loop, so it can neither wait for one nor join itself.
     // Complete the calls here; callbacks already posted run on the loop.
     for (auto& [id, done] : orphans) InvokeCallback(done, destroyed, Buffer());
-    CloseRunnerLater(impl_->runner());
+    CloseRunnerLater(runner);
     if (own_loop_) {
-      std::thread([loop = std::move(own_loop_),
-                   impl = std::move(impl_)]() mutable {
+      std::thread([loop = std::move(own_loop_), impl = std::move(impl_),
+                   cluster = std::move(cluster_)]() mutable {
         loop->Stop();
         loop->RunPending();
         impl.reset();
+        cluster.reset();
         loop.reset();
       }).detach();
     } else {
       impl_.reset();
+      cluster_.reset();
       ClientLoops::Release(std::move(pool_));
     }
     return;
@@ -81,18 +101,23 @@ Channel::~Channel() {
     drained.get_future().wait();
   }
   for (auto& [id, done] : orphans) InvokeCallback(done, destroyed, Buffer());
-  if (impl_->runner()->InCallback()) {
-    CloseRunnerLater(impl_->runner());  // Cannot wait for itself.
+  if (runner->InCallback()) {
+    CloseRunnerLater(runner);  // Cannot wait for itself.
   } else {
-    impl_->runner()->Close();
+    runner->Close();
   }
   impl_.reset();
+  cluster_.reset();
   ClientLoops::Release(std::move(pool_));
 }
 
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,
                               Payload request, const CallOptions& options,
                               ResponseCallback done) {
+  if (cluster_) [[unlikely]] {
+    return cluster_->Start(service, method, 0, std::move(request), options,
+                           std::move(done));
+  }
   return impl_->Start(service, method, 0, std::move(request), options,
                       std::move(done));
 }
@@ -100,17 +125,27 @@ Channel::CallId Channel::Call(std::string_view service, std::string_view method,
 Channel::CallId Channel::Call(const MethodRef& method, Payload request,
                               const CallOptions& options,
                               ResponseCallback done) {
+  if (cluster_) [[unlikely]] {
+    return cluster_->Start(method.service(), method.method(), method.id(),
+                           std::move(request), options, std::move(done));
+  }
   return impl_->Start(method.service(), method.method(), method.id(),
                       std::move(request), options, std::move(done));
 }
 
-void Channel::Cancel(CallId id) { impl_->Cancel(id); }
+void Channel::Cancel(CallId id) {
+  if (cluster_) return cluster_->Cancel(id);
+  impl_->Cancel(id);
+}
 
 std::unique_ptr<ClientStream> Channel::OpenStream(const MethodRef& method,
                                                   StreamKind kind,
                                                   const CallOptions& options,
                                                   Payload request) {
-  auto state = std::make_shared<ClientStream::State>(impl_, kind);
+  // A cluster's stream stays on the endpoint it starts on.
+  std::shared_ptr<Impl> impl =
+      cluster_ ? cluster_->PickForStream(options) : impl_;
+  auto state = std::make_shared<ClientStream::State>(impl, kind);
   // A stream always keeps its response metadata (ClientStream reads it).
   CallOptions stream_options = options;
   if (!stream_options.response_metadata) {
@@ -122,9 +157,8 @@ std::unique_ptr<ClientStream> Channel::OpenStream(const MethodRef& method,
   };
   // A stream refused before it started (by an interceptor, or a passed
   // deadline) has ended: its reads and Finish report why.
-  impl_->Start(method.service(), method.method(), method.id(),
-               std::move(request), stream_options, std::move(done), kind,
-               state);
+  impl->Start(method.service(), method.method(), method.id(),
+              std::move(request), stream_options, std::move(done), kind, state);
   return std::make_unique<ClientStream>(std::move(state));
 }
 
@@ -132,11 +166,20 @@ boost::asio::any_io_executor Channel::executor() const {
   return loop_->context().get_executor();
 }
 boost::asio::any_io_executor Channel::completion_executor() const {
-  if (impl_->runner()->enabled()) return asio::system_executor();
+  if (runner()->enabled()) return asio::system_executor();
   return loop_->context().get_executor();
 }
-ChannelState Channel::state() const { return impl_->state(); }
-ChannelStats Channel::stats() const { return impl_->stats(); }
-const std::string& Channel::target() const { return impl_->target(); }
+ChannelState Channel::state() const {
+  return cluster_ ? cluster_->state() : impl_->state();
+}
+ChannelStats Channel::stats() const {
+  return cluster_ ? cluster_->stats() : impl_->stats();
+}
+const std::string& Channel::target() const {
+  return cluster_ ? cluster_->target() : impl_->target();
+}
+std::vector<EndpointStats> Channel::endpoints() const {
+  return cluster_ ? cluster_->endpoints() : std::vector<EndpointStats>();
+}
 
 }  // namespace rdmarpc::rpc

@@ -44,6 +44,7 @@
 #include "base/tunables.h"
 #include "rpc/call_options.h"
 #include "rpc/call_table.h"
+#include "rpc/cluster_options.h"
 #include "rpc/executor.h"
 #include "rpc/interceptor.h"
 #include "rpc/method_ref.h"
@@ -52,6 +53,7 @@
 
 namespace rdmarpc::rpc {
 
+class CallbackRunner;
 class ClientLoops;
 class EventLoop;
 
@@ -117,6 +119,11 @@ struct ChannelOptions {
   // Run, in order, on each call before it is sent and at its end
   // (rpc/interceptor.h): a token, logging, metrics.
   std::vector<std::shared_ptr<ClientInterceptor>> interceptors;
+  // For a target that names a cluster (list://, dns://, etcd://): how the
+  // channel finds its servers and spreads calls over them
+  // (rpc/cluster_options.h). Each server's connection has the options
+  // above.
+  ClusterOptions cluster;
 };
 
 enum class ChannelState { kIdle, kConnecting, kReady, kTransientFailure };
@@ -135,6 +142,9 @@ class Channel {
  public:
   using CallId = uint64_t;
 
+  // `target` is one server's URI (transport/uri.h), or names a cluster of
+  // them (naming/resolver.h: list://, dns://, etcd://): each call then goes
+  // to one of them as options.cluster says.
   explicit Channel(std::string target, ChannelOptions options = {});
   ~Channel();  // Completes every outstanding call with CANCELLED.
   Channel(const Channel&) = delete;
@@ -171,18 +181,26 @@ class Channel {
   // executor, at once on the thread that runs the callback.
   boost::asio::any_io_executor completion_executor() const;
 
+  // For a cluster: kReady while any endpoint is connected. Stats add up
+  // its endpoints'.
   ChannelState state() const;
   ChannelStats stats() const;
   const std::string& target() const;
+  // A cluster's endpoints now (empty for a single-server channel).
+  std::vector<EndpointStats> endpoints() const;
 
  private:
   class Impl;
+  class Cluster;
+  const std::shared_ptr<CallbackRunner>& runner() const;
   // Declared first so they are destroyed last: the Impl's timers live on
   // the loop. The loop is the pool's, or own_loop_ for a polling channel.
   std::shared_ptr<ClientLoops> pool_;
   std::unique_ptr<EventLoop> own_loop_;
   EventLoop* loop_;
+  // One of the two: a single server's, or a cluster's.
   std::shared_ptr<Impl> impl_;
+  std::shared_ptr<Cluster> cluster_;
 };
 
 }  // namespace rdmarpc::rpc

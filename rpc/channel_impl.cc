@@ -90,8 +90,9 @@ Channel::CallId Channel::Impl::Start(
   std::unique_lock lock(mu_);
   if (shut_down_) {
     lock.unlock();
-    Complete(std::move(done),
-             Status(StatusCode::kCancelled, "channel is shut down"), Buffer());
+    const Status refused = shutdown_status_;
+    lock.unlock();
+    Complete(std::move(done), refused, Buffer());
     return 0;
   }
   if (state_ == ChannelState::kTransientFailure &&
@@ -279,6 +280,17 @@ void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
   }
 }
 
+void Channel::Impl::KeepConnected(std::function<void(ChannelState)> on_state) {
+  {
+    std::lock_guard lock(mu_);
+    keep_connected_ = true;
+    on_state_ = std::move(on_state);
+    if (shut_down_ || state_ != ChannelState::kIdle) return;
+    state_ = ChannelState::kConnecting;
+  }
+  asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
+}
+
 void Channel::Impl::StartConnect() {
   Log().debug("{}: connecting", target_);
   transport::Connect(context_, target_, options_.transport,
@@ -291,6 +303,7 @@ void Channel::Impl::StartConnect() {
 void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
   std::vector<CallTable::Entry> failed;
   Status failure;
+  std::optional<ChannelState> notify;
   {
     std::lock_guard lock(mu_);
     if (shut_down_) {
@@ -306,6 +319,7 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
       backoff_ = options_.initial_backoff;
       Log().info("{}: connected ({})", target_, connection_->peer());
       connection_->Start(shared_from_this());
+      notify = ChannelState::kReady;
       for (auto& [id, frame, wait_for_ready] : waiting_) {
         // Calls that timed out or were cancelled while waiting stay unsent.
         if (!calls_.Contains(id)) continue;
@@ -340,14 +354,16 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
         }
         return true;
       });
-      if (!waiting_.empty()) {
+      if (!waiting_.empty() || keep_connected_) {
         asio::post(context_, [self = shared_from_this()] {
           self->ReconnectAfterBackoff();
         });
       }
       failure = Status(StatusCode::kUnavailable, connect_error_.message());
+      notify = ChannelState::kTransientFailure;
     }
   }
+  if (notify) NotifyState(*notify);
   FailAll(failed, failure);  // Outside the lock: a callback may call again.
 }
 
@@ -356,7 +372,7 @@ void Channel::Impl::ReconnectAfterBackoff() {
   {
     std::lock_guard lock(mu_);
     if (shut_down_ || state_ != ChannelState::kTransientFailure ||
-        waiting_.empty()) {
+        (waiting_.empty() && !keep_connected_)) {
       return;
     }
     when = backoff_until_;
@@ -374,7 +390,7 @@ void Channel::Impl::ReconnectAfterBackoff() {
       std::erase_if(self->waiting_, [&](const Waiting& waiting) {
         return !self->calls_.Contains(waiting.id);
       });
-      if (self->waiting_.empty()) return;
+      if (self->waiting_.empty() && !self->keep_connected_) return;
       self->state_ = ChannelState::kConnecting;
     }
     self->StartConnect();
@@ -475,12 +491,21 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
 
 void Channel::Impl::OnClose(const Status& reason) {
   std::vector<CallTable::Entry> failed;
+  bool reconnect = false;
   {
     std::lock_guard lock(mu_);
     connection_.reset();
     if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
     calls_.TakeAll(&failed);
     waiting_.clear();
+    if (keep_connected_ && !shut_down_ && state_ == ChannelState::kIdle) {
+      state_ = ChannelState::kConnecting;
+      reconnect = true;
+    }
+  }
+  NotifyState(ChannelState::kIdle);
+  if (reconnect) {
+    asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
   }
   if (!failed.empty() || reason.code() != StatusCode::kCancelled) {
     Log().info("{}: connection closed: {}; failing {} calls", target_,

@@ -6,9 +6,11 @@
 #ifndef RDMARPC_RPC_CHANNEL_IMPL_H_
 #define RDMARPC_RPC_CHANNEL_IMPL_H_
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,14 +31,18 @@ class Channel::Impl final : public transport::ConnectionObserver,
                             public StreamHost,
                             public std::enable_shared_from_this<Impl> {
  public:
+  // A cluster's subchannels share the cluster's `runner`; a Channel's Impl
+  // makes its own.
   Impl(std::string target, ChannelOptions options,
-       boost::asio::io_context& context)
+       boost::asio::io_context& context,
+       std::shared_ptr<CallbackRunner> runner = nullptr)
       : target_(std::move(target)),
         options_(std::move(options)),
         context_(context),
         timer_(context),
         reconnect_timer_(context),
-        runner_(std::make_shared<CallbackRunner>(options_)),
+        runner_(runner ? std::move(runner)
+                       : std::make_shared<CallbackRunner>(options_)),
         interceptors_(
             options_.interceptors.empty()
                 ? nullptr
@@ -56,6 +62,39 @@ class Channel::Impl final : public transport::ConnectionObserver,
   void Cancel(CallId id);
   // Fails every call with `why` and drops the connection.
   void Shutdown(std::vector<CallTable::Entry>* orphans);
+
+  // For a cluster's subchannel: from now on stays connected (connects now,
+  // again at once after losing its connection, and after its backoff when
+  // a connect failed, with or without calls waiting), and runs `on_state`
+  // on the loop thread, outside the lock, after each change between
+  // kReady and the other states. Called once, before any call.
+  void KeepConnected(std::function<void(ChannelState)> on_state);
+  // Refuses every call from now on with `why` (a cluster's stand-in for an
+  // endpoint it does not have).
+  void Refuse(Status why) {
+    std::lock_guard lock(mu_);
+    shut_down_ = true;
+    shutdown_status_ = std::move(why);
+  }
+  // The calls completed from the transport's side (responses, lost
+  // connections, deadlines) since the channel began, and how many in a row
+  // ended in a failure as outlier detection counts them
+  // (rpc/cluster_options.h). Readable from any thread.
+  struct Outcomes {
+    uint64_t completed;
+    uint64_t failed;
+    uint32_t consecutive_failures;
+  };
+  Outcomes outcomes() const {
+    return {completed_.load(std::memory_order_relaxed),
+            failed_.load(std::memory_order_relaxed),
+            consecutive_failures_.load(std::memory_order_relaxed)};
+  }
+  size_t outstanding() const { return calls_.size(); }
+  void set_id_tag(uint16_t tag) {
+    std::lock_guard lock(mu_);
+    calls_.set_id_tag(tag);
+  }
 
   void OnFrame(transport::ReceivedFrame frame) override;
   void OnClose(const Status& reason) override;
@@ -89,6 +128,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // Completes a call from the transport's side (the loop thread): the
   // callback runs here, or on the callback executor.
   void Deliver(ResponseCallback& done, const Status& status, Payload response) {
+    CountOutcome(status);
     if (runner_->enabled()) {
       runner_->Run(std::move(done), status, std::move(response));
     } else {
@@ -108,6 +148,26 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // call: `done` has been completed with its error.
   bool Intercept(std::string_view service, std::string_view method,
                  StreamKind kind, CallOptions& options, ResponseCallback& done);
+  // On the loop thread only, so plain loads and stores suffice.
+  void CountOutcome(const Status& status) {
+    constexpr auto relaxed = std::memory_order_relaxed;
+    completed_.store(completed_.load(relaxed) + 1, relaxed);
+    if (IsEndpointFailure(status.code())) [[unlikely]] {
+      failed_.store(failed_.load(relaxed) + 1, relaxed);
+      consecutive_failures_.store(consecutive_failures_.load(relaxed) + 1,
+                                  relaxed);
+    } else if (consecutive_failures_.load(relaxed) != 0) {
+      consecutive_failures_.store(0, relaxed);
+    }
+  }
+  static bool IsEndpointFailure(StatusCode code) {
+    return code == StatusCode::kUnavailable || code == StatusCode::kInternal ||
+           code == StatusCode::kUnknown || code == StatusCode::kDataLoss ||
+           code == StatusCode::kDeadlineExceeded;
+  }
+  void NotifyState(ChannelState state) {
+    if (on_state_) on_state_(state);
+  }
   void StartConnect();
   void OnConnected(StatusOr<std::shared_ptr<transport::Connection>> result);
   void ArmTimer();
@@ -150,7 +210,14 @@ class Channel::Impl final : public transport::ConnectionObserver,
   Clock::time_point backoff_until_;
   std::chrono::milliseconds backoff_;
   bool shut_down_ = false;
+  Status shutdown_status_{StatusCode::kCancelled, "channel is shut down"};
   ChannelStats stats_;
+  // KeepConnected: set once before any call, then only read.
+  bool keep_connected_ = false;
+  std::function<void(ChannelState)> on_state_;
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<uint32_t> consecutive_failures_{0};
 };
 
 }  // namespace rdmarpc::rpc

@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "base/log.h"
+#include "naming/registration.h"
 #include "rpc/event_loop.h"
 #include "rpc/method_ref.h"
 #include "rpc/server_session.h"
 #include "transport/factory/factory.h"
+#include "transport/uri.h"
 
 namespace rdmarpc::rpc {
 
@@ -123,16 +125,33 @@ class Server::Impl {
         });
     if (!listener.ok()) return listener.status();
     std::string bound = (*listener)->uri();
+    if (!options_.register_at.empty() && !registration_) {
+      Status registered = Register(bound);
+      if (!registered.ok()) return registered;
+    }
     Log().info("server listening on {}", bound);
     listeners_.push_back(std::move(*listener));
     return bound;
   }
 
   void Shutdown(std::chrono::milliseconds grace) {
+    std::unique_ptr<naming::Registration> registration;
     {
       std::lock_guard lock(mu_);
       if (shut_down_) return;
       shut_down_ = true;
+      registration = std::move(registration_);
+    }
+    // Out of the cluster first, so that clients stop picking this server.
+    if (registration) {
+      const Status deregistered = registration->Stop();
+      if (!deregistered.ok()) {
+        Log().warn("shutdown: deregistering {} failed: {}", registration->key(),
+                   deregistered.message());
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
       for (auto& listener : listeners_) listener->Close();
     }
     {
@@ -216,6 +235,27 @@ class Server::Impl {
     session->Start();
   }
 
+  // Under mu_: registers `bound` (or advertise_uri) at register_at.
+  Status Register(const std::string& bound) {
+    std::string uri =
+        options_.advertise_uri.empty() ? bound : options_.advertise_uri;
+    StatusOr<transport::Uri> parsed = transport::ParseUri(uri);
+    if (!parsed.ok()) return parsed.status();
+    if (parsed->host == "0.0.0.0" || parsed->host == "::" ||
+        parsed->host.empty()) {
+      return Status(StatusCode::kInvalidArgument,
+                    "cannot register " + uri +
+                        " in etcd: no client can dial a wildcard address; "
+                        "set ServerOptions::advertise_uri");
+    }
+    auto registration = naming::Registration::Start(
+        (*workers_)[0]->context().get_executor(), options_.register_at, uri,
+        options_.registration);
+    if (!registration.ok()) return registration.status();
+    registration_ = std::move(*registration);
+    return Status();
+  }
+
   const ServerOptions options_;
   const std::shared_ptr<ServerCore> core_;
   // Shared with every session: a socket must not outlive its event loop.
@@ -227,6 +267,7 @@ class Server::Impl {
   bool serving_ = false;    // Guarded by mu_.
   bool shut_down_ = false;  // Guarded by mu_.
   std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
+  std::unique_ptr<naming::Registration> registration_;           // Guarded.
   std::set<std::shared_ptr<ServerSession>> sessions_;            // Guarded.
   std::vector<std::unique_ptr<Service>> owned_services_;         // Guarded.
   // Destroyed first: it runs the handlers given to it and waits for them,

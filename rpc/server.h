@@ -24,6 +24,7 @@
 
 #include "base/status_or.h"
 #include "base/tunables.h"
+#include "naming/options.h"
 #include "rpc/executor.h"
 #include "rpc/interceptor.h"
 #include "rpc/metrics.h"
@@ -61,6 +62,15 @@ struct ServerOptions {
   // Run, in order, before each call's handler and at its end
   // (rpc/interceptor.h): a token check, logging, metrics.
   std::vector<std::shared_ptr<ServerInterceptor>> interceptors;
+  // Registers the server in etcd while it serves, for clients whose target
+  // is "etcd://.../prefix" (naming/registration.h): register_at is
+  // "etcd://host:port[,host:port...]/prefix". The first Listen registers
+  // advertise_uri, or the URI it bound if that is empty (Listen fails
+  // INVALID_ARGUMENT if it bound a wildcard address such as 0.0.0.0, which
+  // no client can dial); Shutdown deregisters before it stops serving.
+  std::string register_at;
+  std::string advertise_uri;
+  naming::RegistrationOptions registration;
 };
 
 struct ServerStats {
