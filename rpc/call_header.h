@@ -24,7 +24,8 @@ class CallHeader {
     kCancel = 3,
     kMessage = 4,
     kHalfClose = 5,
-    kWindow = 6
+    kWindow = 6,
+    kGoAway = 7
   };
   // Which way a call streams (a REQUEST's `stream`).
   enum StreamKind : int32_t {

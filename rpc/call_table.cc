@@ -1,5 +1,7 @@
 #include "rpc/call_table.h"
 
+#include <algorithm>
+
 namespace rdmarpc::rpc {
 
 uint64_t CallTable::Add(ResponseCallback done,
@@ -88,6 +90,16 @@ void CallTable::TakeAll(std::vector<Entry>* out) {
       const uint64_t id = MakeId(index, slots_[index].generation);
       Release(index, &out->emplace_back(id, nullptr).second);
     }
+  }
+}
+
+void CallTable::TakeAllExcept(const std::vector<uint64_t>& keep,
+                              std::vector<Entry>* out) {
+  for (uint32_t index = 0; index < slots_.size(); ++index) {
+    if (!slots_[index].in_use) continue;
+    const uint64_t id = MakeId(index, slots_[index].generation);
+    if (std::find(keep.begin(), keep.end(), id) != keep.end()) continue;
+    Release(index, &out->emplace_back(id, nullptr).second);
   }
 }
 

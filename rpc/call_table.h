@@ -52,6 +52,9 @@ class CallTable {
   void TakeExpired(Clock::time_point now, std::vector<Entry>* out);
   // Removes every call.
   void TakeAll(std::vector<Entry>* out);
+  // Removes every call but those in `keep`.
+  void TakeAllExcept(const std::vector<uint64_t>& keep,
+                     std::vector<Entry>* out);
 
   std::optional<Clock::time_point> NextDeadline() const;
   // The calls outstanding. Unlike the rest, readable from any thread (a

@@ -114,23 +114,38 @@ Channel::~Channel() {
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,
                               Payload request, const CallOptions& options,
                               ResponseCallback done) {
+  Impl* impl = impl_.get();
+  std::shared_ptr<Impl> picked;  // A cluster's pick, held for the call.
   if (cluster_) [[unlikely]] {
-    return cluster_->Start(service, method, 0, std::move(request), options,
-                           std::move(done));
+    picked = cluster_->Pick(options);
+    if (!picked) {
+      return cluster_->StartLater(service, method, 0, std::move(request),
+                                  options, std::move(done));
+    }
+    impl = picked.get();
   }
-  return impl_->Start(service, method, 0, std::move(request), options,
-                      std::move(done));
+  return impl->Start(service, method, 0, std::move(request), options,
+                     std::move(done));
 }
 
 Channel::CallId Channel::Call(const MethodRef& method, Payload request,
                               const CallOptions& options,
                               ResponseCallback done) {
+  // The cluster picks here rather than behind a call of its own: each hop
+  // would move the request and the callback once more.
+  Impl* impl = impl_.get();
+  std::shared_ptr<Impl> picked;  // A cluster's pick, held for the call.
   if (cluster_) [[unlikely]] {
-    return cluster_->Start(method.service(), method.method(), method.id(),
-                           std::move(request), options, std::move(done));
+    picked = cluster_->Pick(options);
+    if (!picked) {
+      return cluster_->StartLater(method.service(), method.method(),
+                                  method.id(), std::move(request), options,
+                                  std::move(done));
+    }
+    impl = picked.get();
   }
-  return impl_->Start(method.service(), method.method(), method.id(),
-                      std::move(request), options, std::move(done));
+  return impl->Start(method.service(), method.method(), method.id(),
+                     std::move(request), options, std::move(done));
 }
 
 void Channel::Cancel(CallId id) {

@@ -129,8 +129,9 @@ Channel::CallId Channel::Impl::Start(
   // may write at once, and other callers need not wait out that system
   // call. Built straight into Send's parameter, the frame is never moved.
   std::shared_ptr<Connection> ready;
-  if (state_ == ChannelState::kReady) {
+  if (state_ == ChannelState::kReady && !goaway_) [[likely]] {
     ready = connection_;
+    sending_.fetch_add(1, std::memory_order_relaxed);
   } else {
     waiting_.push_back({id, request_frame(), call_options.wait_for_ready});
     // Backing off, a wait-for-ready call waits for the next attempt.
@@ -139,7 +140,7 @@ Channel::CallId Channel::Impl::Start(
         self->ReconnectAfterBackoff();
       });
     }
-    if (state_ == ChannelState::kIdle) {
+    if (state_ == ChannelState::kIdle && !goaway_) {
       state_ = ChannelState::kConnecting;
       asio::post(context_,
                  [self = shared_from_this()] { self->StartConnect(); });
@@ -153,6 +154,7 @@ Channel::CallId Channel::Impl::Start(
   if (ready) {
     RDMARPC_TRACE(0, "encode");
     const Status sent = ready->Send(request_frame());
+    sending_.fetch_sub(1, std::memory_order_release);
     // UNAVAILABLE: the connection is closing and OnClose fails the call.
     if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
       std::optional<ResponseCallback> failed;
@@ -438,6 +440,9 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
     return stream->OnMessage(SplitPayload(std::move(frame).TakePayload(),
                                           header->attachment_size()));
   }
+  if (header.ok() && header->kind() == CallHeader::kGoAway) [[unlikely]] {
+    return OnGoAway();
+  }
   if (header.ok() && header->kind() != CallHeader::kResponse) {
     header = Status(StatusCode::kInternal,
                     "protocol error: server sent a frame of kind " +
@@ -489,6 +494,32 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
                       : Payload());
 }
 
+void Channel::Impl::OnGoAway() {
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard lock(mu_);
+    if (goaway_ || !connection_) return;
+    goaway_ = true;
+    connection = connection_;
+  }
+  Log().info("{}: the server is going away; new calls wait for it to close",
+             target_);
+  NotifyState(ChannelState::kIdle);  // A cluster stops picking it.
+  AnswerGoAway(std::move(connection));
+}
+
+void Channel::Impl::AnswerGoAway(std::shared_ptr<Connection> connection) {
+  if (sending_.load(std::memory_order_acquire) != 0) {
+    // A Start took the connection before GOAWAY and sends any moment.
+    asio::post(context_, [self = shared_from_this(),
+                          connection = std::move(connection)]() mutable {
+      self->AnswerGoAway(std::move(connection));
+    });
+    return;
+  }
+  connection->Send(MakeGoAwayFrame()).IgnoreError();
+}
+
 void Channel::Impl::OnClose(const Status& reason) {
   std::vector<CallTable::Entry> failed;
   bool reconnect = false;
@@ -496,9 +527,22 @@ void Channel::Impl::OnClose(const Status& reason) {
     std::lock_guard lock(mu_);
     connection_.reset();
     if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
-    calls_.TakeAll(&failed);
-    waiting_.clear();
-    if (keep_connected_ && !shut_down_ && state_ == ChannelState::kIdle) {
+    if (goaway_) {
+      // Calls made after GOAWAY were never sent: they go on the next
+      // connection, as a call made while connecting does.
+      goaway_ = false;
+      std::vector<uint64_t> unsent;
+      for (const Waiting& waiting : waiting_) unsent.push_back(waiting.id);
+      calls_.TakeAllExcept(unsent, &failed);
+      std::erase_if(waiting_, [this](const Waiting& waiting) {
+        return !calls_.Contains(waiting.id);
+      });
+    } else {
+      calls_.TakeAll(&failed);
+      waiting_.clear();
+    }
+    if (!shut_down_ && state_ == ChannelState::kIdle &&
+        (keep_connected_ || !waiting_.empty())) {
       state_ = ChannelState::kConnecting;
       reconnect = true;
     }

@@ -76,8 +76,9 @@ class Channel::Impl final : public transport::ConnectionObserver,
     shut_down_ = true;
     shutdown_status_ = std::move(why);
   }
-  // The calls completed from the transport's side (responses, lost
-  // connections, deadlines) since the channel began, and how many in a row
+  // For a subchannel (KeepConnected): the calls completed from the
+  // transport's side (responses, lost connections, deadlines) since it
+  // began, and how many in a row
   // ended in a failure as outlier detection counts them
   // (rpc/cluster_options.h). Readable from any thread.
   struct Outcomes {
@@ -128,7 +129,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // Completes a call from the transport's side (the loop thread): the
   // callback runs here, or on the callback executor.
   void Deliver(ResponseCallback& done, const Status& status, Payload response) {
-    CountOutcome(status);
+    if (keep_connected_) CountOutcome(status);  // A cluster's subchannel.
     if (runner_->enabled()) {
       runner_->Run(std::move(done), status, std::move(response));
     } else {
@@ -168,6 +169,10 @@ class Channel::Impl final : public transport::ConnectionObserver,
   void NotifyState(ChannelState state) {
     if (on_state_) on_state_(state);
   }
+  // A GOAWAY from the server (the loop thread).
+  void OnGoAway();
+  // Answers GOAWAY once no Start is about to send a REQUEST.
+  void AnswerGoAway(std::shared_ptr<transport::Connection> connection);
   void StartConnect();
   void OnConnected(StatusOr<std::shared_ptr<transport::Connection>> result);
   void ArmTimer();
@@ -211,6 +216,12 @@ class Channel::Impl final : public transport::ConnectionObserver,
   std::chrono::milliseconds backoff_;
   bool shut_down_ = false;
   Status shutdown_status_{StatusCode::kCancelled, "channel is shut down"};
+  // The server said GOAWAY on connection_: new calls wait in waiting_ for
+  // the next connection. sending_ counts the Starts that took connection_
+  // for a REQUEST and have not sent it yet: the answering GOAWAY goes once
+  // it is 0, so no REQUEST follows it.
+  bool goaway_ = false;
+  std::atomic<int> sending_{0};
   ChannelStats stats_;
   // KeepConnected: set once before any call, then only read.
   bool keep_connected_ = false;

@@ -80,20 +80,28 @@ void Channel::Cluster::Begin() {
       });
 }
 
-Channel::CallId Channel::Cluster::Start(std::string_view service,
-                                        std::string_view method,
-                                        uint64_t method_id, Payload request,
-                                        const CallOptions& options,
-                                        ResponseCallback done) {
+std::shared_ptr<Channel::Impl> Channel::Cluster::Pick(
+    const CallOptions& options) {
+  std::lock_guard lock(mu_);
+  if (!active_) [[unlikely]] {
+    Activate();
+  }
+  const std::shared_ptr<Impl>* picked = PickLocked(options);
+  if (picked == nullptr) [[unlikely]] {
+    return nullptr;
+  }
+  return *picked;
+}
+
+Channel::CallId Channel::Cluster::StartLater(
+    std::string_view service, std::string_view method, uint64_t method_id,
+    Payload request, const CallOptions& options, ResponseCallback done) {
   std::shared_ptr<Impl> impl;
   Status refused;
   {
     std::lock_guard lock(mu_);
-    if (!active_) [[unlikely]] {
-      Activate();
-    }
-    if (Impl* picked = Pick(options)) [[likely]] {
-      impl = picked->shared_from_this();
+    if (const auto* picked = PickLocked(options)) {
+      impl = *picked;  // Connected meanwhile.
     } else if (shut_down_) {
       refused = Status(StatusCode::kCancelled, "channel is shut down");
     } else if (resolved_ && AllFailed() && !options.wait_for_ready) {
@@ -113,19 +121,19 @@ Channel::CallId Channel::Cluster::Start(std::string_view service,
       return id;
     }
   }
-  if (!impl) {
-    auto task = [done = std::move(done), refused]() mutable {
-      InvokeCallback(done, refused, Buffer());
-    };
-    if (runner_->enabled()) {
-      runner_->Post(std::move(task));
-    } else {
-      asio::post(context_, std::move(task));
-    }
-    return 0;
+  if (impl) {
+    return impl->Start(service, method, method_id, std::move(request), options,
+                       std::move(done));
   }
-  return impl->Start(service, method, method_id, std::move(request), options,
-                     std::move(done));
+  auto task = [done = std::move(done), refused]() mutable {
+    InvokeCallback(done, refused, Buffer());
+  };
+  if (runner_->enabled()) {
+    runner_->Post(std::move(task));
+  } else {
+    asio::post(context_, std::move(task));
+  }
+  return 0;
 }
 
 void Channel::Cluster::Cancel(CallId id) {
@@ -159,7 +167,7 @@ std::shared_ptr<Channel::Impl> Channel::Cluster::PickForStream(
   {
     std::lock_guard lock(mu_);
     if (!active_) Activate();
-    if (Impl* picked = Pick(options)) return picked->shared_from_this();
+    if (const auto* picked = PickLocked(options)) return *picked;
     for (const auto& sub : subchannels_) {
       if (!sub->failed && !sub->ejected) return sub->impl;
     }
@@ -182,7 +190,6 @@ void Channel::Cluster::Shutdown(std::vector<CallTable::Entry>* orphans) {
     subchannels = std::move(subchannels_);
     subchannels_.clear();
     ready_.clear();
-    ready_keep_.clear();
     ring_ = HashRing();
   }
   if (resolver_) resolver_->Stop();
@@ -406,12 +413,10 @@ void Channel::Cluster::Activate() {
 
 void Channel::Cluster::RebuildPicker() {
   ready_.clear();
-  ready_keep_.clear();
   std::vector<std::string> uris;
   for (const auto& sub : subchannels_) {
     if (!sub->ready || sub->ejected) continue;
-    ready_.push_back(sub->impl.get());
-    ready_keep_.push_back(sub->impl);
+    ready_.push_back(sub->impl);
     uris.push_back(sub->uri);
   }
   if (options_.cluster.policy == LoadBalancing::kHashRing) {
@@ -419,19 +424,20 @@ void Channel::Cluster::RebuildPicker() {
   }
 }
 
-Channel::Impl* Channel::Cluster::Pick(const CallOptions& options) {
+const std::shared_ptr<Channel::Impl>* Channel::Cluster::PickLocked(
+    const CallOptions& options) {
   const size_t n = ready_.size();
   if (n == 0) return nullptr;
   switch (options_.cluster.policy) {
     case LoadBalancing::kRoundRobin:
       break;
     case LoadBalancing::kLeastLoaded: {
-      if (n == 1) return ready_[0];
+      if (n == 1) return &ready_[0];
       const size_t a = NextRandom() % n;
       size_t b = NextRandom() % (n - 1);
       if (b >= a) ++b;
-      return ready_[a]->outstanding() <= ready_[b]->outstanding() ? ready_[a]
-                                                                  : ready_[b];
+      return ready_[a]->outstanding() <= ready_[b]->outstanding() ? &ready_[a]
+                                                                  : &ready_[b];
     }
     case LoadBalancing::kHashRing: {
       std::optional<uint64_t> key = options.balance_key;
@@ -443,7 +449,7 @@ Channel::Impl* Channel::Cluster::Pick(const CallOptions& options) {
       }
       if (!key) break;
       uint64_t total = 0;
-      for (const Impl* impl : ready_) total += impl->outstanding();
+      for (const auto& impl : ready_) total += impl->outstanding();
       const auto cap = static_cast<uint64_t>(
           std::ceil(options_.cluster.hash_load_bound *
                     static_cast<double>(total + 1) / static_cast<double>(n)));
@@ -452,10 +458,12 @@ Channel::Impl* Channel::Cluster::Pick(const CallOptions& options) {
       if (index == HashRing::kNone) {
         index = ring_.Find(*key, [](size_t) { return true; });
       }
-      return ready_[index];
+      return &ready_[index];
     }
   }
-  return ready_[next_++ % n];
+  // Round robin: a compare, not a division, per call.
+  if (next_ >= n) next_ = 0;
+  return &ready_[next_++];
 }
 
 bool Channel::Cluster::AllFailed() const {
@@ -482,8 +490,7 @@ void Channel::Cluster::TakeDispatchable(
   if (pending_.empty()) return;
   if (!ready_.empty()) {
     for (auto& pending : pending_) {
-      Impl* impl = Pick(pending.options);
-      ready->emplace_back(std::move(pending), impl->shared_from_this());
+      ready->emplace_back(std::move(pending), *PickLocked(pending.options));
     }
     pending_.clear();
     return;

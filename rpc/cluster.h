@@ -30,10 +30,14 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   // Starts the resolver; a target it refuses fails every call with why.
   void Begin();
 
-  // As Channel::Impl::Start, on the endpoint the policy picks.
-  CallId Start(std::string_view service, std::string_view method,
-               uint64_t method_id, Payload request, const CallOptions& options,
-               ResponseCallback done);
+  // The endpoint for a call, as the policy picks among those connected and
+  // not ejected; null if there is none (the call then goes to StartLater).
+  std::shared_ptr<Impl> Pick(const CallOptions& options);
+  // A call Pick found no endpoint for: it waits for the first endpoint to
+  // connect, or fails now (rpc/cluster_options.h says when).
+  CallId StartLater(std::string_view service, std::string_view method,
+                    uint64_t method_id, Payload request,
+                    const CallOptions& options, ResponseCallback done);
   void Cancel(CallId id);
   // The subchannel a new stream goes to: a connected one if any, else one
   // that connects; if the cluster has none, a stand-in that refuses calls
@@ -88,7 +92,8 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   std::shared_ptr<Subchannel> AddSubchannel(const std::string& uri);
   void Activate();
   void RebuildPicker();
-  Impl* Pick(const CallOptions& options);
+  // Points into ready_; null if it is empty.
+  const std::shared_ptr<Impl>* PickLocked(const CallOptions& options);
   bool AllFailed() const;
   Status NoEndpointStatus() const;
   // Takes the pending calls that can go now (to `*ready`, with their
@@ -117,9 +122,8 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   std::vector<std::weak_ptr<Impl>> by_tag_;
   uint16_t next_tag_ = 1;
   // The picker: connected, not ejected.
-  std::vector<Impl*> ready_;
-  std::vector<std::shared_ptr<Impl>> ready_keep_;  // Keeps ready_ valid.
-  HashRing ring_;                                  // Over ready_.
+  std::vector<std::shared_ptr<Impl>> ready_;
+  HashRing ring_;  // Over ready_.
   uint64_t next_ = 0;
   std::vector<Pending> pending_;
   uint64_t next_pending_id_ = 1;

@@ -150,15 +150,37 @@ class Server::Impl {
                    deregistered.message());
       }
     }
+    std::set<std::shared_ptr<ServerSession>> open;
     {
       std::lock_guard lock(mu_);
       for (auto& listener : listeners_) listener->Close();
+      open = sessions_;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    if (grace.count() > 0) {
+      // GOAWAY: clients send no new call here, and answer once they have
+      // sent their last. Until every client answered (or the wait is over)
+      // requests are still served: none that crossed the GOAWAY fails.
+      for (const auto& session : open) session->GoAway();
+      std::unique_lock lock(core_->mu);
+      const bool answered = core_->idle.wait_until(
+          lock,
+          std::min(deadline, std::chrono::steady_clock::now() +
+                                 options_.goaway_answer_timeout),
+          [this] {
+            return core_->goaways_answered.load() >= core_->goaways_sent.load();
+          });
+      if (!answered) {
+        Log().warn("shutdown: {} of {} clients did not answer GOAWAY",
+                   core_->goaways_sent.load() - core_->goaways_answered.load(),
+                   core_->goaways_sent.load());
+      }
     }
     {
       std::unique_lock lock(core_->mu);
       core_->draining = true;
-      const bool drained = core_->idle.wait_for(
-          lock, grace, [this] { return core_->live_calls == 0; });
+      const bool drained = core_->idle.wait_until(
+          lock, deadline, [this] { return core_->live_calls == 0; });
       if (!drained) {
         Log().warn("shutdown: {} calls still running after {} ms; cancelling",
                    core_->live_calls.load(), grace.count());

@@ -8,8 +8,10 @@
 //
 // N worker threads each run their own event loop; accepted connections are
 // assigned to them round robin, and a connection's handlers run on its
-// worker, or on an executor (ServerOptions::handler_threads). Shutdown stops
-// accepting, lets in-flight calls finish up to a grace period, then closes
+// worker, or on an executor (ServerOptions::handler_threads). Shutdown
+// deregisters (ServerOptions::register_at), stops accepting, tells each
+// client GOAWAY (so that no call it makes fails: docs/protocol.md, "Going
+// away"), lets in-flight calls finish up to a grace period, then closes
 // every connection.
 #ifndef RDMARPC_RPC_SERVER_H_
 #define RDMARPC_RPC_SERVER_H_
@@ -71,6 +73,11 @@ struct ServerOptions {
   std::string register_at;
   std::string advertise_uri;
   naming::RegistrationOptions registration;
+  // Shutdown with a grace period first tells each client GOAWAY and serves
+  // on until every client has answered that it sent its last request, for
+  // at most this long (within the grace period); then it refuses new
+  // requests and waits for the calls still running.
+  std::chrono::milliseconds goaway_answer_timeout{1000};
 };
 
 struct ServerStats {
@@ -105,8 +112,10 @@ class Server {
   // Starts listening; returns the bound URI (port 0 becomes a real port).
   StatusOr<std::string> Listen(std::string_view uri);
 
-  // Stops accepting, waits up to `grace` for in-flight calls, then closes
-  // every connection (calls still running are cancelled). Idempotent.
+  // Deregisters, stops accepting, and (with a grace period) tells every
+  // client GOAWAY and serves on until each has sent its last request; then
+  // waits up to the rest of `grace` for in-flight calls, and closes every
+  // connection (calls still running are cancelled). Idempotent.
   void Shutdown(
       std::chrono::milliseconds grace = tunables::kDefaultShutdownGrace);
 

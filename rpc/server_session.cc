@@ -39,6 +39,11 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   const CallHeader& header = *decoded;
   const uint64_t id = header.call_id();
 
+  if (header.kind() == CallHeader::kGoAway) [[unlikely]] {
+    // The client has sent its last request here (or, unasked, is leaving).
+    if (goaway_sent_.load()) CountGoAwayAnswer();
+    return;
+  }
   if (header.kind() == CallHeader::kCancel) {
     std::shared_ptr<ServerCall> call;
     {
@@ -233,6 +238,14 @@ void ServerSession::OnStreamFrame(const CallHeader& header,
     default:
       return call->OnWindow(header.window_messages(), header.window_bytes());
   }
+}
+
+void ServerSession::GoAway() {
+  if (goaway_sent_.exchange(true)) return;
+  core_->goaways_sent.fetch_add(1);
+  connection_->Send(MakeGoAwayFrame()).IgnoreError();
+  // A closed connection sends nothing more: as good as an answer.
+  if (closed_.load()) CountGoAwayAnswer();
 }
 
 Status ServerSession::SendStreamFrame(transport::OutgoingFrame frame) {
@@ -478,6 +491,8 @@ Status ServerSession::CallLimitLocked() {
 }
 
 void ServerSession::OnClose(const Status& reason) {
+  closed_.store(true);
+  if (goaway_sent_.load()) CountGoAwayAnswer();
   // The transport closed it for malformed input (the session's own
   // ProtocolError counts the RPC layer's).
   if (connection_->stats().protocol_errors > 0) core_->protocol_errors++;

@@ -76,6 +76,16 @@ struct ServerCore {
     }
   }
 
+  // Going away (Server::Shutdown): sessions told GOAWAY, and those whose
+  // client has answered that it sent its last request. Notified on `idle`.
+  std::atomic<int> goaways_sent{0};
+  std::atomic<int> goaways_answered{0};
+  void OnGoAwayAnswered() {
+    goaways_answered.fetch_add(1);
+    std::lock_guard lock(mu);
+    idle.notify_all();
+  }
+
   std::atomic<uint64_t> calls_started{0};
   std::atomic<uint64_t> responses_dropped{0};  // Cancelled or late.
   std::atomic<uint64_t> protocol_errors{0};
@@ -105,6 +115,10 @@ class ServerSession final : public transport::ConnectionObserver,
     on_closed_ = std::move(on_closed);
   }
   void Close(const Status& reason) { connection_->Close(reason); }
+  // Tells the client this server is going away (GOAWAY): it sends no new
+  // request on this connection and answers with a GOAWAY of its own once it
+  // has sent its last. The session goes on serving until then. Once.
+  void GoAway();
   transport::Connection& connection() { return *connection_; }
 
   void OnFrame(transport::ReceivedFrame frame) override;
@@ -161,7 +175,16 @@ class ServerSession final : public transport::ConnectionObserver,
   // MESSAGE, HALF_CLOSE, WINDOW.
   void OnStreamFrame(const CallHeader& header, transport::ReceivedFrame frame);
   std::function<void()> on_closed_;
-  Status refusal_;             // Set by Refuse before Start.
+  Status refusal_;  // Set by Refuse before Start.
+  // GoAway (the shutting-down thread) and the client's answer or the
+  // connection's end (its thread) meet here: whichever comes second counts
+  // the answer, once (all sequentially consistent).
+  std::atomic<bool> goaway_sent_{false};
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> goaway_counted_{false};
+  void CountGoAwayAnswer() {
+    if (!goaway_counted_.exchange(true)) core_->OnGoAwayAnswered();
+  }
   bool limit_logged_ = false;  // Guarded by mu_.
 };
 

@@ -122,6 +122,10 @@ transport::OutgoingFrame MakeWindowFrame(uint64_t call_id, uint64_t messages,
   return Frame(header, Payload());
 }
 
+transport::OutgoingFrame MakeGoAwayFrame() {
+  return BareFrame(CallHeader::kGoAway, 0);
+}
+
 StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
   const std::optional<CallHeader> decoded = CallHeader::Decode(frame.header());
   if (!decoded) return ProtocolError("call header does not parse");
@@ -159,6 +163,11 @@ StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
         return ProtocolError("WINDOW that opens nothing");
       }
       break;
+    case CallHeader::kGoAway:
+      if (header.payload_size() != 0 || header.call_id() != 0) {
+        return ProtocolError("GOAWAY with a call id or a payload");
+      }
+      break;
     default:
       return ProtocolError("unknown call kind " +
                            std::to_string(header.kind()));
@@ -170,7 +179,8 @@ StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
     if (!header.metadata().empty() && header.kind() != CallHeader::kRequest &&
         header.kind() != CallHeader::kResponse &&
         header.kind() != CallHeader::kMessage) {
-      return ProtocolError("metadata on a CANCEL, HALF_CLOSE or WINDOW");
+      return ProtocolError(
+          "metadata on a CANCEL, HALF_CLOSE, WINDOW or GOAWAY");
     }
   }
   const uint64_t carried = frame.dropped_payload_size() > 0

@@ -32,6 +32,8 @@ transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            std::string_view headers = {},
                                            std::string_view trailers = {});
 transport::OutgoingFrame MakeCancelFrame(uint64_t call_id);
+// Connection-wide: the server's "going away", or the client's answer.
+transport::OutgoingFrame MakeGoAwayFrame();
 
 // Streams (docs/protocol.md, "Streams"). A streaming call's REQUEST names its
 // kind and may widen the client's window for the server's messages beyond

@@ -2,7 +2,7 @@
 //
 //   offset  size  field
 //        0     4  magic       "RRPC" (bytes 0x52 0x52 0x50 0x43)
-//        4     1  version     kFrameVersion (4)
+//        4     1  version     kFrameVersion (5)
 //        5     1  type        FrameType
 //        6     2  credits     RDMA only: receive credits returned; zero on TCP
 //        8     4  header_size little-endian; at most kMaxCallHeaderSize
@@ -37,7 +37,9 @@ inline constexpr std::array<std::byte, 4> kFrameMagic = {
 // 4: streams: MESSAGE, HALF_CLOSE and WINDOW frames, and a REQUEST's stream
 // kind and window (docs/protocol.md, "Streams"); a version-3 receiver would
 // take a streaming REQUEST for a unary one.
-inline constexpr uint8_t kFrameVersion = 4;
+// 5: GOAWAY (docs/protocol.md, "Going away"), which a version-4 receiver
+// would take for a protocol error and close the connection.
+inline constexpr uint8_t kFrameVersion = 5;
 
 enum class FrameType : uint8_t {
   // Carries an RPC: header is a CallHeader. The only type the RPC layer sees.
