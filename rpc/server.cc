@@ -26,6 +26,7 @@ class Server::Impl {
     core_->interceptors = options_.interceptors;
     core_->metrics = options_.enable_metrics;
     core_->max_calls_per_connection = options_.max_calls_per_connection;
+    core_->max_concurrency = options_.max_concurrency;
     if (options_.handler_executor) {
       core_->handler_executor = options_.handler_executor;
     } else if (options_.handler_threads > 0) {
@@ -52,6 +53,11 @@ class Server::Impl {
       auto method = std::make_unique<MethodEntry>();
       method->handler = service->FindMethod(name);
       method->kind = service->method_kind(name);
+      const auto limit =
+          options_.method_max_concurrency.find(service->name() + "/" + name);
+      if (limit != options_.method_max_concurrency.end()) {
+        method->max_concurrency = limit->second;
+      }
       entry.methods.emplace(name, std::move(method));
     }
     core_->services.insert_or_assign(service->name(), std::move(entry));
@@ -112,6 +118,19 @@ class Server::Impl {
     std::lock_guard lock(mu_);
     if (shut_down_) {
       return Status(StatusCode::kFailedPrecondition, "server is shut down");
+    }
+    if (!serving_) {
+      for (const auto& [name, limit] : options_.method_max_concurrency) {
+        const auto slash = name.rfind('/');
+        const auto service = core_->services.find(name.substr(0, slash));
+        if (slash == std::string::npos || service == core_->services.end() ||
+            !service->second.methods.contains(name.substr(slash + 1))) {
+          Log().warn(
+              "method_max_concurrency names {}, which no registered "
+              "service has (expected \"pkg.Service/Method\")",
+              name);
+        }
+      }
     }
     serving_ = true;
     auto listener = transport::Listen(
@@ -221,6 +240,7 @@ class Server::Impl {
     out.unknown_method_calls = core_->unknown_method_calls;
     out.stream_frames_dropped = core_->stream_frames_dropped;
     out.calls_over_limit = core_->calls_over_limit;
+    out.calls_shed = core_->calls_shed;
     out.connections_refused = core_->connections_refused;
     out.peers_timed_out = core_->peers_timed_out;
     return out;

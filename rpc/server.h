@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,6 +53,14 @@ struct ServerOptions {
   // Open connections; a connection beyond it has each request answered
   // RESOURCE_EXHAUSTED and is closed (0: no limit).
   uint32_t max_connections = tunables::kDefaultMaxConnections;
+  // Overload (brpc's max_concurrency): calls the whole server runs at once,
+  // and calls of one method ("pkg.Service/Method") at once. A request beyond
+  // either is answered RESOURCE_EXHAUSTED at once, before its handler runs,
+  // and counted (ServerStats::calls_shed), instead of queueing without
+  // bound behind the calls that run: an overloaded server stays quick to
+  // say no, and clients can go elsewhere. 0 or absent: no limit.
+  uint32_t max_concurrency = 0;
+  std::map<std::string, uint32_t, std::less<>> method_max_concurrency;
   // Where handlers run (rpc/executor.h). By default (0, no executor) on
   // the connection's worker thread: the fastest, but a handler that blocks
   // holds up that worker's other connections. With handler_threads > 0, on
@@ -90,7 +99,8 @@ struct ServerStats {
   // MESSAGE, HALF_CLOSE and WINDOW frames for a call that is not an open
   // stream (finished already, or never one): dropped, the connection kept.
   uint64_t stream_frames_dropped = 0;
-  uint64_t calls_over_limit = 0;     // Over max_calls_per_connection.
+  uint64_t calls_over_limit = 0;  // Over max_calls_per_connection.
+  uint64_t calls_shed = 0;        // Over max_concurrency or a method's limit.
   uint64_t connections_refused = 0;  // Over max_connections.
   // Connections closed because the client sent nothing, not even a keepalive
   // PONG, for TransportOptions::keepalive_timeout.

@@ -174,6 +174,9 @@ class ServerCall {
   Clock::time_point intercepted_at_;
   bool headers_sent_ = false;     // With a MESSAGE; guarded by mu_.
   MethodMetrics* const metrics_;  // Lives in the server's core.
+  // Its method's count of running calls, when the method has a limit
+  // (ServerOptions::method_max_concurrency): given back as the call ends.
+  std::atomic<int64_t>* method_running_ = nullptr;
   // For the metrics' latency only: a clock read is not free everywhere
   // (3.3 us in the emulated test VM).
   const Clock::time_point started_ =

@@ -153,11 +153,24 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     }
   }
   // Counted, then draining checked: see ServerCore::live_calls.
-  core_->live_calls.fetch_add(1);
+  const int64_t running = core_->live_calls.fetch_add(1) + 1;
   if (core_->draining) {
     call->finished_ = true;
     core_->EndCall();
     return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
+  }
+  if (core_->max_concurrency != 0 || entry.max_concurrency != 0) [[unlikely]] {
+    Status shed = Admit(entry, running, *call);
+    if (!shed.ok()) {
+      call->finished_ = true;
+      core_->EndCall();
+      core_->calls_shed++;
+      if (metrics != nullptr) {
+        metrics->RecordRejected(StatusCode::kResourceExhausted,
+                                call->request().size());
+      }
+      return Reply(id, shed);
+    }
   }
   core_->calls_started++;
   if (metrics != nullptr) {
@@ -238,6 +251,30 @@ void ServerSession::OnStreamFrame(const CallHeader& header,
     default:
       return call->OnWindow(header.window_messages(), header.window_bytes());
   }
+}
+
+Status ServerSession::Admit(MethodEntry& entry, int64_t running,
+                            ServerCall& call) {
+  if (core_->max_concurrency != 0 && running > core_->max_concurrency) {
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("server overloaded: {} calls running, "
+                              "max_concurrency {}",
+                              running - 1, core_->max_concurrency));
+  }
+  if (entry.max_concurrency != 0) {
+    const int64_t mine =
+        entry.running.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (mine > entry.max_concurrency) {
+      entry.running.fetch_sub(1, std::memory_order_relaxed);
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("{}/{} overloaded: {} calls running, its "
+                                "max_concurrency {}",
+                                *entry.service, *entry.method, mine - 1,
+                                entry.max_concurrency));
+    }
+    call.method_running_ = &entry.running;
+  }
+  return Status();
 }
 
 void ServerSession::GoAway() {
@@ -382,6 +419,9 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
         Log().error("an interceptor's OnEnd threw: {}", e.what());
       }
     }
+  }
+  if (call.method_running_ != nullptr) [[unlikely]] {
+    call.method_running_->fetch_sub(1, std::memory_order_relaxed);
   }
   // Only now is the call over: a graceful shutdown waiting for it may close
   // the connection, and the response is already queued ahead of the close.

@@ -35,6 +35,10 @@ struct MethodEntry {
   const MethodHandler* handler = nullptr;  // Owned by the Service.
   StreamKind kind = StreamKind::kUnary;
   MethodMetrics metrics;
+  // ServerOptions::method_max_concurrency: calls of this method running at
+  // once (0: no limit), and how many run now (kept only with a limit).
+  uint32_t max_concurrency = 0;
+  std::atomic<int64_t> running{0};
 };
 struct ServiceEntry {
   Service* service = nullptr;
@@ -92,6 +96,8 @@ struct ServerCore {
   std::atomic<uint64_t> unknown_method_calls{0};
   std::atomic<uint64_t> stream_frames_dropped{0};
   uint32_t max_calls_per_connection = 0;  // Fixed once serving; 0: none.
+  uint32_t max_concurrency = 0;           // Fixed once serving; 0: none.
+  std::atomic<uint64_t> calls_shed{0};
   std::atomic<uint64_t> calls_over_limit{0};
   std::atomic<uint64_t> connections_refused{0};
   std::atomic<uint64_t> peers_timed_out{0};
@@ -145,6 +151,10 @@ class ServerSession final : public transport::ConnectionObserver,
   StatusCode SendWithMetadata(ServerCall& call, const Status& status,
                               Payload response);
   void ProtocolError(const Status& error);
+  // RESOURCE_EXHAUSTED when the server (its `running` calls, this one
+  // counted) or the call's method is at its max_concurrency; else OK, the
+  // call counted in its method's.
+  Status Admit(MethodEntry& entry, int64_t running, ServerCall& call);
   // RESOURCE_EXHAUSTED (logged once) when max_calls_per_connection calls
   // are live on this connection. Called with mu_ held.
   Status CallLimitLocked();

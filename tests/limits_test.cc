@@ -3,6 +3,7 @@
 // everything else served. Runs over tcp natively and over rdma in the VM.
 #include <atomic>
 #include <catch2/catch_test_macros.hpp>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -248,6 +249,81 @@ TEST_CASE("limits: a slow consumer stalls the sender, memory stays bounded") {
   owned.reset();
   CHECK(WaitFor([&] { return server.stats().connections == 0; }));
   CHECK(WaitFor([&] { return RegisteredBytes() == registered; }));
+}
+
+}  // namespace
+}  // namespace rdmarpc::testing
+
+namespace rdmarpc::testing {
+namespace {
+
+// Starts `n` SleepMs calls of `ms` and returns their outcomes' futures.
+std::vector<std::future<Status>> StartSleeps(rpc::Channel& channel, int n,
+                                             int ms) {
+  std::vector<std::future<Status>> out;
+  for (int i = 0; i < n; ++i) {
+    auto done = std::make_shared<std::promise<Status>>();
+    out.push_back(done->get_future());
+    channel.Call(
+        "test.Test", "SleepMs", Buffer::CopyOf(std::to_string(ms)),
+        rpc::CallOptions::WithTimeout(10s),
+        [done](const Status& status, Buffer) { done->set_value(status); });
+  }
+  return out;
+}
+
+TEST_CASE("limits: a server at max_concurrency sheds calls at once") {
+  ServerOptions options;
+  options.max_concurrency = 3;
+  TestServer server(options);
+  Channel channel(server.uri);
+  Channel other(server.uri);  // The limit is the server's, not a connection's.
+  auto running = StartSleeps(channel, 2, 1000);
+  auto more = StartSleeps(other, 1, 1000);
+  REQUIRE(WaitFor([&] { return server.stats().live_calls == 3; }));
+  const auto asked = rpc::Clock::now();
+  const CallResult shed = CallSync(other, "Echo", "x");
+  CHECK(rpc::Clock::now() - asked < 500ms);  // Not queued behind them.
+  CHECK(shed.status.code() == StatusCode::kResourceExhausted);
+  CHECK(shed.status.message().find("max_concurrency 3") != std::string::npos);
+  CHECK(server.stats().calls_shed == 1);
+  for (auto& one : running) CHECK(one.get().ok());
+  for (auto& one : more) CHECK(one.get().ok());
+  CHECK(CallSync(channel, "Echo", "after").response == "after");
+  CHECK(server.stats().calls_shed == 1);
+}
+
+TEST_CASE("limits: a method at its max_concurrency sheds, others run") {
+  // A local server: a method's limit is not among a remote one's flags.
+  TestService service;
+  ServerOptions options;
+  options.method_max_concurrency["test.Test/SleepMs"] = 2;
+  rpc::Server server(options);
+  server.RegisterService(&service);
+  auto uri = server.Listen(ListenUri());
+  REQUIRE(uri.ok());
+  Channel channel(*uri);
+  auto running = StartSleeps(channel, 2, 500);
+  REQUIRE(WaitFor([&] { return server.stats().live_calls == 2; }));
+  const CallResult shed = CallSync(channel, "SleepMs", "1");
+  CHECK(shed.status.code() == StatusCode::kResourceExhausted);
+  CHECK(shed.status.message().find("test.Test/SleepMs overloaded") !=
+        std::string::npos);
+  CHECK(CallSync(channel, "Echo", "other").response == "other");
+  for (auto& one : running) CHECK(one.get().ok());
+  // Its running count went back down: two fit again.
+  auto again = StartSleeps(channel, 2, 10);
+  for (auto& one : again) CHECK(one.get().ok());
+  CHECK(server.stats().calls_shed == 1);
+  bool counted = false;
+  server.ForEachMethod([&](const std::string& /*service*/,
+                           const std::string& method,
+                           const rpc::MethodMetrics& metrics) {
+    if (method != "SleepMs") return;
+    counted = metrics.finished_by_code[static_cast<int>(
+                  StatusCode::kResourceExhausted)] == 1;
+  });
+  CHECK(counted);
 }
 
 }  // namespace

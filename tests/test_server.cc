@@ -12,8 +12,9 @@
 //   Stats     "calls_started cancels_observed connections live_calls
 //              responses_dropped protocol_errors unknown_method_calls
 //              server_calls_started calls_over_limit connections_refused
-//              peers_timed_out keepalive_pings" (the first two are the
-//              TestService's; the last, over its open connections)
+//              peers_timed_out keepalive_pings calls_shed" (the first
+//              two are the TestService's; keepalive_pings, over its open
+//              connections)
 //   Shutdown  request "MS": the test server's Shutdown with that grace
 //   Exit      shuts the test server down at once, answers, then exits
 // Prints "uri URI" and "control URI" once both listen.
@@ -61,7 +62,8 @@ int main(int argc, char** argv) {
         std::to_string(stats.calls_started) + " " +
         std::to_string(stats.calls_over_limit) + " " +
         std::to_string(stats.connections_refused) + " " +
-        std::to_string(stats.peers_timed_out) + " " + std::to_string(pings);
+        std::to_string(stats.peers_timed_out) + " " + std::to_string(pings) +
+        " " + std::to_string(stats.calls_shed);
     call->Finish(Status(), Buffer::CopyOf(text));
   });
   control.AddMethod("Shutdown", [&](std::shared_ptr<rpc::ServerCall> call) {

@@ -219,6 +219,11 @@ std::span<const ServerOptionFlag> ServerOptionFlags() {
   static constexpr ServerOptionFlag kFlags[] = {
       {"workers", [](const ServerOptions& o) -> long long { return o.workers; },
        [](ServerOptions& o, long long v) { o.workers = static_cast<int>(v); }},
+      {"max-concurrency",
+       [](const ServerOptions& o) -> long long { return o.max_concurrency; },
+       [](ServerOptions& o, long long v) {
+         o.max_concurrency = static_cast<uint32_t>(v);
+       }},
       {"handler-threads",
        [](const ServerOptions& o) -> long long { return o.handler_threads; },
        [](ServerOptions& o, long long v) {
@@ -438,6 +443,7 @@ rpc::ServerStats TestServer::stats() {
   stats.calls_over_limit = v[8];
   stats.connections_refused = v[9];
   stats.peers_timed_out = v[10];
+  stats.calls_shed = v[12];
   return stats;
 }
 
