@@ -14,6 +14,7 @@
 #include "rpc/client_loops.h"
 #include "rpc/cluster.h"
 #include "rpc/event_loop.h"
+#include "rpc/retry.h"
 
 namespace rdmarpc::rpc {
 
@@ -39,6 +40,11 @@ Channel::Channel(std::string target, ChannelOptions options)
       own_loop_(NeedsOwnLoop(options) ? std::make_unique<EventLoop>()
                                       : nullptr),
       loop_(own_loop_ ? own_loop_.get() : &pool_->Next()) {
+  const bool retries =
+      options.retry.max_attempts > 1 || !options.method_retry.empty();
+  RetryPolicy retry = options.retry;
+  auto method_retry = options.method_retry;
+  const RetryBudget budget = options.retry_budget;
   if (naming::IsClusterTarget(target)) {
     cluster_ = std::make_shared<Cluster>(std::move(target), std::move(options),
                                          loop_->context());
@@ -46,6 +52,17 @@ Channel::Channel(std::string target, ChannelOptions options)
   } else {
     impl_ = std::make_shared<Impl>(std::move(target), std::move(options),
                                    loop_->context());
+  }
+  if (retries) {
+    retrier_ = std::make_shared<Retrier>(
+        std::move(retry), method_retry, budget, loop_->context(),
+        [impl = impl_, cluster = cluster_](
+            std::string_view service, std::string_view method,
+            uint64_t method_id, Payload request, const CallOptions& options,
+            ResponseCallback done) {
+          return Route(impl.get(), cluster.get(), service, method, method_id,
+                       std::move(request), options, std::move(done));
+        });
   }
 }
 
@@ -55,6 +72,7 @@ const std::shared_ptr<CallbackRunner>& Channel::runner() const {
 
 Channel::~Channel() {
   std::vector<CallTable::Entry> orphans;
+  if (retrier_) retrier_->Shutdown(&orphans);
   if (cluster_) {
     cluster_->Shutdown(&orphans);
   } else {
@@ -111,41 +129,52 @@ Channel::~Channel() {
   ClientLoops::Release(std::move(pool_));
 }
 
-Channel::CallId Channel::Call(std::string_view service, std::string_view method,
-                              Payload request, const CallOptions& options,
-                              ResponseCallback done) {
-  Impl* impl = impl_.get();
+Channel::CallId Channel::Route(Impl* impl, Cluster* cluster,
+                               std::string_view service,
+                               std::string_view method, uint64_t method_id,
+                               Payload request, const CallOptions& options,
+                               ResponseCallback done) {
+  // The cluster picks here rather than behind a call of its own: each hop
+  // would move the request and the callback once more.
   std::shared_ptr<Impl> picked;  // A cluster's pick, held for the call.
-  if (cluster_) [[unlikely]] {
-    picked = cluster_->Pick(options);
+  if (cluster != nullptr) [[unlikely]] {
+    picked = cluster->Pick(options);
     if (!picked) {
-      return cluster_->StartLater(service, method, 0, std::move(request),
-                                  options, std::move(done));
+      return cluster->StartLater(service, method, method_id, std::move(request),
+                                 options, std::move(done));
     }
     impl = picked.get();
   }
-  return impl->Start(service, method, 0, std::move(request), options,
+  return impl->Start(service, method, method_id, std::move(request), options,
                      std::move(done));
+}
+
+Channel::CallId Channel::Call(std::string_view service, std::string_view method,
+                              Payload request, const CallOptions& options,
+                              ResponseCallback done) {
+  if (retrier_) [[unlikely]] {
+    if (const RetryPolicy* policy =
+            retrier_->PolicyFor(MethodId(service, method))) {
+      return retrier_->Start(*policy, service, method, 0, false,
+                             std::move(request), options, std::move(done));
+    }
+  }
+  return Route(impl_.get(), cluster_.get(), service, method, 0,
+               std::move(request), options, std::move(done));
 }
 
 Channel::CallId Channel::Call(const MethodRef& method, Payload request,
                               const CallOptions& options,
                               ResponseCallback done) {
-  // The cluster picks here rather than behind a call of its own: each hop
-  // would move the request and the callback once more.
-  Impl* impl = impl_.get();
-  std::shared_ptr<Impl> picked;  // A cluster's pick, held for the call.
-  if (cluster_) [[unlikely]] {
-    picked = cluster_->Pick(options);
-    if (!picked) {
-      return cluster_->StartLater(method.service(), method.method(),
-                                  method.id(), std::move(request), options,
-                                  std::move(done));
+  if (retrier_) [[unlikely]] {
+    if (const RetryPolicy* policy = retrier_->PolicyFor(method.id())) {
+      return retrier_->Start(*policy, method.service(), method.method(),
+                             method.id(), method.idempotent(),
+                             std::move(request), options, std::move(done));
     }
-    impl = picked.get();
   }
-  return impl->Start(method.service(), method.method(), method.id(),
-                     std::move(request), options, std::move(done));
+  return Route(impl_.get(), cluster_.get(), method.service(), method.method(),
+               method.id(), std::move(request), options, std::move(done));
 }
 
 void Channel::Cancel(CallId id) {
@@ -188,7 +217,14 @@ ChannelState Channel::state() const {
   return cluster_ ? cluster_->state() : impl_->state();
 }
 ChannelStats Channel::stats() const {
-  return cluster_ ? cluster_->stats() : impl_->stats();
+  ChannelStats stats = cluster_ ? cluster_->stats() : impl_->stats();
+  if (retrier_) {
+    const Retrier::Stats retries = retrier_->stats();
+    stats.retries = retries.retries;
+    stats.hedges = retries.hedges;
+    stats.retries_throttled = retries.throttled;
+  }
+  return stats;
 }
 const std::string& Channel::target() const {
   return cluster_ ? cluster_->target() : impl_->target();

@@ -34,6 +34,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -48,12 +49,14 @@
 #include "rpc/executor.h"
 #include "rpc/interceptor.h"
 #include "rpc/method_ref.h"
+#include "rpc/retry_options.h"
 #include "rpc/stream.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
 
 class CallbackRunner;
+class Retrier;
 class ClientLoops;
 class EventLoop;
 
@@ -124,6 +127,12 @@ struct ChannelOptions {
   // (rpc/cluster_options.h). Each server's connection has the options
   // above.
   ClusterOptions cluster;
+  // Retries and hedging (rpc/retry_options.h): `retry` for every method,
+  // unless method_retry has a policy for it ("pkg.Service/Method"). By
+  // default none: max_attempts 1.
+  RetryPolicy retry;
+  std::map<std::string, RetryPolicy, std::less<>> method_retry;
+  RetryBudget retry_budget;
 };
 
 enum class ChannelState { kIdle, kConnecting, kReady, kTransientFailure };
@@ -136,6 +145,11 @@ struct ChannelStats {
   uint64_t late_responses_dropped = 0;
   // MESSAGE and WINDOW frames for a call that is not an open stream.
   uint64_t stream_frames_dropped = 0;
+  // Retry policies (rpc/retry_options.h): attempts sent again, hedges, and
+  // retries or hedges the budget refused.
+  uint64_t retries = 0;
+  uint64_t hedges = 0;
+  uint64_t retries_throttled = 0;
 };
 
 class Channel {
@@ -193,6 +207,12 @@ class Channel {
   class Impl;
   class Cluster;
   const std::shared_ptr<CallbackRunner>& runner() const;
+  // One attempt of a call: to the single server, or where the cluster
+  // picks.
+  static CallId Route(Impl* impl, Cluster* cluster, std::string_view service,
+                      std::string_view method, uint64_t method_id,
+                      Payload request, const CallOptions& options,
+                      ResponseCallback done);
   // Declared first so they are destroyed last: the Impl's timers live on
   // the loop. The loop is the pool's, or own_loop_ for a polling channel.
   std::shared_ptr<ClientLoops> pool_;
@@ -201,6 +221,8 @@ class Channel {
   // One of the two: a single server's, or a cluster's.
   std::shared_ptr<Impl> impl_;
   std::shared_ptr<Cluster> cluster_;
+  // Only with a retry policy.
+  std::shared_ptr<Retrier> retrier_;
 };
 
 }  // namespace rdmarpc::rpc

@@ -14,6 +14,7 @@
 #include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/tunables.h"
+#include "rpc/retry_options.h"
 #include "rpc/wire_codec.h"
 #include "transport/factory/factory.h"
 
@@ -25,6 +26,10 @@ using transport::OutgoingFrame;
 using transport::ReceivedFrame;
 
 // ----------------------------------------------------------- Channel::Impl --
+
+void MarkNotRun(const std::shared_ptr<ResponseMetadata>& sink) {
+  if (sink) sink->trailers.Add(kNotRunTrailer, "1");
+}
 
 Channel::CallId Channel::Impl::Start(
     std::string_view service, std::string_view method, uint64_t method_id,
@@ -104,6 +109,7 @@ Channel::CallId Channel::Impl::Start(
                    connect_error_.message() + " (next attempt in " +
                        std::to_string(wait.count()) + " ms)");
       lock.unlock();
+      MarkNotRun(call_options.response_metadata);
       Complete(std::move(done), error, Buffer());
       return 0;
     }
@@ -351,8 +357,11 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
         if (waiting.wait_for_ready && calls_.Contains(waiting.id)) {
           return false;
         }
-        if (auto done = calls_.Take(waiting.id)) {
-          failed.emplace_back(waiting.id, std::move(*done));
+        ResponseCallback done;
+        std::shared_ptr<ResponseMetadata> sink;
+        if (calls_.Take(waiting.id, &done, &sink)) {
+          MarkNotRun(sink);  // It never left.
+          failed.emplace_back(waiting.id, std::move(done));
         }
         return true;
       });

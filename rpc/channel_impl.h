@@ -27,6 +27,10 @@
 
 namespace rdmarpc::rpc {
 
+// Marks a call that failed before it was sent (rpc/retry_options.h): a
+// retry policy may send it again, whatever its method.
+void MarkNotRun(const std::shared_ptr<ResponseMetadata>& sink);
+
 class Channel::Impl final : public transport::ConnectionObserver,
                             public StreamHost,
                             public std::enable_shared_from_this<Impl> {

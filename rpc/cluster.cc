@@ -125,6 +125,7 @@ Channel::CallId Channel::Cluster::StartLater(
     return impl->Start(service, method, method_id, std::move(request), options,
                        std::move(done));
   }
+  MarkNotRun(options.response_metadata);
   auto task = [done = std::move(done), refused]() mutable {
     InvokeCallback(done, refused, Buffer());
   };

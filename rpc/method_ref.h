@@ -41,18 +41,31 @@ constexpr uint64_t MethodId(std::string_view service, std::string_view method) {
 
 class MethodRef {
  public:
+  // For the third argument: the method may run twice for one call without
+  // harm, so a channel's retry policy may send a failed call again
+  // (rpc/retry_options.h). Generated stubs pass it for the methods whose
+  // .proto says `option idempotency_level = IDEMPOTENT;` (or
+  // NO_SIDE_EFFECTS).
+  static constexpr bool kIdempotent = true;
+
   // The names must outlive the MethodRef (string literals, typically).
-  constexpr MethodRef(std::string_view service, std::string_view method)
-      : service_(service), method_(method), id_(MethodId(service, method)) {}
+  constexpr MethodRef(std::string_view service, std::string_view method,
+                      bool idempotent = false)
+      : service_(service),
+        method_(method),
+        id_(MethodId(service, method)),
+        idempotent_(idempotent) {}
 
   constexpr std::string_view service() const { return service_; }
   constexpr std::string_view method() const { return method_; }
   constexpr uint64_t id() const { return id_; }
+  constexpr bool idempotent() const { return idempotent_; }
 
  private:
   std::string_view service_;
   std::string_view method_;
   uint64_t id_;
+  bool idempotent_;
 };
 
 }  // namespace rdmarpc::rpc

@@ -8,6 +8,7 @@
 #include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/tunables.h"
+#include "rpc/retry_options.h"
 #include "rpc/wire_codec.h"
 
 namespace rdmarpc::rpc {
@@ -30,6 +31,17 @@ void ServerSession::ProtocolError(const Status& error) {
 
 void ServerSession::Reply(uint64_t id, const Status& status) {
   connection_->Send(MakeResponseFrame(id, status, Buffer())).IgnoreError();
+}
+
+void ServerSession::ReplyNotRun(uint64_t id, const Status& status) {
+  // The trailer block, encoded once (rpc/retry_options.h).
+  static const std::string* const kTrailers = [] {
+    Metadata trailers;
+    trailers.Add(kNotRunTrailer, "1");
+    return new std::string(*EncodeOutgoingMetadata(trailers, "trailers"));
+  }();
+  connection_->Send(MakeResponseFrame(id, status, Buffer(), {}, *kTrailers))
+      .IgnoreError();
 }
 
 void ServerSession::OnFrame(transport::ReceivedFrame frame) {
@@ -69,11 +81,12 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
 
   if (!refusal_.ok()) {
-    Reply(id, refusal_);
+    ReplyNotRun(id, refusal_);
     return connection_->Close(refusal_);  // Sends the answer first.
   }
   if (core_->draining) {  // Checked again under core_->mu below.
-    return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
+    return ReplyNotRun(
+        id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
   MethodEntry* const resolved = ResolveMethod(header);
   if (resolved == nullptr) return;  // Answered.
@@ -92,11 +105,15 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   MethodMetrics* const metrics = core_->metrics ? &entry.metrics : nullptr;
   // Answered at once, without running the handler; counted in the
   // method's metrics.
-  const auto reject = [&](const Status& status, uint64_t request_bytes) {
+  // `not_run`: refused for the server's state, not the request's, so it
+  // may be sent again elsewhere.
+  const auto reject = [&](const Status& status, uint64_t request_bytes,
+                          bool not_run = false) {
     if (metrics != nullptr) {
       metrics->started.fetch_add(1, std::memory_order_relaxed);
       metrics->RecordRejected(status.code(), request_bytes);
     }
+    if (not_run) return ReplyNotRun(id, status);
     Reply(id, status);
   };
   if (frame.dropped_payload_size() > 0) {
@@ -141,7 +158,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     std::lock_guard lock(mu_);
     if (Status over = CallLimitLocked(); !over.ok()) {
       call->finished_ = true;
-      return reject(over, 0);
+      return reject(over, 0, /*not_run=*/true);
     }
     if (live_.contains(id)) {
       // Finish the orphan quietly: the connection is going away anyway.
@@ -157,7 +174,8 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   if (core_->draining) {
     call->finished_ = true;
     core_->EndCall();
-    return Reply(id, Status(StatusCode::kUnavailable, "server shutting down"));
+    return ReplyNotRun(
+        id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
   if (core_->max_concurrency != 0 || entry.max_concurrency != 0) [[unlikely]] {
     Status shed = Admit(entry, running, *call);
@@ -169,7 +187,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
         metrics->RecordRejected(StatusCode::kResourceExhausted,
                                 call->request().size());
       }
-      return Reply(id, shed);
+      return ReplyNotRun(id, shed);
     }
   }
   core_->calls_started++;

@@ -137,6 +137,9 @@ class ServerSession final : public transport::ConnectionObserver,
   Status SendStreamFrame(transport::OutgoingFrame frame);
   // Answers call `id` with `status` (a stream the session ended).
   void Reply(uint64_t id, const Status& status);
+  // The same for a call refused before its handler ran, with the trailer
+  // that says so (kNotRunTrailer): a client may send it again elsewhere.
+  void ReplyNotRun(uint64_t id, const Status& status);
   void Post(UniqueFunction<void()> task);
   uint64_t max_response_size() const { return core_->max_response_size; }
 

@@ -1,6 +1,7 @@
 #include "tools/protoc-gen-rdmarpc/generator.h"
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/io/printer.h>
 #include <google/protobuf/io/zero_copy_stream.h>
 
@@ -91,6 +92,12 @@ Vars MethodVars(const pb::MethodDescriptor* method) {
       {"full_service", method->service()->full_name()},
       {"kind", StreamKindOf(method)},
       {"kind_name", Streams(method) ? StreamKindName(method) : "unary"},
+      // `option idempotency_level = IDEMPOTENT` (or NO_SIDE_EFFECTS): a
+      // channel's retry policy may send a failed call again.
+      {"idempotent", method->options().idempotency_level() !=
+                             pb::MethodOptions::IDEMPOTENCY_UNKNOWN
+                         ? ", ::rdmarpc::rpc::MethodRef::kIdempotent"
+                         : ""},
       {"handler_arg",
        Streams(method) ? "std::shared_ptr<::rdmarpc::rpc::TypedServerStream<" +
                              ClassName(method->input_type()) + ", " +
@@ -134,7 +141,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
     for (int m = 0; m < service->method_count(); ++m) {
       p.Print(MethodVars(service->method(m)),
               "  static constexpr ::rdmarpc::rpc::MethodRef k$method$Method{\n"
-              "      kServiceName, \"$method$\"};\n");
+              "      kServiceName, \"$method$\"$idempotent$};\n");
     }
     p.Print(
         "\n"
