@@ -3,8 +3,12 @@
 // for a first connection, endpoints that die, outlier ejection; and the
 // same over a real etcd (tests/etcd_process.h) whose membership changes.
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
+#include <cstdio>
+#include <filesystem>
 #include <future>
 #include <iostream>
 #include <map>
@@ -446,6 +450,144 @@ TEST_CASE("a single server's call in flight completes through its GOAWAY") {
   // A call made now finds no server.
   CHECK(CallSync(channel, "Echo", "x").status.code() ==
         StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace rdmarpc::testing
+
+namespace rdmarpc::testing {
+namespace {
+
+// A tests/test_server process registered in etcd, for a crash: SIGKILL.
+class ServerProcess {
+ public:
+  ServerProcess(const std::string& register_at, int ttl_seconds) {
+    const std::string binary =
+        std::filesystem::read_symlink("/proc/self/exe").parent_path() /
+        "test_server";
+    int out[2];
+    REQUIRE(pipe(out) == 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      close(out[0]);
+      const std::string ttl = std::to_string(ttl_seconds);
+      execl(binary.c_str(), binary.c_str(), "--uri", "tcp://127.0.0.1:0",
+            "--control", "tcp://127.0.0.1:0", "--register-at",
+            register_at.c_str(), "--registration-ttl-s", ttl.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(out[1]);
+    FILE* lines = fdopen(out[0], "r");
+    char line[512];
+    while (uri.empty() && std::fgets(line, sizeof line, lines) != nullptr) {
+      std::string text(line);
+      if (text.rfind("uri ", 0) == 0) uri = text.substr(4, text.size() - 5);
+    }
+    std::fclose(lines);
+    REQUIRE(!uri.empty());
+  }
+  ~ServerProcess() { Kill(); }
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  std::string uri;
+
+ private:
+  pid_t pid_ = -1;
+};
+
+constexpr rpc::MethodRef kEchoIdempotent("test.Test", "Echo",
+                                         rpc::MethodRef::kIdempotent);
+
+bool Lists(rpc::Channel& channel, const std::string& uri) {
+  for (const auto& endpoint : channel.endpoints()) {
+    if (endpoint.uri == uri) return true;
+  }
+  return false;
+}
+
+TEST_CASE("a crashed server leaves the cluster and no idempotent call fails") {
+  EtcdProcess etcd;
+  const std::string target = "etcd://" + etcd.endpoint() + "/services/crash";
+  constexpr int kTtl = 2;
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (int i = 0; i < 3; ++i) {
+    servers.push_back(std::make_unique<ServerProcess>(target, kTtl));
+  }
+  rpc::ChannelOptions options;
+  options.retry.max_attempts = 3;
+  options.retry.initial_backoff = 5ms;
+  rpc::Channel channel(target, options);
+  REQUIRE(WaitFor([&] {
+    return CallSync(channel, kEchoIdempotent, "x").status.ok() &&
+           WaitConnected(channel, 3, 100ms);
+  }));
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::mutex mu;
+  std::vector<Status> failures;
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      while (!stop.load()) {
+        const CallResult result = CallSync(channel, kEchoIdempotent, "x",
+                                           rpc::CallOptions::WithTimeout(5s));
+        if (result.status.ok()) {
+          ++ok;
+        } else {
+          std::lock_guard lock(mu);
+          failures.push_back(result.status);
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(300ms);
+  const std::string dead = servers[0]->uri;
+  const auto killed = rpc::Clock::now();
+  servers[0]->Kill();
+  // Its lease runs out: gone from the channel within the TTL and a second.
+  while (Lists(channel, dead) && rpc::Clock::now() - killed < 10s) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const auto gone = rpc::Clock::now() - killed;
+  CHECK_FALSE(Lists(channel, dead));
+  CHECK(gone < std::chrono::seconds(kTtl) + 1s);
+  std::cout
+      << "measured: a server killed with SIGKILL left the channel "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(gone).count()
+      << " ms after (lease TTL " << kTtl << " s)\n";
+
+  // A fourth joins and gets calls within a second.
+  const int before_join = ok.load();
+  const auto started = rpc::Clock::now();
+  servers.push_back(std::make_unique<ServerProcess>(target, kTtl));
+  const std::string fourth = servers.back()->uri;
+  while (!Lists(channel, fourth) && rpc::Clock::now() - started < 10s) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(WaitConnected(channel, 3));
+  const auto joined = rpc::Clock::now() - started;
+  CHECK(joined < 2s);  // Process start included.
+  std::cout
+      << "measured: a new server process was connected to "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(joined).count()
+      << " ms after it was started\n";
+  std::this_thread::sleep_for(200ms);
+  stop = true;
+  for (auto& caller : callers) caller.join();
+  for (const auto& failure : failures) INFO(failure.ToString());
+  CHECK(failures.empty());
+  CHECK(ok.load() > before_join);
+  for (const auto& endpoint : channel.endpoints()) {
+    if (endpoint.uri == fourth) CHECK(endpoint.calls > 0);
+  }
+  CHECK(channel.stats().retries >= 1);  // The calls the crash cut short.
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 //              connections)
 //   Shutdown  request "MS": the test server's Shutdown with that grace
 //   Exit      shuts the test server down at once, answers, then exits
+// With --register-at etcd://HOST:PORT/PREFIX (and --registration-ttl-s N)
+// it registers itself there (ServerOptions::register_at).
 // Prints "uri URI" and "control URI" once both listen.
 #include <chrono>
 #include <cstdio>
@@ -36,6 +38,10 @@ int main(int argc, char** argv) {
   for (const testing::ServerOptionFlag& flag : testing::ServerOptionFlags()) {
     flag.set(options, flags.GetInt(flag.name, flag.get(options)));
   }
+  // A cluster member (tests/cluster_test.cc): registered in etcd.
+  options.register_at = flags.Get("register-at", "");
+  options.registration.ttl = seconds(
+      flags.GetInt("registration-ttl-s", options.registration.ttl.count()));
 
   testing::TestService service;
   std::vector<std::unique_ptr<rpc::Service>> hosted;
