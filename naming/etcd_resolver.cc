@@ -34,7 +34,7 @@ class EtcdWatcher : public std::enable_shared_from_this<EtcdWatcher> {
   }
 
   void Stop() {
-    stopped_.store(true);
+    if (stopped_.exchange(true)) return;  // Once: the loop may be gone now.
     asio::post(executor_, [self = shared_from_this()] {
       self->retry_.cancel();
       self->watch_.reset();

@@ -56,10 +56,21 @@ Channel::Channel(std::string target, ChannelOptions options)
   if (retries) {
     retrier_ = std::make_shared<Retrier>(
         std::move(retry), method_retry, budget, loop_->context(),
-        [impl = impl_, cluster = cluster_](
+        // Weak: a retry's call may outlive the channel, and must not keep
+        // its connections.
+        [weak_impl = std::weak_ptr<Impl>(impl_),
+         weak_cluster = std::weak_ptr<Cluster>(cluster_)](
             std::string_view service, std::string_view method,
             uint64_t method_id, Payload request, const CallOptions& options,
-            ResponseCallback done) {
+            ResponseCallback done) -> CallId {
+          const auto impl = weak_impl.lock();
+          const auto cluster = weak_cluster.lock();
+          if (!impl && !cluster) {
+            InvokeCallback(done,
+                           Status(StatusCode::kCancelled, "channel destroyed"),
+                           Buffer());
+            return 0;
+          }
           return Route(impl.get(), cluster.get(), service, method, method_id,
                        std::move(request), options, std::move(done));
         });
@@ -90,9 +101,11 @@ Channel::~Channel() {
     CloseRunnerLater(runner);
     if (own_loop_) {
       std::thread([loop = std::move(own_loop_), impl = std::move(impl_),
-                   cluster = std::move(cluster_)]() mutable {
+                   cluster = std::move(cluster_),
+                   retrier = std::move(retrier_)]() mutable {
         loop->Stop();
         loop->RunPending();
+        retrier.reset();
         impl.reset();
         cluster.reset();
         loop.reset();
@@ -100,6 +113,7 @@ Channel::~Channel() {
     } else {
       impl_.reset();
       cluster_.reset();
+      retrier_.reset();
       ClientLoops::Release(std::move(pool_));
     }
     return;
@@ -126,6 +140,7 @@ Channel::~Channel() {
   }
   impl_.reset();
   cluster_.reset();
+  retrier_.reset();  // Holds the Impl or Cluster too.
   ClientLoops::Release(std::move(pool_));
 }
 

@@ -14,6 +14,10 @@
 //                                        connection; prints each call)
 //   client --uri URI wire               (the server's counters of what crossed
 //                                        the wire, examples/common/wire.h)
+// URI may name a cluster (list://, etcd://: docs/cluster.md); --balance
+// round-robin|least-loaded|hash spreads the calls, hash by each call's key,
+// and a session then also takes `endpoints`, `wait-endpoints N` and
+// `lookup KEY` (a get for which an absent key is no failure).
 // --token TOKEN sends "authorization: Bearer TOKEN" with every call (the
 // server's --token). --timing 1 prints each call's latency on stderr. A failed
 // call prints its status on stderr and exits non-zero (1; 2 for bad usage).
@@ -23,6 +27,7 @@
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "examples/common/flags.h"
@@ -40,7 +45,9 @@ int Usage() {
       "usage: client --uri URI put KEY VALUE|@FILE | get KEY | del KEY"
       " | scan PREFIX [--limit N] | scan-stream PREFIX [--limit N]"
       " | put-stream KEY VALUE [KEY VALUE...] | load --count N --size BYTES"
-      " | session | wire\n");
+      " | session | wire"
+      " [--balance round-robin|least-loaded|hash]\n"
+      "A session also takes: endpoints | wait-endpoints N | lookup KEY\n");
   return 2;
 }
 
@@ -55,6 +62,16 @@ class Cli {
       options.interceptors.push_back(
           std::make_shared<rpc::TokenClientInterceptor>(token));
     }
+    // A cluster (list://, etcd://): spread as --balance says; by key, each
+    // key's calls go to the server that holds it. Idempotent methods (Put,
+    // Get, Scan: kv.proto) are sent again if their server dies.
+    const std::string balance = flags.Get("balance", "round-robin");
+    by_key_ = balance == "hash";
+    options.cluster.policy = by_key_ ? rpc::LoadBalancing::kHashRing
+                             : balance == "least-loaded"
+                                 ? rpc::LoadBalancing::kLeastLoaded
+                                 : rpc::LoadBalancing::kRoundRobin;
+    options.retry.max_attempts = 3;
     channel_ = std::make_shared<rpc::Channel>(
         flags.Get("uri", "auto://127.0.0.1:5001"), options);
     stub_ = std::make_unique<KeyValue::Stub>(channel_);
@@ -78,12 +95,58 @@ class Cli {
     if (command == "wire" && args.size() == 1) {
       return examples::PrintWire(channel_);
     }
+    if (command == "endpoints" && args.size() == 1) return Endpoints();
+    if (command == "wait-endpoints" && args.size() == 2) {
+      return WaitEndpoints(std::stoul(args[1]));
+    }
+    if (command == "lookup" && args.size() == 2) return Get(args[1], true);
     return Usage();
   }
 
  private:
   static rpc::CallOptions Options() {
     return rpc::CallOptions::WithTimeout(std::chrono::seconds(60));
+  }
+  // A call about `key`: with --balance hash, the key picks the server.
+  rpc::CallOptions Options(const std::string& key) const {
+    rpc::CallOptions options = Options();
+    if (by_key_) options.balance_key = rpc::BalanceKey(key);
+    return options;
+  }
+
+  // A cluster's endpoints and the calls each has answered.
+  int Endpoints() {
+    for (const rpc::EndpointStats& endpoint : channel_->endpoints()) {
+      std::printf("  %s: %s, %llu calls\n", endpoint.uri.c_str(),
+                  endpoint.connected ? "connected" : "not connected",
+                  static_cast<unsigned long long>(endpoint.calls));
+    }
+    return 0;
+  }
+
+  // Waits (up to 30 s) until the cluster lists `n` endpoints and each is
+  // connected.
+  int WaitEndpoints(size_t n) {
+    const auto give_up = rpc::Clock::now() + std::chrono::seconds(30);
+    const auto start = rpc::Clock::now();
+    while (rpc::Clock::now() < give_up) {
+      const auto endpoints = channel_->endpoints();
+      size_t connected = 0;
+      for (const auto& endpoint : endpoints) connected += endpoint.connected;
+      if (endpoints.size() == n && connected == n) {
+        std::printf(
+            "  %zu endpoints after %.1f s\n", n,
+            std::chrono::duration<double>(rpc::Clock::now() - start).count());
+        return 0;
+      }
+      // Calls connect a cluster's endpoints: one that is cheap.
+      ScanRequest request;
+      request.set_limit(1);
+      stub_->async_Scan(request, Options(), use_future).get();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::printf("  still not %zu connected endpoints after 30 s\n", n);
+    return 1;
   }
 
   // Waits for a call, reports its latency and status; true when OK.
@@ -124,15 +187,20 @@ class Cli {
       request.set_value(value);
     }
     auto [status, reply] =
-        Wait("Put", stub_->async_Put(request, Options(), use_future));
+        Wait("Put", stub_->async_Put(request, Options(key), use_future));
     return status.ok() ? 0 : Fail(status);
   }
 
-  int Get(const std::string& key) {
+  // `lookup`: a key that is absent is an answer, not a failure.
+  int Get(const std::string& key, bool lookup = false) {
     GetRequest request;
     request.set_key(key);
     auto [status, reply] =
-        Wait("Get", stub_->async_Get(request, Options(), use_future));
+        Wait("Get", stub_->async_Get(request, Options(key), use_future));
+    if (lookup && status.code() == StatusCode::kNotFound) {
+      std::printf("  (absent)\n");
+      return 0;
+    }
     if (!status.ok()) return Fail(status);
     if (session_) {
       const std::string& v = reply.value();
@@ -186,7 +254,7 @@ class Cli {
     DeleteRequest request;
     request.set_key(key);
     auto [status, reply] =
-        Wait("Delete", stub_->async_Delete(request, Options(), use_future));
+        Wait("Delete", stub_->async_Delete(request, Options(key), use_future));
     return status.ok() ? 0 : Fail(status);
   }
 
@@ -301,6 +369,7 @@ class Cli {
   bool timing_;
   bool session_ = false;
   std::shared_ptr<rpc::Channel> channel_;
+  bool by_key_ = false;  // --balance hash.
   std::unique_ptr<KeyValue::Stub> stub_;
 };
 

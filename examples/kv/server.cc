@@ -1,9 +1,13 @@
 // The KV server: //examples/kv:server --uri URI [--capacity BYTES]
 //   [--token TOKEN] [--log-calls 1]
+//   [--register-at etcd://HOST:PORT/PREFIX [--registration-ttl-s N]]
+// With --register-at it registers in etcd while it serves, for clients
+// whose --uri is that etcd:// target (docs/cluster.md).
 // With --token, every call must carry "authorization: Bearer TOKEN" (the
 // client's --token); --log-calls 1 logs each call's end. Both are
 // interceptors (rdmarpc/server.h, rpc/interceptor.h). A token crosses
 // tcp:// in the clear: use it on a trusted network only.
+#include <chrono>
 #include <memory>
 
 #include "examples/common/flags.h"
@@ -27,6 +31,9 @@ int main(int argc, char** argv) {
     options.interceptors.push_back(
         std::make_shared<rpc::LoggingServerInterceptor>());
   }
+  options.register_at = flags.Get("register-at", "");
+  options.registration.ttl = std::chrono::seconds(
+      flags.GetInt("registration-ttl-s", options.registration.ttl.count()));
   rpc::Server server(options);
   server.RegisterService(&kv);
   return examples::ServeUntilSignal(
