@@ -592,3 +592,29 @@ TEST_CASE("a crashed server leaves the cluster and no idempotent call fails") {
 
 }  // namespace
 }  // namespace rdmarpc::testing
+
+namespace rdmarpc::testing {
+namespace {
+
+// A regression: with retries, the channel's retrier held its cluster past
+// the release of the channel's loop, and the cluster's etcd resolver then
+// posted to a destroyed loop (a crash at a client's exit).
+TEST_CASE(
+    "a cluster channel with retries, alone in its process, ends cleanly") {
+  EtcdProcess etcd;
+  const std::string target = "etcd://" + etcd.endpoint() + "/services/end";
+  rpc::ServerOptions server_options;
+  server_options.register_at = target;
+  TestServer server(server_options);
+  for (int round = 0; round < 3; ++round) {
+    rpc::ChannelOptions options;
+    options.retry.max_attempts = 3;
+    // The only channel: its destructor releases the client loops.
+    rpc::Channel channel(target, options);
+    CHECK(WaitFor(
+        [&] { return CallSync(channel, kEchoIdempotent, "x").status.ok(); }));
+  }
+}
+
+}  // namespace
+}  // namespace rdmarpc::testing
