@@ -207,6 +207,11 @@ class Channel {
   class Impl;
   class Cluster;
   const std::shared_ptr<CallbackRunner>& runner() const;
+  // A call of a cluster's, or with a retry policy (routed_). Takes the
+  // request and callback by reference: no extra move on the way.
+  CallId CallRouted(std::string_view service, std::string_view method,
+                    uint64_t method_id, bool idempotent, Payload& request,
+                    const CallOptions& options, ResponseCallback& done);
   // One attempt of a call: to the single server, or where the cluster
   // picks.
   static CallId Route(Impl* impl, Cluster* cluster, std::string_view service,
@@ -223,6 +228,7 @@ class Channel {
   std::shared_ptr<Cluster> cluster_;
   // Only with a retry policy.
   std::shared_ptr<Retrier> retrier_;
+  bool routed_ = false;  // A cluster, or retries: calls go by CallRouted.
 };
 
 }  // namespace rdmarpc::rpc

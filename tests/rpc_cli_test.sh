@@ -24,8 +24,11 @@ grep -qx "rdmarpc.Introspection" "$work/list" || fail "list lacks Introspection"
 
 "$rpc" describe "$uri" "$kv" >"$work/describe" || fail "describe exited $?"
 grep -q '^service KeyValue {' "$work/describe" || fail "describe: $(cat "$work/describe")"
-grep -q 'rpc Get(.rdmarpc.examples.kv.GetRequest) returns (.rdmarpc.examples.kv.GetReply);' \
+grep -q 'rpc Get(.rdmarpc.examples.kv.GetRequest) returns (.rdmarpc.examples.kv.GetReply)' \
   "$work/describe" || fail "describe lacks Get"
+# With its options: a client may send a Get again (kv.proto).
+grep -q 'option idempotency_level = NO_SIDE_EFFECTS;' "$work/describe" ||
+  fail "describe lacks Get's idempotency_level"
 grep -q '^message GetReply {' "$work/describe" || fail "describe lacks GetReply"
 
 "$rpc" call "$uri" "$kv/Put" 'key: "k" value: "a\000b"' || fail "put exited $?"
