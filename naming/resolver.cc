@@ -114,6 +114,9 @@ StatusOr<std::unique_ptr<Resolver>> MakeResolver(
     Normalize(endpoints);
     return MakeListResolver(std::move(endpoints), std::move(executor));
   }
+  if (target.starts_with("dns://")) {
+    return MakeDnsResolver(target, std::move(executor), options);
+  }
   if (target.starts_with("etcd://")) {
     StatusOr<EtcdTarget> parsed = ParseEtcdTarget(target);
     if (!parsed.ok()) return parsed.status();

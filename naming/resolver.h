@@ -5,8 +5,9 @@
 //                                              re-resolved (dns_refresh)
 //   etcd://10.0.0.5:2379,10.0.0.6:2379/services/kv
 //                                              the servers registered under
-//                                              a prefix (EtcdRegistration),
-//                                              watched for changes
+//                                              a prefix
+//                                              (naming/registration.h), watched
+//                                              for changes
 //
 // An endpoint is a transport URI (transport/uri.h). In list:// and dns://
 // a bare host:port gets ResolverOptions::default_scheme ("auto": RDMA where

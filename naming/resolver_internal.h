@@ -22,6 +22,9 @@ StatusOr<std::string> EndpointUri(std::string_view item,
 
 std::unique_ptr<Resolver> MakeListResolver(
     std::vector<std::string> endpoints, boost::asio::any_io_executor executor);
+StatusOr<std::unique_ptr<Resolver>> MakeDnsResolver(
+    std::string_view target, boost::asio::any_io_executor executor,
+    const ResolverOptions& options);
 std::unique_ptr<Resolver> MakeEtcdResolver(
     std::shared_ptr<EtcdClient> etcd, std::string prefix,
     boost::asio::any_io_executor executor, const ResolverOptions& options);

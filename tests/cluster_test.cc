@@ -618,3 +618,32 @@ TEST_CASE(
 
 }  // namespace
 }  // namespace rdmarpc::testing
+
+namespace rdmarpc::testing {
+namespace {
+
+TEST_CASE("a dns:// cluster spreads calls over a name's addresses") {
+  DnsmasqProcess dns;
+  // Two servers on one port, at two loopback addresses of one name.
+  auto first =
+      std::make_unique<TestServer>(rpc::ServerOptions{}, "tcp://127.0.0.2:0");
+  const std::string port = first->uri.substr(first->uri.rfind(':') + 1);
+  auto second = std::make_unique<TestServer>(rpc::ServerOptions{},
+                                             "tcp://127.0.0.3:" + port);
+  dns.Set("127.0.0.2 kv.test\n127.0.0.3 kv.test\n");
+  rpc::ChannelOptions options;
+  options.cluster.naming.default_scheme = "tcp";
+  rpc::Channel channel("dns://" + dns.server() + "/kv.test:" + port, options);
+  REQUIRE(CallSync(channel, "Echo", "first").status.ok());
+  REQUIRE(WaitConnected(channel, 2));
+  const int a = first->calls_started();
+  const int b = second->calls_started();
+  for (int i = 0; i < 100; ++i) {
+    REQUIRE(CallSync(channel, "Echo", "x").status.ok());
+  }
+  CHECK(first->calls_started() - a == 50);
+  CHECK(second->calls_started() - b == 50);
+}
+
+}  // namespace
+}  // namespace rdmarpc::testing

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -57,19 +58,82 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   return pid;
 }
 
+std::string TempDir(const char* name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string base = tmp != nullptr ? tmp : "/tmp";
+  char templ[4096];
+  snprintf(templ, sizeof templ, "%s/%s.XXXXXX", base.c_str(), name);
+  if (mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return templ;
+}
+
 }  // namespace
+
+DnsmasqProcess::DnsmasqProcess() {
+  const char* binary = "/usr/sbin/dnsmasq";
+  if (access(binary, X_OK) != 0) {
+    throw std::runtime_error(
+        "/usr/sbin/dnsmasq is missing: tools/setup installs dnsmasq-base");
+  }
+  dir_ = TempDir("dnsmasq");
+  Set("");
+  // UDP and TCP on the same port: take one that is free for TCP, and
+  // retry if UDP's is not.
+  for (int attempt = 0; attempt < 5 && pid_ < 0; ++attempt) {
+    port_ = FreePort();
+    pid_ =
+        Spawn({binary, "--no-daemon", "--port=" + std::to_string(port_),
+               "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv",
+               "--no-hosts", "--addn-hosts=" + dir_ + "/hosts", "--user=root",
+               "--pid-file=", "--conf-file=/dev/null", "--local-ttl=0",
+               "--log-facility=-"},
+              dir_ + "/dnsmasq.log");
+    const auto give_up =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!Answers(port_)) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > give_up) {
+        throw std::runtime_error("dnsmasq did not answer within 10 s");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (pid_ < 0) throw std::runtime_error("dnsmasq did not start");
+}
+
+DnsmasqProcess::~DnsmasqProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    int status;
+    waitpid(pid_, &status, 0);
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::string DnsmasqProcess::server() const {
+  return "127.0.0.1:" + std::to_string(port_);
+}
+
+void DnsmasqProcess::Set(const std::string& lines) {
+  {
+    std::ofstream hosts(dir_ + "/hosts.new");
+    hosts << lines;
+  }
+  std::filesystem::rename(dir_ + "/hosts.new", dir_ + "/hosts");
+  if (pid_ > 0) kill(pid_, SIGHUP);
+}
 
 EtcdProcess::EtcdProcess() {
   if (access("/usr/bin/etcd", X_OK) != 0) {
     throw std::runtime_error(
         "/usr/bin/etcd is missing: tools/setup installs etcd-server");
   }
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string base = tmp != nullptr ? tmp : "/tmp";
-  char templ[4096];
-  snprintf(templ, sizeof templ, "%s/etcd.XXXXXX", base.c_str());
-  if (mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
-  dir_ = templ;
+  dir_ = TempDir("etcd");
   client_port_ = FreePort();
   peer_port_ = FreePort();
   Launch();

@@ -1,6 +1,7 @@
-// A real etcd for a test: Debian's etcd-server (tools/setup), started on
-// loopback at free ports with a data directory of its own under the test's
-// temporary directory, stopped (SIGTERM) when the object goes.
+// Name servers for a test, each started on loopback at free ports with a
+// directory of its own under the test's temporary directory, and stopped
+// (SIGTERM) when the object goes: a real etcd (Debian's etcd-server) and a
+// DNS server (dnsmasq), both installed by tools/setup.
 #ifndef RDMARPC_TESTS_ETCD_PROCESS_H_
 #define RDMARPC_TESTS_ETCD_PROCESS_H_
 
@@ -10,6 +11,26 @@
 #include <string>
 
 namespace rdmarpc::testing {
+
+// dnsmasq (Debian's dnsmasq-base) as a DNS server on 127.0.0.1 at a free
+// port, answering from a hosts file of the test's: Set() rewrites it and
+// makes dnsmasq read it again (SIGHUP).
+class DnsmasqProcess {
+ public:
+  DnsmasqProcess();
+  ~DnsmasqProcess();
+  DnsmasqProcess(const DnsmasqProcess&) = delete;
+  DnsmasqProcess& operator=(const DnsmasqProcess&) = delete;
+  // "127.0.0.1:PORT".
+  std::string server() const;
+  // `lines` of a hosts file, "ADDRESS NAME" each.
+  void Set(const std::string& lines);
+
+ private:
+  std::string dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
 
 class EtcdProcess {
  public:

@@ -354,3 +354,69 @@ TEST_CASE("a registration comes back after etcd lost it") {
 
 }  // namespace
 }  // namespace rdmarpc
+
+namespace rdmarpc {
+namespace {
+
+TEST_CASE("a dns:// resolver follows a name's addresses") {
+  testing::DnsmasqProcess dns;
+  dns.Set("127.0.0.2 svc.test\n127.0.0.3 svc.test\n");
+  Loop loop;
+  naming::ResolverOptions options;
+  options.default_scheme = "tcp";
+  options.dns_refresh = 200ms;
+  auto resolver =
+      naming::MakeResolver("dns://" + dns.server() + "/svc.test:7000",
+                           loop.context.get_executor(), options);
+  REQUIRE(resolver.ok());
+  Watcher watcher;
+  (*resolver)->Start(watcher.Callback());
+  CHECK(watcher.WaitFor({"tcp://127.0.0.2:7000", "tcp://127.0.0.3:7000"}));
+  // Re-resolved every dns_refresh.
+  dns.Set("127.0.0.3 svc.test\n127.0.0.4 svc.test\n");
+  CHECK(watcher.WaitFor({"tcp://127.0.0.3:7000", "tcp://127.0.0.4:7000"}));
+  (*resolver)->Stop();
+
+  // With a long refresh, Refresh() resolves again at once.
+  options.dns_refresh = 1h;
+  auto slow = naming::MakeResolver("dns://" + dns.server() + "/svc.test:7000",
+                                   loop.context.get_executor(), options);
+  REQUIRE(slow.ok());
+  Watcher second;
+  (*slow)->Start(second.Callback());
+  CHECK(second.WaitFor({"tcp://127.0.0.3:7000", "tcp://127.0.0.4:7000"}));
+  dns.Set("127.0.0.5 svc.test\n");
+  std::this_thread::sleep_for(100ms);
+  (*slow)->Refresh();
+  CHECK(second.WaitFor({"tcp://127.0.0.5:7000"}, 2s));
+  (*slow)->Stop();
+}
+
+TEST_CASE("a dns:// resolver reports a name that does not resolve") {
+  testing::DnsmasqProcess dns;
+  Loop loop;
+  auto resolver =
+      naming::MakeResolver("dns://" + dns.server() + "/nosuch.test:7000",
+                           loop.context.get_executor());
+  REQUIRE(resolver.ok());
+  Watcher watcher;
+  (*resolver)->Start(watcher.Callback());
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (watcher.errors() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(watcher.errors() >= 1);
+  CHECK(watcher.updates() == 0);
+  (*resolver)->Stop();
+  for (const char* bad :
+       {"dns://", "dns://x", "dns:///name", "dns:///name:", "dns:///:1",
+        "dns:///name:port", "dns://notaport/name:1"}) {
+    INFO(bad);
+    CHECK(naming::MakeResolver(bad, loop.context.get_executor())
+              .status()
+              .code() == StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace rdmarpc
