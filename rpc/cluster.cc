@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/log.h"
+#include "proto/health.pb.h"
 
 namespace rdmarpc::rpc {
 
@@ -62,7 +63,8 @@ Channel::Cluster::Cluster(std::string target, ChannelOptions options,
       context_(context),
       runner_(std::make_shared<CallbackRunner>(options_)),
       outlier_timer_(context),
-      pending_timer_(context) {}
+      pending_timer_(context),
+      health_timer_(context) {}
 
 void Channel::Cluster::Begin() {
   auto resolver = naming::MakeResolver(target_, context_.get_executor(),
@@ -197,6 +199,7 @@ void Channel::Cluster::Shutdown(std::vector<CallTable::Entry>* orphans) {
   asio::post(context_, [self = shared_from_this()] {
     self->outlier_timer_.cancel();
     self->pending_timer_.cancel();
+    self->health_timer_.cancel();
   });
   for (const auto& sub : subchannels) sub->impl->Shutdown(orphans);
 }
@@ -323,6 +326,64 @@ void Channel::Cluster::CheckOutliers() {
       });
 }
 
+void Channel::Cluster::CheckHealth() {
+  const HealthCheck& check = options_.cluster.health_check;
+  std::vector<std::shared_ptr<Subchannel>> asked;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    for (const auto& sub : subchannels_) {
+      if (sub->ready) asked.push_back(sub);
+    }
+  }
+  health::v1::HealthCheckRequest request;
+  request.set_service(check.service);
+  const std::string bytes = request.SerializeAsString();
+  static constexpr MethodRef kCheck("rdmarpc.health.v1.Health", "Check");
+  for (const auto& sub : asked) {
+    sub->impl->Start(
+        kCheck.service(), kCheck.method(), kCheck.id(), Buffer::CopyOf(bytes),
+        CallOptions::WithTimeout(check.timeout),
+        [weak = weak_from_this(), held = std::weak_ptr<Subchannel>(sub)](
+            const Status& status, Payload response) {
+          auto self = weak.lock();
+          auto sub = held.lock();
+          if (self && sub) self->OnHealth(sub, status, response);
+        });
+  }
+  health_timer_.expires_after(check.interval);
+  health_timer_.async_wait(
+      [weak = weak_from_this()](const boost::system::error_code& error) {
+        if (error) return;
+        if (auto self = weak.lock()) self->CheckHealth();
+      });
+}
+
+void Channel::Cluster::OnHealth(const std::shared_ptr<Subchannel>& sub,
+                                const Status& status, const Payload& response) {
+  bool healthy = status.code() == StatusCode::kUnimplemented;
+  if (status.ok()) {
+    health::v1::HealthCheckResponse answer;
+    healthy =
+        answer.ParseFromArray(response.message.data(),
+                              static_cast<int>(response.message.size())) &&
+        answer.status() == health::v1::HealthCheckResponse::SERVING;
+  }
+  std::vector<std::pair<Pending, std::shared_ptr<Impl>>> ready;
+  std::vector<Pending> failed;
+  Status why;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_ || sub->healthy == healthy) return;
+    sub->healthy = healthy;
+    Log().info("{}: endpoint {} is {}", target_, sub->uri,
+               healthy ? "healthy again" : "not serving: no calls go to it");
+    RebuildPicker();
+    TakeDispatchable(&ready, &failed, &why);
+  }
+  Dispatch(std::move(ready), std::move(failed), why);
+}
+
 void Channel::Cluster::ArmPendingTimer() {
   std::optional<Clock::time_point> next;
   {
@@ -410,13 +471,16 @@ void Channel::Cluster::Activate() {
         });
   }
   asio::post(context_, [self = shared_from_this()] { self->CheckOutliers(); });
+  if (options_.cluster.health_check.enabled) {
+    asio::post(context_, [self = shared_from_this()] { self->CheckHealth(); });
+  }
 }
 
 void Channel::Cluster::RebuildPicker() {
   ready_.clear();
   std::vector<std::string> uris;
   for (const auto& sub : subchannels_) {
-    if (!sub->ready || sub->ejected) continue;
+    if (!sub->ready || sub->ejected || !sub->healthy) continue;
     ready_.push_back(sub->impl);
     uris.push_back(sub->uri);
   }
@@ -468,8 +532,9 @@ const std::shared_ptr<Channel::Impl>* Channel::Cluster::PickLocked(
 }
 
 bool Channel::Cluster::AllFailed() const {
-  return std::all_of(subchannels_.begin(), subchannels_.end(),
-                     [](const auto& sub) { return sub->failed; });
+  return std::all_of(
+      subchannels_.begin(), subchannels_.end(),
+      [](const auto& sub) { return sub->failed || !sub->healthy; });
 }
 
 Status Channel::Cluster::NoEndpointStatus() const {
@@ -481,7 +546,8 @@ Status Channel::Cluster::NoEndpointStatus() const {
     return Status(StatusCode::kUnavailable, target_ + " lists no endpoint");
   }
   return Status(StatusCode::kUnavailable,
-                "no endpoint of " + target_ + " could be connected (" +
+                "no endpoint of " + target_ +
+                    " could be connected or is serving (" +
                     std::to_string(subchannels_.size()) + " tried)");
 }
 
@@ -554,8 +620,8 @@ std::vector<EndpointStats> Channel::Cluster::endpoints() const {
   std::vector<EndpointStats> out;
   for (const auto& sub : subchannels_) {
     const Impl::Outcomes outcomes = sub->impl->outcomes();
-    out.push_back({sub->uri, sub->ready, sub->ejected, sub->ejections,
-                   sub->impl->outstanding(), outcomes.completed,
+    out.push_back({sub->uri, sub->ready, sub->ejected, sub->healthy,
+                   sub->ejections, sub->impl->outstanding(), outcomes.completed,
                    outcomes.failed});
   }
   return out;

@@ -59,6 +59,7 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
     bool ready = false;
     bool failed = false;  // Its last connect failed.
     bool ejected = false;
+    bool healthy = true;  // ClusterOptions::health_check's last answer.
     uint32_t ejections = 0;
     Clock::time_point ejected_until;
     Impl::Outcomes seen{};  // At the last outlier check.
@@ -86,6 +87,11 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   void OnSubchannelState(const std::shared_ptr<Subchannel>& sub,
                          ChannelState state);
   void CheckOutliers();
+  // Asks each connected endpoint for its health, then again after the
+  // interval.
+  void CheckHealth();
+  void OnHealth(const std::shared_ptr<Subchannel>& sub, const Status& status,
+                const Payload& response);
   void ArmPendingTimer();
 
   // Under mu_.
@@ -110,6 +116,7 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   const std::shared_ptr<CallbackRunner> runner_;
   boost::asio::steady_timer outlier_timer_;  // The loop thread only.
   boost::asio::steady_timer pending_timer_;  // The loop thread only.
+  boost::asio::steady_timer health_timer_;   // The loop thread only.
   std::unique_ptr<naming::Resolver> resolver_;
 
   mutable FutexMutex mu_;

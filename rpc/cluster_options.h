@@ -53,6 +53,18 @@ struct OutlierDetection {
   double max_ejected_fraction = 0.5;
 };
 
+// Active health checks (off by default): every `interval` the channel asks
+// each connected endpoint rdmarpc.health.v1.Health/Check (rpc/health.h)
+// about `service` ("" for the server); one that answers other than SERVING,
+// or not within `timeout`, gets no calls until it answers SERVING again. A
+// server without the health service (UNIMPLEMENTED) counts as serving.
+struct HealthCheck {
+  bool enabled = false;
+  std::string service;
+  std::chrono::milliseconds interval{1000};
+  std::chrono::milliseconds timeout{1000};
+};
+
 struct ClusterOptions {
   LoadBalancing policy = LoadBalancing::kRoundRobin;
   // kHashRing: an endpoint takes a key's call while it has fewer than
@@ -64,6 +76,7 @@ struct ClusterOptions {
   // request metadata entry, if it has one.
   std::string balance_metadata_key;
   OutlierDetection outliers;
+  HealthCheck health_check;
   naming::ResolverOptions naming;
 };
 
@@ -72,6 +85,7 @@ struct EndpointStats {
   std::string uri;
   bool connected = false;
   bool ejected = false;
+  bool healthy = true;  // As the last active health check said.
   uint32_t ejections = 0;
   uint64_t outstanding_calls = 0;
   uint64_t calls = 0;     // Completed, since the endpoint was added.

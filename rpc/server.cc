@@ -153,14 +153,22 @@ class Server::Impl {
     return bound;
   }
 
+  void OnShutdown(std::function<void()> hook) {
+    std::lock_guard lock(mu_);
+    shutdown_hooks_.push_back(std::move(hook));
+  }
+
   void Shutdown(std::chrono::milliseconds grace) {
     std::unique_ptr<naming::Registration> registration;
+    std::vector<std::function<void()>> hooks;
     {
       std::lock_guard lock(mu_);
       if (shut_down_) return;
       shut_down_ = true;
       registration = std::move(registration_);
+      hooks = std::move(shutdown_hooks_);
     }
+    for (auto& hook : hooks) hook();
     // Out of the cluster first, so that clients stop picking this server.
     if (registration) {
       const Status deregistered = registration->Stop();
@@ -310,6 +318,7 @@ class Server::Impl {
   bool shut_down_ = false;  // Guarded by mu_.
   std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
   std::unique_ptr<naming::Registration> registration_;           // Guarded.
+  std::vector<std::function<void()>> shutdown_hooks_;            // Guarded.
   std::set<std::shared_ptr<ServerSession>> sessions_;            // Guarded.
   std::vector<std::unique_ptr<Service>> owned_services_;         // Guarded.
   // Destroyed first: it runs the handlers given to it and waits for them,
@@ -322,6 +331,9 @@ Server::Server(ServerOptions options)
 Server::~Server() { impl_->Shutdown(std::chrono::milliseconds(0)); }
 void Server::RegisterService(Service* service) {
   impl_->RegisterService(service);
+}
+void Server::OnShutdown(std::function<void()> hook) {
+  impl_->OnShutdown(std::move(hook));
 }
 StatusOr<std::string> Server::Listen(std::string_view uri) {
   return impl_->Listen(uri);

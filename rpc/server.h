@@ -129,6 +129,10 @@ class Server {
   void Shutdown(
       std::chrono::milliseconds grace = tunables::kDefaultShutdownGrace);
 
+  // Runs `hook` first thing in Shutdown (before deregistering): a health
+  // service turns NOT_SERVING (rpc/health.h). Before Listen.
+  void OnShutdown(std::function<void()> hook);
+
   ServerStats stats() const;
 
   // Registered services, in name order.

@@ -17,6 +17,7 @@
 
 #include "rdmarpc/buffer.h"         // IWYU pragma: export
 #include "rdmarpc/channel.h"        // IWYU pragma: export
+#include "rdmarpc/health.h"         // IWYU pragma: export
 #include "rdmarpc/introspection.h"  // IWYU pragma: export
 #include "rdmarpc/memory.h"         // IWYU pragma: export
 #include "rdmarpc/server.h"         // IWYU pragma: export
