@@ -9,6 +9,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <map>
@@ -72,6 +73,44 @@ int WhichServer(const Servers& servers, const std::vector<int>& before) {
   }
   return which;
 }
+
+// Threads that call over and over until stopped, counting what succeeded
+// and keeping what failed.
+class Callers {
+ public:
+  Callers(int threads, std::function<CallResult()> call) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this, call] {
+        while (!stop_.load()) {
+          const CallResult result = call();
+          if (result.status.ok()) {
+            ++ok_;
+          } else {
+            std::lock_guard lock(mu_);
+            failures_.push_back(result.status);
+          }
+        }
+      });
+    }
+  }
+  ~Callers() { Stop(); }
+  // Joins the threads; returns the failures.
+  std::vector<Status> Stop() {
+    stop_ = true;
+    for (auto& thread : threads_) thread.join();
+    threads_.clear();
+    std::lock_guard lock(mu_);
+    return failures_;
+  }
+  int ok() const { return ok_.load(); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> ok_{0};
+  std::mutex mu_;
+  std::vector<Status> failures_;
+  std::vector<std::thread> threads_;
+};
 
 TEST_CASE("round robin spreads calls evenly over a list:// cluster") {
   Servers servers = StartServers(3);
@@ -399,36 +438,19 @@ TEST_CASE("a server that shuts down moves its clients without a failed call") {
   rpc::Channel channel(ListTarget(servers));
   REQUIRE(CallSync(channel, "Echo", "first").status.ok());
   REQUIRE(WaitConnected(channel, 3));
-  std::atomic<bool> stop{false};
-  std::atomic<int> ok{0};
-  std::mutex mu;
-  std::vector<Status> failures;
-  std::vector<std::thread> callers;
-  for (int t = 0; t < 4; ++t) {
-    callers.emplace_back([&] {
-      while (!stop.load()) {
-        const CallResult result = CallSync(channel, "SleepMs", "5",
-                                           rpc::CallOptions::WithTimeout(5s));
-        if (result.status.ok()) {
-          ++ok;
-        } else {
-          std::lock_guard lock(mu);
-          failures.push_back(result.status);
-        }
-      }
-    });
-  }
+  Callers callers(4, [&] {
+    return CallSync(channel, "SleepMs", "5", rpc::CallOptions::WithTimeout(5s));
+  });
   std::this_thread::sleep_for(300ms);
-  const int before_shutdown = ok.load();
+  const int before_shutdown = callers.ok();
   servers[0]->Shutdown(2s);  // GOAWAY; its calls in flight finish.
   const int served = servers[0]->calls_started();
   std::this_thread::sleep_for(300ms);
-  stop = true;
-  for (auto& caller : callers) caller.join();
+  const std::vector<Status> failures = callers.Stop();
   for (const auto& failure : failures) INFO(failure.ToString());
   CHECK(failures.empty());
   CHECK(before_shutdown > 20);
-  CHECK(ok.load() > before_shutdown + 20);
+  CHECK(callers.ok() > before_shutdown + 20);
   CHECK(servers[0]->calls_started() == served);
 }
 
@@ -528,25 +550,10 @@ TEST_CASE("a crashed server leaves the cluster and no idempotent call fails") {
            WaitConnected(channel, 3, 100ms);
   }));
 
-  std::atomic<bool> stop{false};
-  std::atomic<int> ok{0};
-  std::mutex mu;
-  std::vector<Status> failures;
-  std::vector<std::thread> callers;
-  for (int t = 0; t < 4; ++t) {
-    callers.emplace_back([&] {
-      while (!stop.load()) {
-        const CallResult result = CallSync(channel, kEchoIdempotent, "x",
-                                           rpc::CallOptions::WithTimeout(5s));
-        if (result.status.ok()) {
-          ++ok;
-        } else {
-          std::lock_guard lock(mu);
-          failures.push_back(result.status);
-        }
-      }
-    });
-  }
+  Callers callers(4, [&] {
+    return CallSync(channel, kEchoIdempotent, "x",
+                    rpc::CallOptions::WithTimeout(5s));
+  });
   std::this_thread::sleep_for(300ms);
   const std::string dead = servers[0]->uri;
   const auto killed = rpc::Clock::now();
@@ -564,7 +571,7 @@ TEST_CASE("a crashed server leaves the cluster and no idempotent call fails") {
       << " ms after (lease TTL " << kTtl << " s)\n";
 
   // A fourth joins and gets calls within a second.
-  const int before_join = ok.load();
+  const int before_join = callers.ok();
   const auto started = rpc::Clock::now();
   servers.push_back(std::make_unique<ServerProcess>(target, kTtl));
   const std::string fourth = servers.back()->uri;
@@ -579,11 +586,10 @@ TEST_CASE("a crashed server leaves the cluster and no idempotent call fails") {
       << std::chrono::duration_cast<std::chrono::milliseconds>(joined).count()
       << " ms after it was started\n";
   std::this_thread::sleep_for(200ms);
-  stop = true;
-  for (auto& caller : callers) caller.join();
+  const std::vector<Status> failures = callers.Stop();
   for (const auto& failure : failures) INFO(failure.ToString());
   CHECK(failures.empty());
-  CHECK(ok.load() > before_join);
+  CHECK(callers.ok() > before_join);
   for (const auto& endpoint : channel.endpoints()) {
     if (endpoint.uri == fourth) CHECK(endpoint.calls > 0);
   }
