@@ -96,6 +96,8 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
 
   // Under mu_.
   std::shared_ptr<Subchannel> AddSubchannel(const std::string& uri);
+  // Has the subchannel stay connected and report its state changes.
+  void KeepConnected(const std::shared_ptr<Subchannel>& sub);
   void Activate();
   void RebuildPicker();
   // Points into ready_; null if it is empty.
