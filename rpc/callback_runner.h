@@ -112,6 +112,15 @@ class CallbackRunner {
   bool closed_ = false;
 };
 
+// Runs `done` on `runner`'s executor if it has one, else here, now.
+inline void RunOrInvoke(CallbackRunner& runner, ResponseCallback& done,
+                        const Status& status, Payload response) {
+  if (runner.enabled()) {
+    return runner.Run(std::move(done), status, std::move(response));
+  }
+  InvokeCallback(done, status, std::move(response));
+}
+
 }  // namespace rdmarpc::rpc
 
 #endif  // RDMARPC_RPC_CALLBACK_RUNNER_H_

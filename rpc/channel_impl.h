@@ -134,11 +134,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // callback runs here, or on the callback executor.
   void Deliver(ResponseCallback& done, const Status& status, Payload response) {
     if (keep_connected_) CountOutcome(status);  // A cluster's subchannel.
-    if (runner_->enabled()) {
-      runner_->Run(std::move(done), status, std::move(response));
-    } else {
-      InvokeCallback(done, status, std::move(response));
-    }
+    RunOrInvoke(*runner_, done, status, std::move(response));
   }
   // Completes a call from the caller's side (any thread, inside Call or
   // Cancel): the callback runs later, on the loop or the callback executor.

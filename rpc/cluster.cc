@@ -39,11 +39,7 @@ void Channel::Cluster::Retire(asio::io_context& context,
     const Status removed(StatusCode::kUnavailable,
                          impl->target() + " left the cluster");
     for (auto& [id, done] : orphans) {
-      if (runner->enabled()) {
-        runner->Run(std::move(done), removed, Payload());
-      } else {
-        InvokeCallback(done, removed, Buffer());
-      }
+      RunOrInvoke(*runner, done, removed, Payload());
     }
     return;
   }
@@ -461,11 +457,7 @@ void Channel::Cluster::Dispatch(
                 std::move(pending.done));
   }
   for (auto& pending : failed) {
-    if (runner_->enabled()) {
-      runner_->Run(std::move(pending.done), why, Payload());
-    } else {
-      InvokeCallback(pending.done, why, Buffer());
-    }
+    RunOrInvoke(*runner_, pending.done, why, Payload());
   }
 }
 
