@@ -48,7 +48,11 @@ struct Recorder : ConnectionObserver {
       if (payload.data()[i] != std::byte(i % 251)) intact = false;
     }
   }
-  void OnClose(const Status& reason) override { closed.set_value(reason); }
+  // A recorder shared by several connections keeps the first close.
+  void OnClose(const Status& reason) override {
+    std::lock_guard lock(mu);
+    if (closes++ == 0) closed.set_value(reason);
+  }
   size_t count() {
     std::lock_guard lock(mu);
     return sizes.size();
@@ -56,6 +60,7 @@ struct Recorder : ConnectionObserver {
   std::mutex mu;
   std::vector<uint64_t> sizes;
   bool intact = true;
+  int closes = 0;
   std::promise<Status> closed;
 };
 
