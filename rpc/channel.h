@@ -104,6 +104,13 @@ struct ChannelOptions {
   transport::TransportOptions transport;
   // Requests larger than this fail locally with RESOURCE_EXHAUSTED.
   uint64_t max_request_size = tunables::kDefaultMaxPayloadSize;
+  // A request (or a client stream's message, or a cancellation) that finds
+  // the connection's send queue past transport.max_queued_bytes waits in it,
+  // in order, until the server reads (the call's deadline still applies),
+  // as gRPC's calls wait on flow control: its bytes are the caller's own
+  // outstanding calls. false: it fails at once with RESOURCE_EXHAUSTED, as
+  // brpc's EOVERCROWDED, and the queue bounds this side's memory.
+  bool wait_for_room = true;
   // A response whose metadata (headers and trailers each, as
   // rpc/metadata.h counts them) is larger fails RESOURCE_EXHAUSTED.
   size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;

@@ -122,14 +122,16 @@ Channel::CallId Channel::Impl::Start(
     streams_.emplace(id, std::move(stream));
   }
   const auto request_frame = [&] {
-    if (kind != StreamKind::kUnary) {
-      return MakeStreamRequestFrame(
-          id, method_id, timeout_us,
-          static_cast<CallHeader::StreamKind>(static_cast<int>(kind)), 0, 0,
-          std::move(request), metadata);
-    }
-    return MakeRequestFrame(id, service, method, method_id, timeout_us,
-                            std::move(request), metadata);
+    OutgoingFrame frame =
+        kind != StreamKind::kUnary
+            ? MakeStreamRequestFrame(
+                  id, method_id, timeout_us,
+                  static_cast<CallHeader::StreamKind>(static_cast<int>(kind)),
+                  0, 0, std::move(request), metadata)
+            : MakeRequestFrame(id, service, method, method_id, timeout_us,
+                               std::move(request), metadata);
+    frame.may_wait = options_.wait_for_room;
+    return frame;
   };
   // Encoded and sent outside the lock: a Send on the connection's own thread
   // may write at once, and other callers need not wait out that system
@@ -221,6 +223,12 @@ bool Channel::Impl::Intercept(std::string_view service, std::string_view method,
   return true;
 }
 
+OutgoingFrame Channel::Impl::CancelFrame(uint64_t id) const {
+  OutgoingFrame frame = MakeCancelFrame(id);
+  frame.may_wait = options_.wait_for_room;  // Not lost to a full queue.
+  return frame;
+}
+
 void Channel::Impl::Cancel(CallId id) {
   EndCall(id, Status(StatusCode::kCancelled, "call cancelled by the client"));
 }
@@ -232,13 +240,14 @@ void Channel::Impl::EndCall(uint64_t id, const Status& why) {
   std::shared_ptr<Connection> ready;
   if (state_ == ChannelState::kReady) ready = connection_;
   lock.unlock();
-  if (ready) ready->Send(MakeCancelFrame(id)).IgnoreError();
+  if (ready) ready->Send(CancelFrame(id)).IgnoreError();
   Log().debug("{}: call {} ended by the client: {}", target_, id,
               why.ToString());
   Complete(std::move(*done), why, Buffer());
 }
 
 bool Channel::Impl::SendStreamFrame(uint64_t id, OutgoingFrame frame) {
+  frame.may_wait = options_.wait_for_room;
   std::unique_lock lock(mu_);
   if (!calls_.Contains(id)) return false;
   if (state_ != ChannelState::kReady) {
@@ -406,7 +415,7 @@ void Channel::Impl::OnTimer(const boost::system::error_code& error) {
     calls_.TakeExpired(Clock::now(), &expired);
     if (state_ == ChannelState::kReady) {
       for (const auto& entry : expired) {
-        connection_->Send(MakeCancelFrame(entry.first)).IgnoreError();
+        connection_->Send(CancelFrame(entry.first)).IgnoreError();
       }
     }
   }

@@ -64,6 +64,8 @@ class Channel::Impl final : public transport::ConnectionObserver,
                ResponseCallback done, StreamKind kind = StreamKind::kUnary,
                std::shared_ptr<ClientStream::State> stream = nullptr);
   void Cancel(CallId id);
+  // A CANCEL frame, waiting for room as requests do.
+  transport::OutgoingFrame CancelFrame(uint64_t id) const;
   // Fails every call with `why` and drops the connection.
   void Shutdown(std::vector<CallTable::Entry>* orphans);
 

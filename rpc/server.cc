@@ -244,6 +244,7 @@ class Server::Impl {
     out.live_calls = core_->live_calls;
     out.calls_started = core_->calls_started;
     out.responses_dropped = core_->responses_dropped;
+    out.responses_refused = core_->responses_refused;
     out.protocol_errors = core_->protocol_errors;
     out.unknown_method_calls = core_->unknown_method_calls;
     out.stream_frames_dropped = core_->stream_frames_dropped;

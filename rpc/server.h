@@ -93,7 +93,10 @@ struct ServerStats {
   uint64_t connections = 0;  // Open now.
   int64_t live_calls = 0;    // Started and not yet finished.
   uint64_t calls_started = 0;
-  uint64_t responses_dropped = 0;     // Finished after cancel or deadline.
+  uint64_t responses_dropped = 0;  // Finished after cancel or deadline.
+  // Responses the send queue refused (max_queued_bytes: the client was not
+  // reading them): each call was answered RESOURCE_EXHAUSTED instead.
+  uint64_t responses_refused = 0;
   uint64_t protocol_errors = 0;       // Connections closed for malformed input.
   uint64_t unknown_method_calls = 0;  // Answered UNIMPLEMENTED.
   // MESSAGE, HALF_CLOSE and WINDOW frames for a call that is not an open

@@ -30,7 +30,24 @@ void ServerSession::ProtocolError(const Status& error) {
 }
 
 void ServerSession::Reply(uint64_t id, const Status& status) {
-  connection_->Send(MakeResponseFrame(id, status, Buffer())).IgnoreError();
+  // An answer with no payload may wait past a full send queue: refused, the
+  // call would be lost, its client waiting for it until its deadline.
+  transport::OutgoingFrame frame = MakeResponseFrame(id, status, Buffer());
+  frame.may_wait = true;
+  connection_->Send(std::move(frame)).IgnoreError();
+}
+
+StatusCode ServerSession::Queue(uint64_t id, transport::OutgoingFrame frame,
+                                StatusCode code) {
+  const Status queued = connection_->Send(std::move(frame));
+  if (queued.ok() || queued.code() == StatusCode::kUnavailable) return code;
+  // The send queue to this client is full (it is not reading): the call
+  // fails with that, in a small answer that waits for room.
+  core_->responses_refused++;
+  Log().warn("{}: call {}: response not sent: {}", connection_->peer(), id,
+             queued.message());
+  Reply(id, queued);
+  return queued.code();
 }
 
 void ServerSession::ReplyNotRun(uint64_t id, const Status& status) {
@@ -40,8 +57,10 @@ void ServerSession::ReplyNotRun(uint64_t id, const Status& status) {
     trailers.Add(kNotRunTrailer, "1");
     return new std::string(*EncodeOutgoingMetadata(trailers, "trailers"));
   }();
-  connection_->Send(MakeResponseFrame(id, status, Buffer(), {}, *kTrailers))
-      .IgnoreError();
+  transport::OutgoingFrame frame =
+      MakeResponseFrame(id, status, Buffer(), {}, *kTrailers);
+  frame.may_wait = true;
+  connection_->Send(std::move(frame)).IgnoreError();
 }
 
 void ServerSession::OnFrame(transport::ReceivedFrame frame) {
@@ -470,9 +489,9 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
     return SendWithMetadata(call, status, std::move(response));
   }
   RDMARPC_TRACE(1, "encode");
-  connection_->Send(MakeResponseFrame(call.id_, status, std::move(response)))
-      .IgnoreError();
-  return status.code();
+  return Queue(call.id_,
+               MakeResponseFrame(call.id_, status, std::move(response)),
+               status.code());
 }
 
 StatusCode ServerSession::SendWithMetadata(ServerCall& call,
@@ -500,11 +519,10 @@ StatusCode ServerSession::SendWithMetadata(ServerCall& call,
                            "the server's " + encoded.status().message()));
     return StatusCode::kInternal;
   }
-  connection_
-      ->Send(MakeResponseFrame(call.id_, status, std::move(response), headers,
-                               *encoded))
-      .IgnoreError();
-  return status.code();
+  return Queue(call.id_,
+               MakeResponseFrame(call.id_, status, std::move(response), headers,
+                                 *encoded),
+               status.code());
 }
 
 void ServerSession::TrackLocked(uint64_t id,

@@ -92,6 +92,7 @@ struct ServerCore {
 
   std::atomic<uint64_t> calls_started{0};
   std::atomic<uint64_t> responses_dropped{0};  // Cancelled or late.
+  std::atomic<uint64_t> responses_refused{0};  // The send queue was full.
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> unknown_method_calls{0};
   std::atomic<uint64_t> stream_frames_dropped{0};
@@ -140,6 +141,11 @@ class ServerSession final : public transport::ConnectionObserver,
   // The same for a call refused before its handler ran, with the trailer
   // that says so (kNotRunTrailer): a client may send it again elsewhere.
   void ReplyNotRun(uint64_t id, const Status& status);
+  // Queues call `id`'s response `frame` and returns `code`; if the send
+  // queue refuses it, answers the call with that error (Reply) and returns
+  // its code.
+  StatusCode Queue(uint64_t id, transport::OutgoingFrame frame,
+                   StatusCode code);
   void Post(UniqueFunction<void()> task);
   uint64_t max_response_size() const { return core_->max_response_size; }
 

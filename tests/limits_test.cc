@@ -3,6 +3,7 @@
 // everything else served. Runs over tcp natively and over rdma in the VM.
 #include <atomic>
 #include <catch2/catch_test_macros.hpp>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -199,6 +200,7 @@ TEST_CASE("limits: a slow consumer stalls the sender, memory stays bounded") {
   TestServer server(options);
   rpc::ChannelOptions channel_options;
   channel_options.transport.max_queued_bytes = 1 << 20;
+  channel_options.wait_for_room = false;  // Refused at once (brpc's way).
   auto owned = std::make_unique<Channel>(server.uri, channel_options);
   Channel& channel = *owned;
   REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
@@ -249,6 +251,89 @@ TEST_CASE("limits: a slow consumer stalls the sender, memory stays bounded") {
   owned.reset();
   CHECK(WaitFor([&] { return server.stats().connections == 0; }));
   CHECK(WaitFor([&] { return RegisteredBytes() == registered; }));
+}
+
+// The same slow consumer with the default wait_for_room: requests past the
+// queue's limit wait in it, and every one completes, in order, once the
+// consumer catches up. (Before, the client failed them with
+// RESOURCE_EXHAUSTED, and a benchmark with 128 calls of 4 MiB outstanding
+// lost half of them.)
+TEST_CASE("limits: past a full send queue, requests wait for room") {
+  ServerOptions options;
+  options.workers = 1;  // BlockMs holds the only worker: nothing is read.
+  TestServer server(options);
+  rpc::ChannelOptions channel_options;
+  channel_options.transport.max_queued_bytes = 1 << 20;
+  Channel channel(server.uri, channel_options);
+  REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
+  std::atomic<int> ok{0}, failed{0}, out_of_order{0}, next{0};
+  channel.Call("test.Test", "BlockMs", Buffer::CopyOf(std::string_view("1500")),
+               {}, [&](const Status& s, Buffer) { s.ok() ? ok++ : failed++; });
+  // 64 KiB requests, 25 MiB in all: far past the 1 MiB queue and what the
+  // socket buffers or the peer's receive ring hold.
+  constexpr int kCalls = 400;
+  for (int i = 0; i < kCalls; ++i) {
+    std::string payload(64 * 1024, 'w');
+    std::memcpy(payload.data(), &i, sizeof(i));
+    channel.Call("test.Test", "Echo", Buffer::CopyOf(payload),
+                 rpc::CallOptions::WithTimeout(60s),
+                 [&, i](const Status& s, Buffer response) {
+                   int seen = -1;
+                   if (s.ok() && response.size() == 64 * 1024) {
+                     std::memcpy(&seen, response.data(), sizeof(seen));
+                   }
+                   if (seen != i) {
+                     failed++;
+                     return;
+                   }
+                   // One worker answers in the order the requests came.
+                   if (next++ != i) out_of_order++;
+                   ok++;
+                 });
+  }
+  REQUIRE(WaitFor([&] { return ok + failed == kCalls + 1; }, 60s));
+  CHECK(failed == 0);
+  CHECK(out_of_order == 0);
+  CHECK(ok == kCalls + 1);
+}
+
+// A response that the server's full send queue refuses fails its call with
+// RESOURCE_EXHAUSTED. (Before, the server dropped it unsaid, and the call
+// hung until its deadline: 128 calls of 4 MiB outstanding lost some.)
+TEST_CASE("limits: a response refused by a full send queue fails its call") {
+  ServerOptions options;
+  options.transport.max_queued_bytes = 1 << 20;
+  TestServer server(options);
+  Channel channel(server.uri);
+  REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
+  // Small requests, all sent at once; 64 MiB of responses, far more than
+  // the sockets' buffers hold.
+  constexpr int kCalls = 64;
+  constexpr size_t kResponse = 1 << 20;
+  std::atomic<int> ok{0}, refused{0}, other{0};
+  std::atomic<bool> held{false};
+  for (int i = 0; i < kCalls; ++i) {
+    channel.Call("test.Test", "Bytes",
+                 Buffer::CopyOf(std::to_string(kResponse)),
+                 rpc::CallOptions::WithTimeout(10s),
+                 [&](const Status& s, Buffer response) {
+                   // The first answer holds the client's loop: it reads
+                   // nothing more, and the responses pile up at the server.
+                   if (!held.exchange(true)) std::this_thread::sleep_for(1s);
+                   if (s.ok() && response.size() == kResponse) {
+                     ok++;
+                   } else if (s.code() == StatusCode::kResourceExhausted) {
+                     refused++;
+                   } else {
+                     other++;
+                   }
+                 });
+  }
+  REQUIRE(WaitFor([&] { return ok + refused + other == kCalls; }, 30s));
+  CHECK(other == 0);  // None lost to its deadline.
+  CHECK(refused > 0);
+  CHECK(server.stats().responses_refused == static_cast<uint64_t>(refused));
+  CHECK(CallSync(channel, "Echo", "after").response == "after");
 }
 
 }  // namespace

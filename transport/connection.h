@@ -48,6 +48,10 @@ struct OutgoingFrame {
   // Slices [0, payload_slices) hold the payload; the rest are empty.
   std::array<Buffer, tunables::kMaxPayloadSlices> payload;
   size_t payload_slices = 0;
+  // Past max_queued_bytes, a frame that may wait is queued anyway, in order,
+  // where another is refused: a client's requests, whose bytes its own
+  // outstanding calls bound (rpc::ChannelOptions::wait_for_room).
+  bool may_wait = false;
 
   OutgoingFrame() = default;
   // Moves only the slices in use: a frame is moved into a send queue on
@@ -55,7 +59,8 @@ struct OutgoingFrame {
   OutgoingFrame(OutgoingFrame&& other) noexcept
       : type(other.type),
         header(std::move(other.header)),
-        payload_slices(std::exchange(other.payload_slices, 0)) {
+        payload_slices(std::exchange(other.payload_slices, 0)),
+        may_wait(other.may_wait) {
     for (size_t i = 0; i < payload_slices; ++i) {
       payload[i] = std::move(other.payload[i]);
     }
@@ -69,6 +74,7 @@ struct OutgoingFrame {
         payload[i] = std::move(other.payload[i]);
       }
       payload_slices = std::exchange(other.payload_slices, 0);
+      may_wait = other.may_wait;
     }
     return *this;
   }
@@ -157,6 +163,9 @@ struct ConnectionStats {
   // Frames written (TCP) or posted (RDMA) as they were sent, without being
   // queued: a reply from the loop thread with nothing else waiting.
   std::atomic<uint64_t> frames_written_directly{0};
+  // Frames that found the queue past max_queued_bytes and, allowed to wait
+  // (OutgoingFrame::may_wait), were queued anyway.
+  std::atomic<uint64_t> frames_waited_for_room{0};
   // TCP only: waits for the socket to become readable (event mode, and
   // hybrid once quiet), and reads that found it empty (busy, hybrid).
   std::atomic<uint64_t> read_waits{0};
@@ -272,7 +281,8 @@ struct TransportOptions {
   // Bytes of frames queued on a connection and not yet handed to the
   // socket or the send queue: a peer that stops reading stalls the sender,
   // and Send answers RESOURCE_EXHAUSTED past this, so memory stays bounded.
-  // One frame of any size is accepted into an empty queue.
+  // One frame of any size is accepted into an empty queue, and a frame that
+  // may wait (OutgoingFrame::may_wait) into any.
   uint64_t max_queued_bytes = tunables::kDefaultMaxQueuedBytes;
   std::chrono::milliseconds connect_timeout = tunables::kConnectTimeout;
   // RDMA only. Bytes of receive grants (memory registered for peers' large

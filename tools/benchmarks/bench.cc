@@ -1,6 +1,6 @@
 // The rdmarpc echo benchmark, measured against the raw link in the same run.
 //
-//   bench --mode latency|throughput|bandwidth|stream [--uri URI]
+//   bench --mode latency|throughput|bandwidth|stream|grid [--uri URI]
 //         [--sizes 16,4096]
 //         [--iters N] [--warmup N] [--outstanding K] [--connections C]
 //         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
@@ -36,6 +36,12 @@
 //               own client event loop) for S seconds: calls/s
 //   bandwidth   sizes up to 64 MiB sent from registered memory to a method
 //               that answers with nothing, 2 outstanding: GB/s one way
+//   grid        every size (16 B to 4 MiB by default) x every load (--loads
+//               1,8,32,128 calls outstanding on one connection), --reps 3
+//               interleaved repetitions of --seconds 1 each: median calls/s
+//               for rdmarpc, the raw socket pair (tcp://) and, with --peer
+//               grpc, gRPC C++ (grid.cc); fails if more load ever lowers
+//               rdmarpc's calls/s by more than 5%
 //   stream      one client-streaming call of N messages (1 MiB by default)
 //               from registered memory, each written as soon as flow
 //               control lets it: GB/s one way, against the raw WRITE stream
@@ -74,6 +80,7 @@ int Serve(const std::string& uri, transport::PollMode poll) {
   server_options.workers = 1;
   server_options.transport.poll_mode = poll;
   server_options.transport.max_payload_size = 1ull << 30;
+  server_options.transport.max_queued_bytes = 1ull << 30;
   server_options.max_response_size = 1ull << 30;
   rpc::Server server(server_options);
   BenchService service;
@@ -139,9 +146,11 @@ int Run(int argc, char** argv) {
   options.mode = flags.Get("mode", options.mode);
   const bool stream = options.mode == "stream";
   const bool bandwidth = options.mode == "bandwidth" || stream;
+  const bool grid = options.mode == "grid";
   std::string sizes =
       flags.Get("sizes", stream      ? "1048576"
                          : bandwidth ? "65536,1048576,4194304,67108864"
+                         : grid      ? "16,4096,65536,1048576,4194304"
                                      : "16,4096,65536");
   for (std::stringstream in(sizes); std::getline(in, sizes, ',');) {
     options.sizes.push_back(std::stoull(sizes));
@@ -151,7 +160,17 @@ int Run(int argc, char** argv) {
   options.warmup = static_cast<int>(flags.GetInt("warmup", options.iters / 10));
   options.outstanding = static_cast<int>(flags.GetInt("outstanding", 32));
   options.connections = static_cast<int>(flags.GetInt("connections", 1));
-  options.seconds = std::stod(flags.Get("seconds", "3"));
+  options.seconds = std::stod(flags.Get("seconds", grid ? "1" : "3"));
+  GridOptions grid_options;
+  if (std::string loads = flags.Get("loads", ""); !loads.empty()) {
+    grid_options.loads.clear();
+    for (std::stringstream in(loads); std::getline(in, loads, ',');) {
+      grid_options.loads.push_back(std::stoi(loads));
+    }
+  }
+  grid_options.reps = static_cast<int>(flags.GetInt("reps", grid_options.reps));
+  grid_options.peer = flags.Get("peer", "");
+  grid_options.self = argv[0];
   const std::string poll = flags.Get("poll", "event");
   options.poll = PollModeOrExit(poll, "bench");
   options.raw = flags.GetInt("raw", 1) != 0;
@@ -167,8 +186,10 @@ int Run(int argc, char** argv) {
       static_cast<int>(flags.GetInt("callback-threads", 0));
   pin_sides = flags.GetInt(
                   "pin", std::thread::hardware_concurrency() >= 2 ? 1 : 0) != 0;
-  if (options.mode != "latency" && options.mode != "throughput" && !bandwidth) {
-    std::fprintf(stderr, "bench: --mode latency|throughput|bandwidth|stream\n");
+  if (options.mode != "latency" && options.mode != "throughput" && !bandwidth &&
+      !grid) {
+    std::fprintf(stderr,
+                 "bench: --mode latency|throughput|bandwidth|stream|grid\n");
     return 64;
   }
 
@@ -220,6 +241,8 @@ int Run(int argc, char** argv) {
     server_options.transport.poll_mode = options.poll;
     server_options.transport.rdma_pooled_grants = options.pooled_grants;
     server_options.transport.max_payload_size = 1ull << 30;
+    // 128 responses of 4 MiB in flight (the grid) fit its send queue.
+    server_options.transport.max_queued_bytes = 1ull << 30;
     server_options.max_response_size = 1ull << 30;
     server = std::make_unique<rpc::Server>(server_options);
     server->RegisterService(&service);
@@ -244,6 +267,7 @@ int Run(int argc, char** argv) {
     pinned.get_future().wait();
     RunCalls(channel, 1, 1, kPin, [] { return Buffer(); });
   }
+  if (grid) return RunGrid(options, grid_options, channel, *arena);
   std::vector<Result> results;
   uint64_t total_errors = 0;
   for (size_t i = 0; i < options.sizes.size(); ++i) {

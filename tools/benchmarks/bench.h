@@ -131,6 +131,9 @@ std::vector<double> AsioTcpPingPong(size_t size, int warmup, int iters);
 // without, they go back to back with one acknowledgement at the end (the
 // raw socket stream a streaming call is measured against).
 double RawTcpBandwidth(size_t size, int iters, bool ack_each);
+// `k` messages of `size` bytes in flight on one connection, echoed as they
+// come, for `seconds` after `warmup` seconds: completions per second.
+double RawTcpLoad(size_t size, int k, double warmup, double seconds);
 
 // ---- Raw verbs baselines (raw_verbs.cc).
 
@@ -170,6 +173,36 @@ double RpcBandwidth(rpc::Channel& channel,
 double RpcStreamBandwidth(rpc::Channel& channel,
                           const transport::MemoryRegistration& arena,
                           size_t size, int iters, uint64_t& errors);
+
+// ---- The size x load grid (grid.cc) and a mainstream peer (peer.cc).
+
+struct GridOptions {
+  std::vector<int> loads = {1, 8, 32, 128};  // Calls outstanding.
+  int reps = 3;         // Interleaved repetitions of every cell.
+  double warmup = 0.3;  // Seconds of each cell not counted.
+  std::string peer;     // "grpc": gRPC C++'s echo beside each cell.
+  std::string self;     // argv[0]: the peer's binary lies beside it.
+};
+
+// Every size x load cell for rdmarpc (one connection), the raw socket pair
+// (tcp://) and the peer; prints the table and the no-cliff check. Returns
+// non-zero on a failed call or a cliff.
+int RunGrid(const Options& options, const GridOptions& grid,
+            rpc::Channel& channel, const transport::MemoryRegistration& arena);
+
+// A peer's echo server, in a child process pinned to CPU 1; its clients
+// run in child processes pinned to CPU 0.
+class PeerEcho {
+ public:
+  virtual ~PeerEcho() = default;
+  // `k` calls of `size` bytes outstanding on one connection, for `seconds`
+  // after `warmup` seconds: calls/s, or NaN if the client failed.
+  virtual double Load(size_t size, int k, double warmup, double seconds) = 0;
+};
+// "grpc" (tools/benchmarks/grpc_peer); nullptr, having said why, otherwise
+// or if it cannot start.
+std::unique_ptr<PeerEcho> StartPeer(const std::string& name,
+                                    const std::string& self);
 
 // ---- The report (report.cc).
 

@@ -4,11 +4,14 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -340,6 +343,90 @@ double RawTcpBandwidth(size_t size, int iters, bool ack_each) {
       std::chrono::duration<double>(Clock::now() - start).count();
   sink.join();
   return static_cast<double>(size) * iters / seconds / 1e9;
+}
+
+// `k` messages of `size` bytes in flight on one connection, for `seconds`
+// after `warmup` seconds: the server side echoes bytes as they come (a
+// blocking read of up to 1 MiB, written back whole), the client keeps k
+// messages' worth in flight with gathered writes from one buffer and counts
+// a completion per `size` bytes back. No framing and no copies beyond the
+// kernel's: the most one connection's socket pair carries.
+double RawTcpLoad(size_t size, int k, double warmup, double seconds) {
+  TcpPair pair;
+  std::thread echo([&] {
+    PinTo(1);
+    std::vector<std::byte> buffer(1 << 20);
+    for (;;) {
+      const ssize_t n = read(pair.server, buffer.data(), buffer.size());
+      if (n <= 0 || !WriteAll(pair.server, buffer.data(), n)) break;
+    }
+    shutdown(pair.server, SHUT_WR);
+  });
+  double calls_per_s = 0;
+  std::thread client([&] {
+    PinTo(0);
+    const int fd = pair.client;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    const std::vector<std::byte> message(size, std::byte{7});
+    std::vector<std::byte> in(1 << 20);
+    uint64_t sent = 0, received = 0;
+    // Bytes of messages started: k at first, one more per completion.
+    uint64_t started = uint64_t{size} * k;
+    const auto start = Clock::now();
+    const auto from = start + std::chrono::duration<double>(warmup);
+    const auto until = from + std::chrono::duration<double>(seconds);
+    bool counting = false;
+    uint64_t counted_from = 0;
+    Clock::time_point counted_at;
+    for (;;) {
+      const auto now = Clock::now();
+      if (!counting && now >= from) {
+        counting = true;
+        counted_from = received / size;
+        counted_at = now;
+      }
+      if (counting && now >= until) {
+        calls_per_s = static_cast<double>(received / size - counted_from) /
+                      std::chrono::duration<double>(now - counted_at).count();
+        break;
+      }
+      pollfd p{fd, static_cast<short>(POLLIN | (sent < started ? POLLOUT : 0)),
+               0};
+      if (poll(&p, 1, 100) < 0 && errno != EINTR) break;
+      if (p.revents & (POLLERR | POLLHUP)) break;
+      if (sent < started && (p.revents & POLLOUT)) {
+        std::array<iovec, 64> iov;
+        size_t count = 0;
+        uint64_t offset = sent % size, left = started - sent;
+        while (count < iov.size() && left > 0) {
+          const uint64_t piece = std::min<uint64_t>(size - offset, left);
+          iov[count++] = {const_cast<std::byte*>(message.data()) + offset,
+                          static_cast<size_t>(piece)};
+          left -= piece;
+          offset = 0;
+        }
+        const ssize_t n = writev(fd, iov.data(), static_cast<int>(count));
+        if (n > 0) sent += static_cast<uint64_t>(n);
+      }
+      if (p.revents & POLLIN) {
+        for (;;) {
+          const ssize_t n = read(fd, in.data(), in.size());
+          if (n <= 0) break;
+          const uint64_t before = received / size;
+          received += static_cast<uint64_t>(n);
+          started += (received / size - before) * size;
+        }
+      }
+    }
+    // The echo side sees the end, answers what is in flight and stops.
+    shutdown(fd, SHUT_WR);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    while (read(fd, in.data(), in.size()) > 0) {
+    }
+  });
+  client.join();
+  echo.join();
+  return calls_per_s;
 }
 
 }  // namespace rdmarpc::bench

@@ -1,5 +1,6 @@
-// This benchmark binary again, as a child process whose stdin and stdout
-// are pipes to the parent: the client processes of the scale benchmarks.
+// A child process whose stdin and stdout are pipes to the parent: this
+// benchmark binary again (the client processes of the scale benchmarks), or
+// another one (a peer's echo).
 #ifndef RDMARPC_TOOLS_BENCHMARKS_SPAWN_H_
 #define RDMARPC_TOOLS_BENCHMARKS_SPAWN_H_
 
@@ -29,8 +30,9 @@ struct ChildProcess {
   }
 };
 
-// Runs /proc/self/exe with `args` (args[0] included).
-inline ChildProcess SpawnSelf(const std::vector<std::string>& args) {
+// Runs the program at `path` with `args` (args[0] included).
+inline ChildProcess Spawn(const std::string& path,
+                          const std::vector<std::string>& args) {
   // Close-on-exec: a child spawned later must not inherit this one's pipes
   // (it would hold this one's stdin open after the parent closes it).
   int to_child[2], from_child[2];
@@ -50,7 +52,7 @@ inline ChildProcess SpawnSelf(const std::vector<std::string>& args) {
     dup2(from_child[1], STDOUT_FILENO);
     close(to_child[1]);
     close(from_child[0]);
-    execv("/proc/self/exe", argv.data());
+    execv(path.c_str(), argv.data());
     _exit(127);
   }
   close(to_child[0]);
@@ -58,6 +60,11 @@ inline ChildProcess SpawnSelf(const std::vector<std::string>& args) {
   child.in = fdopen(to_child[1], "w");
   child.out = fdopen(from_child[0], "r");
   return child;
+}
+
+// Runs /proc/self/exe with `args` (args[0] included).
+inline ChildProcess SpawnSelf(const std::vector<std::string>& args) {
+  return Spawn("/proc/self/exe", args);
 }
 
 }  // namespace rdmarpc::bench

@@ -75,7 +75,8 @@ Status TcpConnection::Send(OutgoingFrame frame) {
     if (Status room = CheckQueueRoom(queued_bytes_, bytes,
                                      options_.max_queued_bytes, peer_);
         !room.ok()) {
-      return room;
+      if (!frame.may_wait) return room;
+      Bump(stats_.frames_waited_for_room);
     }
     queued_bytes_ += bytes;
     queue_.push_back({prefix, std::move(frame)});

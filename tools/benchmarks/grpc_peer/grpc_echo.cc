@@ -1,0 +1,163 @@
+// gRPC C++'s echo, for `tools/bench --mode grid --peer grpc`: the mainstream
+// peer measured in the same run and the same pinning as rdmarpc.
+//
+//   grpc_echo --serve 127.0.0.1:0 [--cpu 1]
+//       an echo server; prints "listening on port N", runs until SIGTERM
+//   grpc_echo --target HOST:PORT --size B --outstanding K
+//             [--warmup S] [--seconds S] [--cpu 0]
+//       K calls of B bytes outstanding on one channel for S seconds after
+//       the warm-up; prints "calls/s N" (exit 1 if any call failed)
+//
+// Both sides use gRPC at its leanest: the generic callback API with raw
+// ByteBuffers (no protobuf parsing or copies; the server answers with the
+// very buffer it read), as rdmarpc's bench echo answers with its request's
+// own buffer. The process is pinned to --cpu (all of gRPC's threads), as
+// bench pins each side's loop.
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <sched.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace {
+
+constexpr char kMethod[] = "/rdmarpc.bench.Bench/Echo";
+
+void PinProcess(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
+// One call: reads the request, writes it back, finishes.
+class EchoReactor : public grpc::ServerGenericBidiReactor {
+ public:
+  EchoReactor() { StartRead(&buffer_); }
+  void OnReadDone(bool ok) override {
+    if (!ok)
+      return Finish(grpc::Status(grpc::StatusCode::INTERNAL, "no request"));
+    StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::ByteBuffer buffer_;
+};
+
+class EchoService : public grpc::CallbackGenericService {
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext*) override {
+    return new EchoReactor;
+  }
+};
+
+int Serve(const std::string& address) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  EchoService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  builder.RegisterCallbackGenericService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::fprintf(stderr, "grpc_echo: cannot listen on %s\n", address.c_str());
+    return 1;
+  }
+  std::printf("listening on port %d\n", port);
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&signals, &signal);
+  server->Shutdown(std::chrono::system_clock::now());
+  return 0;
+}
+
+int Load(const std::string& target, size_t size, int outstanding, double warmup,
+         double seconds) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(
+      target, grpc::InsecureChannelCredentials(), args);
+  grpc::GenericStub stub(channel);
+  const std::string bytes(size, 'x');
+  grpc::Slice slice(bytes);
+  const grpc::ByteBuffer request(&slice, 1);
+  std::atomic<uint64_t> completed{0}, failed{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> running{outstanding};
+  std::promise<void> drained;
+  struct Call {
+    grpc::ClientContext context;
+    grpc::ByteBuffer response;
+  };
+  std::function<void()> issue = [&] {
+    auto* call = new Call;
+    stub.UnaryCall(&call->context, kMethod, grpc::StubOptions(), &request,
+                   &call->response, [&, call](grpc::Status status) {
+                     if (status.ok() && call->response.Length() == size) {
+                       completed.fetch_add(1, std::memory_order_relaxed);
+                     } else {
+                       if (failed.fetch_add(1) == 0) {
+                         std::fprintf(stderr, "grpc_echo: %s\n",
+                                      status.error_message().c_str());
+                       }
+                     }
+                     delete call;
+                     if (!stop.load(std::memory_order_relaxed)) return issue();
+                     if (running.fetch_sub(1) == 1) drained.set_value();
+                   });
+  };
+  for (int i = 0; i < outstanding; ++i) issue();
+  std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
+  const uint64_t from = completed.load();
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const uint64_t to = completed.load();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  stop = true;
+  drained.get_future().wait();
+  std::printf("calls/s %.1f\n", static_cast<double>(to - from) / elapsed);
+  return failed.load() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strncmp(argv[i], "--", 2) == 0) flags[argv[i] + 2] = argv[i + 1];
+  }
+  const auto get = [&](const char* name, const char* fallback) {
+    auto found = flags.find(name);
+    return found == flags.end() ? std::string(fallback) : found->second;
+  };
+  PinProcess(std::stoi(get("cpu", "-1")));
+  if (flags.count("serve")) return Serve(flags["serve"]);
+  if (!flags.count("target")) {
+    std::fprintf(stderr, "usage: grpc_echo --serve ADDRESS | --target ...\n");
+    return 64;
+  }
+  return Load(flags["target"], std::stoull(get("size", "16")),
+              std::stoi(get("outstanding", "1")),
+              std::stod(get("warmup", "0.3")), std::stod(get("seconds", "1")));
+}
