@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "tools/benchmarks/bench.h"
@@ -346,19 +347,31 @@ double RawTcpBandwidth(size_t size, int iters, bool ack_each) {
 }
 
 // `k` messages of `size` bytes in flight on one connection, for `seconds`
-// after `warmup` seconds: the server side echoes bytes as they come (a
-// blocking read of up to 1 MiB, written back whole), the client keeps k
-// messages' worth in flight with gathered writes from one buffer and counts
-// a completion per `size` bytes back. No framing and no copies beyond the
-// kernel's: the most one connection's socket pair carries.
+// after `warmup` seconds: the server side echoes each message once it is
+// whole (blocking reads of up to 1 MiB, the whole messages written back
+// together), the client keeps k messages' worth in flight with gathered
+// writes from one buffer and counts a completion per `size` bytes back. No
+// framing and no copies beyond the kernel's and the tail's: the most one
+// connection's socket pair carries for a store-and-forward echo.
 double RawTcpLoad(size_t size, int k, double warmup, double seconds) {
   TcpPair pair;
   std::thread echo([&] {
     PinTo(1);
-    std::vector<std::byte> buffer(1 << 20);
+    // Store and forward, as any server must: a message goes back once it is
+    // whole. Reads take what has come (up to 1 MiB), the whole messages
+    // among it go back in one write, a partial one waits for its rest.
+    std::vector<std::byte> buffer(std::max<size_t>(size, 1 << 20) + (1 << 20));
+    size_t held = 0;
     for (;;) {
-      const ssize_t n = read(pair.server, buffer.data(), buffer.size());
-      if (n <= 0 || !WriteAll(pair.server, buffer.data(), n)) break;
+      const ssize_t n = read(pair.server, buffer.data() + held,
+                             std::min<size_t>(buffer.size() - held, 1 << 20));
+      if (n <= 0) break;
+      held += static_cast<size_t>(n);
+      const size_t whole = held / size * size;
+      if (whole == 0) continue;
+      if (!WriteAll(pair.server, buffer.data(), whole)) break;
+      std::memmove(buffer.data(), buffer.data() + whole, held - whole);
+      held -= whole;
     }
     shutdown(pair.server, SHUT_WR);
   });

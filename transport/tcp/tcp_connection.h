@@ -84,6 +84,11 @@ class TcpConnection final : public Connection,
   // nothing staged behind it; false leaves all as it was.
   bool ReceiveInPlace(uint64_t frame_size);
   void OnBodyRead(const boost::system::error_code& error, size_t bytes);
+  // The rest of a large frame, read straight into its block: recv until it
+  // is whole (true: the caller delivers it) or the socket is empty (false:
+  // a wait for readability goes on, and delivers it).
+  bool ReadBody();
+  void FinishBody();  // The block is whole: deliver it, go on with staging.
   void DeliverFrame();
   // Keepalive (transport/keepalive.h): the timer's next tick, and a PING or
   // PONG control frame (one byte of header).
