@@ -72,7 +72,12 @@ class TcpConnection final : public Connection,
   // OnReadError); kWouldBlock when the socket had nothing.
   enum class ReadOutcome { kHandled, kWouldBlock };
   ReadOutcome ReadStaged();
-  void WaitReadable();  // Event mode: read once the socket is readable.
+  // Event mode: once the socket is readable, `on_readable` reads:
+  // OnStagingReadable into the staging area, OnBodyReadable the rest of a
+  // large frame.
+  void WaitReadable(void (TcpConnection::*on_readable)());
+  void OnStagingReadable();
+  void OnBodyReadable();
   // Busy and hybrid modes: up to kTcpBusyReadsPerTurn reads, until one
   // delivers what the receive path does not follow with a read (a large
   // body read asynchronously, a close); then the next turn is posted, or

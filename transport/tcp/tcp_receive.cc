@@ -16,6 +16,15 @@ namespace rdmarpc::transport::tcp {
 
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
+
+namespace {
+// What a recv that returned `n` <= 0 (not EAGAIN or EINTR) means.
+boost::system::error_code RecvFailure(ssize_t n) {
+  return n == 0 ? boost::system::error_code(asio::error::eof)
+                : boost::system::error_code(errno,
+                                            boost::system::system_category());
+}
+}  // namespace
 using tunables::kTcpCopyOutLimit;
 using tunables::kTcpReceiveChunk;
 
@@ -169,22 +178,17 @@ bool TcpConnection::ReadBody() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      Bump(stats_.read_waits);
-      socket_.async_wait(asio::ip::tcp::socket::wait_read,
-                         Pooled([self = shared_from_this()](
-                                    const boost::system::error_code& error) {
-                           if (self->torn_down_) return;
-                           if (error) return self->OnReadError(error);
-                           if (self->ReadBody()) self->FinishBody();
-                         }));
+      WaitReadable(&TcpConnection::OnBodyReadable);
       return false;
     }
-    OnReadError(n == 0 ? boost::system::error_code(asio::error::eof)
-                       : boost::system::error_code(
-                             errno, boost::system::system_category()));
+    OnReadError(RecvFailure(n));
     return false;
   }
   return !torn_down_;
+}
+
+void TcpConnection::OnBodyReadable() {
+  if (ReadBody()) FinishBody();
 }
 
 void TcpConnection::FinishBody() {
@@ -259,23 +263,25 @@ void TcpConnection::ReadMore() {
     if (ReadStaged() != ReadOutcome::kWouldBlock) return;
   }
   read_again_ = false;
-  WaitReadable();
+  WaitReadable(&TcpConnection::OnStagingReadable);
 }
 
-void TcpConnection::WaitReadable() {
-  // Wait, then read once. (async_read_some would first try a read that
-  // finds nothing, right after the last one drained the socket: one wasted
-  // system call per message.)
+void TcpConnection::WaitReadable(void (TcpConnection::*on_readable)()) {
+  // Wait, then read. (async_read_some would first try a read that finds
+  // nothing, right after the last one drained the socket: one wasted system
+  // call per message.)
   Bump(stats_.read_waits);
   socket_.async_wait(asio::ip::tcp::socket::wait_read,
-                     Pooled([self = shared_from_this()](
+                     Pooled([self = shared_from_this(), on_readable](
                                 const boost::system::error_code& error) {
                        if (self->torn_down_) return;
                        if (error) return self->OnReadError(error);
-                       if (self->ReadStaged() == ReadOutcome::kWouldBlock) {
-                         self->ReadMore();
-                       }
+                       ((*self).*on_readable)();
                      }));
+}
+
+void TcpConnection::OnStagingReadable() {
+  if (ReadStaged() == ReadOutcome::kWouldBlock) ReadMore();
 }
 
 void TcpConnection::PollTurn() {
@@ -300,7 +306,9 @@ void TcpConnection::PollTurn() {
     if (std::exchange(received_, false)) {
       spin_until_ = now + options_.hybrid_spin;
     }
-    if (now >= spin_until_) return WaitReadable();
+    if (now >= spin_until_) {
+      return WaitReadable(&TcpConnection::OnStagingReadable);
+    }
   }
   PostToLoop(Pooled([self = shared_from_this()] { self->PollTurn(); }));
 }
@@ -327,9 +335,7 @@ TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
     return ReadOutcome::kWouldBlock;
   }
-  OnReadError(n == 0 ? boost::system::error_code(asio::error::eof)
-                     : boost::system::error_code(
-                           errno, boost::system::system_category()));
+  OnReadError(RecvFailure(n));
   return ReadOutcome::kHandled;
 }
 
