@@ -291,10 +291,6 @@ int Run(int argc, char** argv) {
       std::vector<double> raw_samples, epoll_samples, asio_samples;
       std::vector<double> raw_verbs_p50s;
       std::vector<double> round_ratios, epoll_ratios, asio_ratios;
-      const auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return Percentile(v, 0.5);
-      };
       for (int round = 0; round < kRounds; ++round) {
         const int n = RoundShare(options.iters, kRounds, round);
         const auto rpc =
@@ -306,7 +302,7 @@ int Run(int argc, char** argv) {
                                        size, n, "p50 ");
           if (!rpc.empty() && std::isfinite(base)) {
             raw_verbs_p50s.push_back(base);
-            round_ratios.push_back(median(rpc) / base);
+            round_ratios.push_back(Median(rpc) / base);
           }
         } else if (options.raw) {
           const int warm = round == 0 ? options.warmup : 0;
@@ -316,7 +312,7 @@ int Run(int argc, char** argv) {
                   : RawTcpPingPong(RawTcpLoop::kBlocking, size, warm, n);
           raw_samples.insert(raw_samples.end(), base.begin(), base.end());
           if (!rpc.empty() && !base.empty()) {
-            round_ratios.push_back(median(rpc) / median(base));
+            round_ratios.push_back(Median(rpc) / Median(base));
           }
           if (options.poll != transport::PollMode::kEvent) continue;
           const auto epoll = RawTcpPingPong(RawTcpLoop::kEpoll, size, warm, n);
@@ -324,8 +320,8 @@ int Run(int argc, char** argv) {
           const auto floor = AsioTcpPingPong(size, warm, n);
           asio_samples.insert(asio_samples.end(), floor.begin(), floor.end());
           if (!base.empty() && !epoll.empty() && !floor.empty()) {
-            epoll_ratios.push_back(median(epoll) / median(base));
-            asio_ratios.push_back(median(floor) / median(base));
+            epoll_ratios.push_back(Median(epoll) / Median(base));
+            asio_ratios.push_back(Median(floor) / Median(base));
           }
         }
       }
@@ -334,7 +330,7 @@ int Run(int argc, char** argv) {
       std::sort(epoll_samples.begin(), epoll_samples.end());
       std::sort(asio_samples.begin(), asio_samples.end());
       if (options.raw && rdma) {
-        r.raw_p50 = raw_verbs_p50s.empty() ? NAN : median(raw_verbs_p50s);
+        r.raw_p50 = Median(raw_verbs_p50s);  // NaN if none ran.
       } else if (options.raw) {
         r.raw_p50 = Percentile(raw_samples, 0.5);
         r.raw_p99 = Percentile(raw_samples, 0.99);
@@ -343,8 +339,8 @@ int Run(int argc, char** argv) {
           r.asio_p50 = Percentile(asio_samples, 0.5);
         }
         if (!epoll_ratios.empty()) {
-          r.epoll_round_ratio = median(epoll_ratios);
-          r.asio_round_ratio = median(asio_ratios);
+          r.epoll_round_ratio = Median(epoll_ratios);
+          r.asio_round_ratio = Median(asio_ratios);
         }
       }
       if (!round_ratios.empty()) {

@@ -103,6 +103,8 @@ void PinTo(int cpu);
 void Progress(const std::string& what, uint64_t done, uint64_t total);
 // The q-quantile of sorted samples (0 when empty).
 double Percentile(const std::vector<double>& sorted, double q);
+// The median of unsorted values (NaN when empty).
+double Median(std::vector<double> values);
 // Round `round`'s share of `iters` spread over `rounds` alternating rounds.
 int RoundShare(int iters, int rounds, int round);
 std::string HostOf(const std::string& uri);

@@ -89,6 +89,12 @@ double Percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
+double Median(std::vector<double> values) {
+  if (values.empty()) return NAN;
+  std::sort(values.begin(), values.end());
+  return Percentile(values, 0.5);
+}
+
 // Round `round`'s share of `iters` spread over `rounds` alternating rounds.
 int RoundShare(int iters, int rounds, int round) {
   return iters / rounds + (round < iters % rounds);

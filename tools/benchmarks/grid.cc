@@ -18,12 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return Percentile(v, 0.5);
-}
-
 // `k` echo calls of `size` bytes outstanding on `channel`, each completion
 // starting the next on the channel's own thread, for `seconds` after
 // `warmup` seconds: calls/s.
