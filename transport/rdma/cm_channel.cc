@@ -13,8 +13,8 @@ namespace asio = boost::asio;
 
 namespace {
 
-std::mutex registry_mu;
-// Guarded by registry_mu.
+std::mutex channels_mu;
+// Guarded by channels_mu.
 // Keyed by LoopState::loop_id(), never by the io_context's address.
 std::map<uint64_t, std::weak_ptr<CmChannel>>& Channels() {
   static auto* channels = new std::map<uint64_t, std::weak_ptr<CmChannel>>;
@@ -28,7 +28,7 @@ StatusOr<std::shared_ptr<CmChannel>> CmChannel::For(asio::io_context& context) {
   std::shared_ptr<CmChannel> channel;
   Status opened;
   {
-    std::lock_guard lock(registry_mu);
+    std::lock_guard lock(channels_mu);
     // Entries of channels gone are dropped here, not by their destructors.
     std::erase_if(Channels(),
                   [](const auto& entry) { return entry.second.expired(); });
