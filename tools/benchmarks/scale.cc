@@ -1,17 +1,22 @@
 // The scale benchmark (tools/bench --mode scale): one server in this
-// process, N connections to it from P client processes, and the same total
-// load (K calls of B bytes outstanding, spread over all N connections) at
-// each N. For each N it reports:
-//   - calls/s, and p50/p99 call latency over every client;
-//   - the server's CPU time per call (this process does nothing else);
+// process, N connections to it from P client processes, and K calls of B
+// bytes outstanding in all, spread over the N connections. One row for each
+// N and each K (--connections and --outstanding take lists). For each it
+// reports:
+//   - calls/s, and p50/p99/p999 call latency over every client;
+//   - the server's CPU time per call (this process does nothing else), and
+//     its inverse, the calls/s one server core would carry;
 //   - per connection, what the server holds for it once every connection is
 //     open and idle: pinned bytes (the kernel's VmPin), file descriptors,
 //     threads, and queue pairs (`rdma resource show qp` for this pid).
 //
 //   scale --uri rdma://IP:0 [--connections 8,64,256,1000] [--processes 4]
 //         [--outstanding 256] [--size 16] [--seconds 5] [--json FILE]
-//         [--check 1] [--workers N] [--poll event|busy|hybrid]
-//   (--workers and --poll are the server's: its loops, and how they poll)
+//         [--plot FILE.png] [--check 1] [--workers N]
+//         [--poll event|busy|hybrid]
+//   (--workers and --poll are the server's: its loops, and how they poll.
+//   --plot draws calls/s and p99 against the calls outstanding, one line
+//   per N: many clients, one server, under a rising offered load.)
 //
 // It exits non-zero when a call or a connection failed; with --check 1 also
 // when, at the largest N, the server holds more per connection than an idle
@@ -182,10 +187,11 @@ std::string ReadLine(FILE* in) {
 
 struct Row {
   int connections = 0;
+  int outstanding = 0;  // In all, over every client process.
   double calls_per_s = 0;
   uint64_t errors = 0;
   uint64_t failed_connects = 0;
-  double p50_us = 0, p99_us = 0;
+  double p50_us = 0, p99_us = 0, p999_us = 0;
   double cpu_us_per_call = 0, user_us_per_call = 0;
   double pinned_kib_per_conn = 0, fds_per_conn = 0, threads_per_conn = 0;
   double qps_per_conn = -1;
@@ -213,10 +219,9 @@ ServerCounts CountServer(const rpc::Server& server) {
 }
 
 Row Measure(const examples::Flags& flags, const std::string& listen,
-            int connections) {
+            int connections, int outstanding) {
   const int processes = std::min<int>(
       connections, static_cast<int>(flags.GetInt("processes", 4)));
-  const int outstanding = static_cast<int>(flags.GetInt("outstanding", 256));
   const std::string seconds = flags.Get("seconds", "5");
   const std::string size = flags.Get("size", "16");
 
@@ -244,16 +249,19 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   const auto qps0 = static_cast<long long>(transport::rdma::LiveQueuePairs());
 
   std::vector<ChildProcess> children;
-  for (int p = 0; p < processes; ++p) {
-    const int share = connections / processes + (p < connections % processes);
-    const int load = outstanding / processes + (p < outstanding % processes);
-    children.push_back(SpawnSelf({"scale", "--client", *uri, "--connections",
-                                  std::to_string(share), "--outstanding",
-                                  std::to_string(std::max(load, 1)),
-                                  "--seconds", seconds, "--size", size}));
-  }
   Row row;
   row.connections = connections;
+  for (int p = 0; p < processes; ++p) {
+    const int share = connections / processes + (p < connections % processes);
+    // At least one call each: fewer calls than processes become one each.
+    const int load =
+        std::max(outstanding / processes + (p < outstanding % processes), 1);
+    row.outstanding += load;
+    children.push_back(
+        SpawnSelf({"scale", "--client", *uri, "--connections",
+                   std::to_string(share), "--outstanding", std::to_string(load),
+                   "--seconds", seconds, "--size", size}));
+  }
   for (ChildProcess& child : children) {
     const std::string ready = ReadLine(child.out);
     if (ready.rfind("ready ", 0) != 0) {
@@ -324,7 +332,87 @@ Row Measure(const examples::Flags& flags, const std::string& listen,
   }
   row.p50_us = Quantile(histogram, 0.50);
   row.p99_us = Quantile(histogram, 0.99);
+  row.p999_us = Quantile(histogram, 0.999);
   return row;
+}
+
+std::vector<int> IntList(const std::string& text) {
+  std::vector<int> values;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    values.push_back(std::atoi(item.c_str()));
+  }
+  return values;
+}
+
+// calls/s and p99 against the calls outstanding in all, one line per number
+// of connections (gnuplot, as tools/bench's --plot).
+void Plot(const std::string& png, const std::string& title, int processes,
+          const std::vector<Row>& rows) {
+  const std::string base = png + ".data";
+  std::string calls_plot, p99_plot;
+  int index = 0;
+  for (size_t i = 0; i < rows.size(); ++index) {
+    const std::string file = base + "." + std::to_string(index);
+    std::ofstream data(file);
+    const int n = rows[i].connections;
+    for (; i < rows.size() && rows[i].connections == n; ++i) {
+      data << rows[i].outstanding << " " << rows[i].calls_per_s << " "
+           << rows[i].p99_us << "\n";
+    }
+    const std::string line = "'" + file + "' using 1:COL with linespoints " +
+                             "title '" + std::to_string(n) + " connections, " +
+                             std::to_string(std::min(n, processes)) +
+                             " processes'";
+    auto column = [&](const char* col) {
+      std::string text = line;
+      text.replace(text.find("COL"), 3, col);
+      return text;
+    };
+    calls_plot += (calls_plot.empty() ? "plot " : ", ") + column("2");
+    p99_plot += (p99_plot.empty() ? "plot " : ", ") + column("3");
+  }
+  std::ofstream script(base + ".gp");
+  script << "set terminal png size 1200,500\nset output '" << png << "'\n"
+         << "set multiplot layout 1,2 title '" << title << "'\n"
+         << "set xlabel 'calls outstanding, in all'\nset logscale x 2\n"
+         << "set key bottom right\nset ylabel 'calls/s'\nset yrange [0:*]\n"
+         << calls_plot << "\n"
+         << "set ylabel 'p99 latency (us)'\nset logscale y\n"
+         << "set yrange [*:*]\nset key top left\n"
+         << p99_plot << "\nunset multiplot\n";
+  script.close();
+  if (std::system(("gnuplot '" + base + ".gp'").c_str()) != 0) {
+    std::fprintf(stderr, "scale: gnuplot failed (script %s.gp)\n",
+                 base.c_str());
+  } else {
+    std::printf("# plot: %s\n", png.c_str());
+  }
+}
+
+void WriteJson(const std::string& path, const std::vector<Row>& rows) {
+  std::ofstream out(path);
+  out << "[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    out << (i ? ",\n " : "") << "{\"connections\":" << r.connections
+        << ",\"outstanding\":" << r.outstanding
+        << ",\"calls_per_s\":" << r.calls_per_s << ",\"p50_us\":" << r.p50_us
+        << ",\"p99_us\":" << r.p99_us << ",\"p999_us\":" << r.p999_us
+        << ",\"cpu_us_per_call\":" << r.cpu_us_per_call
+        << ",\"user_us_per_call\":" << r.user_us_per_call
+        << ",\"pinned_kib_per_conn\":" << r.pinned_kib_per_conn
+        << ",\"fds_per_conn\":" << r.fds_per_conn
+        << ",\"threads_per_conn\":" << r.threads_per_conn
+        << ",\"wakeups_per_call\":" << r.wakeups_per_call
+        << ",\"completions_per_call\":" << r.completions_per_call
+        << ",\"client_wakeups_per_call\":" << r.client_wakeups_per_call
+        << ",\"posts_per_call\":" << r.posts_per_call
+        << ",\"credits_per_call\":" << r.credits_per_call
+        << ",\"qps_per_conn\":" << r.qps_per_conn
+        << ",\"errors\":" << r.errors + r.failed_connects << "}";
+  }
+  out << "]\n";
 }
 
 int Main(int argc, char** argv) {
@@ -335,42 +423,58 @@ int Main(int argc, char** argv) {
   }
   if (!flags.Get("client", "").empty()) return Client(flags);
   const std::string listen = flags.Get("uri", "tcp://127.0.0.1:0");
-  std::vector<int> counts;
-  std::stringstream list(flags.Get("connections", "8,64,256,1000"));
-  for (std::string item; std::getline(list, item, ',');) {
-    counts.push_back(std::atoi(item.c_str()));
-  }
+  const std::vector<int> counts =
+      IntList(flags.Get("connections", "8,64,256,1000"));
+  const std::vector<int> loads = IntList(flags.Get("outstanding", "256"));
+  const long long workers =
+      flags.GetInt("workers", rpc::ServerOptions().workers);
+  char title[256];
+  std::snprintf(title, sizeof(title),
+                "%s, %lld B calls, up to %lld client processes, %lld "
+                "server loop%s, %s s per row",
+                listen.c_str(), flags.GetInt("size", 16),
+                flags.GetInt("processes", 4), workers, workers == 1 ? "" : "s",
+                flags.Get("seconds", "5").c_str());
+  std::printf("# scale: %s\n", title);
   std::printf(
-      "# scale: %s, %lld calls of %lld B outstanding in all, %lld client "
-      "processes, %s s per row\n",
-      listen.c_str(), flags.GetInt("outstanding", 256),
-      flags.GetInt("size", 16), flags.GetInt("processes", 4),
-      flags.Get("seconds", "5").c_str());
-  std::printf(
-      "%-11s %10s %8s %8s %9s %9s %15s %8s %8s %8s %7s %9s %9s %9s %10s\n",
-      "connections", "calls/s", "p50 us", "p99 us", "cpu/call", "user/call",
-      "pinned KiB/conn", "fds/conn", "thr/conn", "QPs/conn", "errors",
-      "wake/call", "cqe/call", "post/call", "cwake/call");
+      "%-11s %8s %10s %9s %8s %8s %8s %9s %9s %15s %8s %8s %8s %7s %9s %9s "
+      "%9s %10s\n",
+      "connections", "outstdg", "calls/s", "calls/s/c", "p50 us", "p99 us",
+      "p999 us", "cpu/call", "user/call", "pinned KiB/conn", "fds/conn",
+      "thr/conn", "QPs/conn", "errors", "wake/call", "cqe/call", "post/call",
+      "cwake/call");
   std::vector<Row> rows;
+  const int processes = static_cast<int>(flags.GetInt("processes", 4));
   for (int n : counts) {
-    const Row row = Measure(flags, listen, n);
-    rows.push_back(row);
-    char qps[32] = "-";
-    if (row.qps_per_conn >= 0) {
-      std::snprintf(qps, sizeof(qps), "%.2f", row.qps_per_conn);
+    int previous = 0;
+    for (int k : loads) {
+      // Each client process keeps at least one call going.
+      const int effective = std::max(k, std::min(n, processes));
+      if (effective == previous) continue;
+      previous = effective;
+      const Row row = Measure(flags, listen, n, k);
+      rows.push_back(row);
+      char qps[32] = "-";
+      if (row.qps_per_conn >= 0) {
+        std::snprintf(qps, sizeof(qps), "%.2f", row.qps_per_conn);
+      }
+      // The calls/s one server core carries: 1 s over the CPU per call.
+      const double per_core =
+          row.cpu_us_per_call > 0 ? 1e6 / row.cpu_us_per_call : 0;
+      std::printf(
+          "%-11d %8d %10.0f %9.0f %8.1f %8.1f %8.1f %7.1fus %7.1fus %15.1f "
+          "%8.2f %8.2f %8s %7llu %9.3f %9.3f %9.3f %9.3f\n",
+          row.connections, row.outstanding, row.calls_per_s, per_core,
+          row.p50_us, row.p99_us, row.p999_us, row.cpu_us_per_call,
+          row.user_us_per_call, row.pinned_kib_per_conn, row.fds_per_conn,
+          row.threads_per_conn, qps,
+          static_cast<unsigned long long>(row.errors + row.failed_connects),
+          row.wakeups_per_call, row.completions_per_call, row.posts_per_call,
+          row.client_wakeups_per_call);
+      std::fflush(stdout);
     }
-    std::printf(
-        "%-11d %10.0f %8.1f %8.1f %7.1fus %7.1fus %15.1f %8.2f %8.2f %8s "
-        "%7llu %9.3f %9.3f %9.3f %9.3f\n",
-        row.connections, row.calls_per_s, row.p50_us, row.p99_us,
-        row.cpu_us_per_call, row.user_us_per_call, row.pinned_kib_per_conn,
-        row.fds_per_conn, row.threads_per_conn, qps,
-        static_cast<unsigned long long>(row.errors + row.failed_connects),
-        row.wakeups_per_call, row.completions_per_call, row.posts_per_call,
-        row.client_wakeups_per_call);
-    std::fflush(stdout);
   }
-  if (rows.size() >= 2) {
+  if (counts.size() >= 2 && loads.size() == 1) {
     const Row& first = rows.front();
     const Row& last = rows.back();
     std::printf(
@@ -381,27 +485,10 @@ int Main(int argc, char** argv) {
         last.cpu_us_per_call / first.cpu_us_per_call);
   }
   if (const std::string json = flags.Get("json", ""); !json.empty()) {
-    std::ofstream out(json);
-    out << "[";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      out << (i ? ",\n " : "") << "{\"connections\":" << r.connections
-          << ",\"calls_per_s\":" << r.calls_per_s << ",\"p50_us\":" << r.p50_us
-          << ",\"p99_us\":" << r.p99_us
-          << ",\"cpu_us_per_call\":" << r.cpu_us_per_call
-          << ",\"user_us_per_call\":" << r.user_us_per_call
-          << ",\"pinned_kib_per_conn\":" << r.pinned_kib_per_conn
-          << ",\"fds_per_conn\":" << r.fds_per_conn
-          << ",\"threads_per_conn\":" << r.threads_per_conn
-          << ",\"wakeups_per_call\":" << r.wakeups_per_call
-          << ",\"completions_per_call\":" << r.completions_per_call
-          << ",\"client_wakeups_per_call\":" << r.client_wakeups_per_call
-          << ",\"posts_per_call\":" << r.posts_per_call
-          << ",\"credits_per_call\":" << r.credits_per_call
-          << ",\"qps_per_conn\":" << r.qps_per_conn
-          << ",\"errors\":" << r.errors + r.failed_connects << "}";
-    }
-    out << "]\n";
+    WriteJson(json, rows);
+  }
+  if (const std::string png = flags.Get("plot", ""); !png.empty()) {
+    Plot(png, title, processes, rows);
   }
   for (const Row& r : rows) {
     if (r.errors + r.failed_connects > 0) return 1;
