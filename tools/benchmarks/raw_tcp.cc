@@ -223,9 +223,25 @@ class EpollSide {
       return epoll_wait(epoll_, &event, 1, -1) >= 0 || errno == EINTR;
     });
   }
-  // 16 B to 64 KiB: the socket buffer takes it at once.
+  // The socket is non-blocking: a message larger than its buffer (4 MiB)
+  // goes in pieces, waiting for room between them.
   bool Write(const std::byte* data, size_t size) {
-    return WriteAll(fd_, data, size);
+    while (size > 0) {
+      const ssize_t n = send(fd_, data, size, MSG_NOSIGNAL);
+      if (n > 0) {
+        data += n;
+        size -= static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) {
+        pollfd room{fd_, POLLOUT, 0};
+        if (poll(&room, 1, -1) < 0 && errno != EINTR) return false;
+        continue;
+      }
+      return false;
+    }
+    return true;
   }
 
  private:
@@ -288,6 +304,9 @@ std::vector<double> TcpPingPong(size_t size, int warmup, int iters) {
   for (int i = 0; i < warmup + iters; ++i) {
     const auto t0 = Clock::now();
     if (!side.Write(buffer.data(), size) || !side.Read(buffer.data(), size)) {
+      // The echo thread would wait for the rest forever: end its reads.
+      std::perror("bench: raw ping-pong");
+      shutdown(pair.client, SHUT_RDWR);
       break;
     }
     if (i >= warmup) {
