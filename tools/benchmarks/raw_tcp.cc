@@ -204,8 +204,9 @@ namespace {
 // the kernel's share of the cost of being event-driven.
 class EpollSide {
  public:
+  // Reads never block (MSG_DONTWAIT, then epoll); the socket itself stays
+  // blocking, so a message larger than its buffer (4 MiB) is written whole.
   explicit EpollSide(int fd) : fd_(fd), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
-    fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
     epoll_event event{};
     event.events = EPOLLIN | EPOLLET;
     if (epoll_ < 0 || epoll_ctl(epoll_, EPOLL_CTL_ADD, fd_, &event) != 0) {
@@ -223,25 +224,8 @@ class EpollSide {
       return epoll_wait(epoll_, &event, 1, -1) >= 0 || errno == EINTR;
     });
   }
-  // The socket is non-blocking: a message larger than its buffer (4 MiB)
-  // goes in pieces, waiting for room between them.
   bool Write(const std::byte* data, size_t size) {
-    while (size > 0) {
-      const ssize_t n = send(fd_, data, size, MSG_NOSIGNAL);
-      if (n > 0) {
-        data += n;
-        size -= static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) {
-        pollfd room{fd_, POLLOUT, 0};
-        if (poll(&room, 1, -1) < 0 && errno != EINTR) return false;
-        continue;
-      }
-      return false;
-    }
-    return true;
+    return WriteAll(fd_, data, size);
   }
 
  private:
