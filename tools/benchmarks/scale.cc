@@ -360,17 +360,13 @@ void Plot(const std::string& png, const std::string& title, int processes,
       data << rows[i].outstanding << " " << rows[i].calls_per_s << " "
            << rows[i].p99_us << "\n";
     }
-    const std::string line = "'" + file + "' using 1:COL with linespoints " +
-                             "title '" + std::to_string(n) + " connections, " +
-                             std::to_string(std::min(n, processes)) +
-                             " processes'";
-    auto column = [&](const char* col) {
-      std::string text = line;
-      text.replace(text.find("COL"), 3, col);
-      return text;
-    };
-    calls_plot += (calls_plot.empty() ? "plot " : ", ") + column("2");
-    p99_plot += (p99_plot.empty() ? "plot " : ", ") + column("3");
+    const std::string style =
+        " with linespoints title '" + std::to_string(n) + " connections, " +
+        std::to_string(std::min(n, processes)) + " processes'";
+    calls_plot +=
+        (calls_plot.empty() ? "plot '" : ", '") + file + "' using 1:2" + style;
+    p99_plot +=
+        (p99_plot.empty() ? "plot '" : ", '") + file + "' using 1:3" + style;
   }
   std::ofstream script(base + ".gp");
   script << "set terminal png size 1200,500\nset output '" << png << "'\n"
