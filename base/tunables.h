@@ -318,6 +318,24 @@ inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
 inline constexpr size_t kMaxMetadataSize = 16 * 1024;
 inline constexpr size_t kDefaultMaxMetadataSize = 8 * 1024;
 
+// A channel's request window (rpc::ChannelOptions::
+// max_request_bytes_in_flight): a new unary call's request is sent while
+// fewer than this many request bytes are in flight (sent, not yet answered),
+// or fewer than kMinCallsInFlight calls; later calls wait, in order, in the
+// channel. Deeper than this, a loopback TCP pair only fills socket buffers:
+// 64 KiB calls peak at 4-8 in flight, 1 MiB and 4 MiB calls at 2 (the size x
+// load grid of docs/benchmarks.md), and past a few MiB the receive queues
+// hit zero windows, drops and retransmits. 512 KiB is 40 us at 100 Gb/s,
+// several datacenter round trips.
+inline constexpr uint64_t kDefaultMaxRequestBytesInFlight = 512 * 1024;
+// Two calls, so the request of one travels while the other's response does.
+inline constexpr uint32_t kMinCallsInFlight = 2;
+static_assert(kMinCallsInFlight >= 2,
+              "one call in flight would serialise the two directions");
+static_assert(kDefaultMaxRequestBytesInFlight >= 64 * 1024,
+              "small calls must pipeline deeply: 16 B calls run at 128+ in "
+              "flight");
+
 static_assert(kMaxStatusMessageSize + 64 <= kMaxCallHeaderSize);
 static_assert(kMaxMethodNameSize + 64 <= kMaxCallHeaderSize);
 static_assert(kDefaultMaxMetadataSize <= kMaxMetadataSize);

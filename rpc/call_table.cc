@@ -52,6 +52,11 @@ void CallTable::Release(uint32_t index, ResponseCallback* done) {
   Slot& slot = slots_[index];
   if (slot.heap_pos != kNotInHeap) HeapRemove(slot.heap_pos);
   slot.in_use = false;
+  if (slot.charged != 0) {
+    charged_bytes_ -= slot.charged;
+    --charged_calls_;
+    slot.charged = 0;
+  }
   live_.store(live_.load(std::memory_order_relaxed) - 1,
               std::memory_order_relaxed);
   free_.push_back(index);
@@ -59,6 +64,17 @@ void CallTable::Release(uint32_t index, ResponseCallback* done) {
   if (slot.metadata) [[unlikely]] {
     slot.metadata.reset();
   }
+}
+
+bool CallTable::Charge(uint64_t id, uint64_t bytes) {
+  Slot* slot = Find(id);
+  if (slot == nullptr || slot->charged != 0 || bytes == 0) {
+    return slot != nullptr;
+  }
+  slot->charged = bytes;
+  charged_bytes_ += bytes;
+  ++charged_calls_;
+  return true;
 }
 
 std::optional<ResponseCallback> CallTable::Take(uint64_t id) {

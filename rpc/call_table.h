@@ -57,6 +57,14 @@ class CallTable {
                      std::vector<Entry>* out);
 
   std::optional<Clock::time_point> NextDeadline() const;
+
+  // The request window (ChannelOptions::max_request_bytes_in_flight): a
+  // call's request bytes count against it from Charge until the call leaves
+  // the table, however it leaves. A call is charged once, when its request
+  // is sent; false if `id` is not outstanding.
+  bool Charge(uint64_t id, uint64_t bytes);
+  uint64_t charged_bytes() const { return charged_bytes_; }
+  uint32_t charged_calls() const { return charged_calls_; }
   // The calls outstanding. Unlike the rest, readable from any thread (a
   // cluster's balancer reads it without the owner's lock), if only as a
   // hint: it may be stale by the time it is used.
@@ -77,6 +85,7 @@ class CallTable {
     ResponseCallback done;
     std::shared_ptr<ResponseMetadata> metadata;
     Clock::time_point deadline;
+    uint64_t charged = 0;  // Request bytes counted in the window.
     uint32_t generation = 0;
     uint32_t heap_pos = kNotInHeap;
     bool in_use = false;
@@ -104,6 +113,8 @@ class CallTable {
   // Written by the owner only, as load and store (no locked instruction).
   std::atomic<size_t> live_{0};
   uint64_t tag_bits_ = 0;
+  uint64_t charged_bytes_ = 0;  // The sum of the slots' `charged`,
+  uint32_t charged_calls_ = 0;  // and how many are charged.
   uint32_t generation_mask_ = UINT32_MAX;
 };
 

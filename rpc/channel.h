@@ -111,6 +111,17 @@ struct ChannelOptions {
   // outstanding calls. false: it fails at once with RESOURCE_EXHAUSTED, as
   // brpc's EOVERCROWDED, and the queue bounds this side's memory.
   bool wait_for_room = true;
+  // The request window: a unary call's request goes out while fewer than
+  // this many request bytes are in flight (sent and not yet answered) or
+  // fewer than 2 calls; later calls wait in the channel, in order, and go as
+  // earlier ones end. Calls past what the link can carry then queue here
+  // rather than in socket buffers, where they only cost throughput (see
+  // base/tunables.h). Their deadlines and cancellation still apply. With
+  // wait_for_room false, a call that finds transport.max_queued_bytes of
+  // requests waiting fails at once with RESOURCE_EXHAUSTED. Streams are not
+  // counted: they have their own flow control. 0: no window.
+  uint64_t max_request_bytes_in_flight =
+      tunables::kDefaultMaxRequestBytesInFlight;
   // A response whose metadata (headers and trailers each, as
   // rpc/metadata.h counts them) is larger fails RESOURCE_EXHAUSTED.
   size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;
@@ -157,6 +168,9 @@ struct ChannelStats {
   uint64_t retries = 0;
   uint64_t hedges = 0;
   uint64_t retries_throttled = 0;
+  // Calls that waited for the request window
+  // (ChannelOptions::max_request_bytes_in_flight) before being sent.
+  uint64_t calls_held = 0;
 };
 
 class Channel {

@@ -55,9 +55,16 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
       Log().info("{}: connected ({})", target_, connection_->peer());
       connection_->Start(shared_from_this());
       notify = ChannelState::kReady;
-      for (auto& [id, frame, wait_for_ready] : waiting_) {
+      for (auto& [id, frame, wait_for_ready, window_bytes] : waiting_) {
         // Calls that timed out or were cancelled while waiting stay unsent.
         if (!calls_.Contains(id)) continue;
+        if (window_bytes != 0 && (!held_.empty() || !WindowAdmits())) {
+          held_bytes_ += window_bytes;
+          ++stats_.calls_held;
+          held_.push_back({id, std::move(frame), wait_for_ready, window_bytes});
+          continue;
+        }
+        calls_.Charge(id, window_bytes);
         const Status sent = connection_->Send(std::move(frame));
         // (UNAVAILABLE: the connection is closing; OnClose fails the call.)
         if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
@@ -168,6 +175,8 @@ void Channel::Impl::OnClose(const Status& reason) {
     std::lock_guard lock(mu_);
     connection_.reset();
     if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
+    // Requests the window held back never left either.
+    RequeueHeld();
     if (goaway_) {
       // Calls made after GOAWAY were never sent: they go on the next
       // connection, as a call made while connecting does.
@@ -179,8 +188,14 @@ void Channel::Impl::OnClose(const Status& reason) {
         return !calls_.Contains(waiting.id);
       });
     } else {
-      calls_.TakeAll(&failed);
-      waiting_.clear();
+      // Only the requests the window held back stay, for the next
+      // connection: they never left (waiting_ holds no other when ready).
+      std::vector<uint64_t> unsent;
+      for (const Waiting& waiting : waiting_) unsent.push_back(waiting.id);
+      calls_.TakeAllExcept(unsent, &failed);
+      std::erase_if(waiting_, [this](const Waiting& waiting) {
+        return !calls_.Contains(waiting.id);
+      });
     }
     if (!shut_down_ && state_ == ChannelState::kIdle &&
         (keep_connected_ || !waiting_.empty())) {

@@ -94,7 +94,6 @@ Channel::CallId Channel::Impl::Start(
 
   std::unique_lock lock(mu_);
   if (shut_down_) {
-    lock.unlock();
     const Status refused = shutdown_status_;
     lock.unlock();
     Complete(std::move(done), refused, Buffer());
@@ -136,12 +135,41 @@ Channel::CallId Channel::Impl::Start(
   // Encoded and sent outside the lock: a Send on the connection's own thread
   // may write at once, and other callers need not wait out that system
   // call. Built straight into Send's parameter, the frame is never moved.
+  // A unary request counts in the request window; a stream's does not (its
+  // messages follow its REQUEST at once, and have their own flow control).
+  const uint64_t window_bytes =
+      kind == StreamKind::kUnary && options_.max_request_bytes_in_flight != 0
+          ? request.size()
+          : 0;
   std::shared_ptr<Connection> ready;
-  if (state_ == ChannelState::kReady && !goaway_) [[likely]] {
+  if (state_ == ChannelState::kReady && !goaway_ &&
+      (window_bytes == 0 || (held_.empty() && WindowAdmits()))) [[likely]] {
+    calls_.Charge(id, window_bytes);
     ready = connection_;
     sending_.fetch_add(1, std::memory_order_relaxed);
+  } else if (state_ == ChannelState::kReady && !goaway_) {
+    // Past the request window: the call waits its turn here.
+    if (!options_.wait_for_room && !held_.empty() &&
+        held_bytes_ + window_bytes > options_.transport.max_queued_bytes) {
+      std::optional<ResponseCallback> refused = calls_.Take(id);
+      Status full(StatusCode::kResourceExhausted,
+                  "send queue to " + target_ + " is full (" +
+                      std::to_string(held_bytes_) +
+                      " bytes of requests wait for the request window, "
+                      "limit transport.max_queued_bytes " +
+                      std::to_string(options_.transport.max_queued_bytes) +
+                      "): the server is not keeping up");
+      lock.unlock();
+      Complete(std::move(*refused), std::move(full), Buffer());
+      return 0;
+    }
+    held_bytes_ += window_bytes;
+    ++stats_.calls_held;
+    held_.push_back(
+        {id, request_frame(), call_options.wait_for_ready, window_bytes});
   } else {
-    waiting_.push_back({id, request_frame(), call_options.wait_for_ready});
+    waiting_.push_back(
+        {id, request_frame(), call_options.wait_for_ready, window_bytes});
     // Backing off, a wait-for-ready call waits for the next attempt.
     if (state_ == ChannelState::kTransientFailure) {
       asio::post(context_, [self = shared_from_this()] {
@@ -239,8 +267,11 @@ void Channel::Impl::EndCall(uint64_t id, const Status& why) {
   if (!done) return;  // Already complete.
   std::shared_ptr<Connection> ready;
   if (state_ == ChannelState::kReady) ready = connection_;
+  std::vector<Waiting> released;
+  if (!held_.empty()) ReleaseHeld(&released);
   lock.unlock();
   if (ready) ready->Send(CancelFrame(id)).IgnoreError();
+  if (!released.empty()) SendReleased(ready, released);
   Log().debug("{}: call {} ended by the client: {}", target_, id,
               why.ToString());
   Complete(std::move(*done), why, Buffer());
@@ -282,6 +313,8 @@ void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
     shut_down_ = true;
     calls_.TakeAll(orphans);
     waiting_.clear();
+    held_.clear();
+    held_bytes_ = 0;
     connection = std::move(connection_);
     state_ = ChannelState::kIdle;
   }
@@ -357,11 +390,19 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
   ResponseCallback done;
   std::shared_ptr<ResponseMetadata> sink;
   bool found;
+  std::vector<Waiting> released;  // Allocates nothing while empty.
+  std::shared_ptr<Connection> connection;
   {
     std::lock_guard lock(mu_);
     found = calls_.Take(header->call_id(), &done, &sink);
     if (!found) ++stats_.late_responses_dropped;
+    if (!held_.empty()) [[unlikely]] {
+      ReleaseHeld(&released);
+      connection = connection_;
+    }
   }
+  // The next requests leave before this call's callback runs.
+  if (!released.empty()) SendReleased(std::move(connection), released);
   if (!found) {
     Log().debug("{}: dropped late response to call {}", target_,
                 header->call_id());
@@ -410,6 +451,8 @@ void Channel::Impl::ArmTimer() {
 void Channel::Impl::OnTimer(const boost::system::error_code& error) {
   if (error == asio::error::operation_aborted) return;  // Re-armed.
   std::vector<CallTable::Entry> expired;
+  std::vector<Waiting> released;
+  std::shared_ptr<Connection> connection;
   {
     std::lock_guard lock(mu_);
     calls_.TakeExpired(Clock::now(), &expired);
@@ -418,9 +461,59 @@ void Channel::Impl::OnTimer(const boost::system::error_code& error) {
         connection_->Send(CancelFrame(entry.first)).IgnoreError();
       }
     }
+    if (!held_.empty()) {
+      ReleaseHeld(&released);
+      connection = connection_;
+    }
   }
+  if (!released.empty()) SendReleased(std::move(connection), released);
   ArmTimer();
   FailAll(expired, Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+}
+
+void Channel::Impl::ReleaseHeld(std::vector<Waiting>* out) {
+  if (state_ != ChannelState::kReady || goaway_ || !connection_) return;
+  while (!held_.empty()) {
+    Waiting& next = held_.front();
+    if (calls_.Contains(next.id)) {  // Else cancelled or timed out: skipped.
+      if (!WindowAdmits()) break;
+      calls_.Charge(next.id, next.window_bytes);
+      out->push_back(std::move(next));
+    }
+    held_bytes_ -= next.window_bytes;
+    held_.pop_front();
+  }
+  // Counted under mu_, as Start counts: no REQUEST follows the answer to a
+  // GOAWAY (AnswerGoAway).
+  if (!out->empty()) sending_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Channel::Impl::SendReleased(std::shared_ptr<Connection> connection,
+                                 std::vector<Waiting>& released) {
+  Status failure;
+  std::vector<CallTable::Entry> failed;
+  for (Waiting& waiting : released) {
+    const Status sent = connection->Send(std::move(waiting.frame));
+    // (UNAVAILABLE: the connection is closing; OnClose fails the call.)
+    if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+      std::lock_guard lock(mu_);
+      if (auto done = calls_.Take(waiting.id)) {
+        failed.emplace_back(waiting.id, std::move(*done));
+        failure = sent;
+      }
+    }
+  }
+  sending_.fetch_sub(1, std::memory_order_release);
+  for (auto& [id, done] : failed) Complete(std::move(done), failure, Buffer());
+}
+
+void Channel::Impl::RequeueHeld() {
+  if (held_.empty()) return;
+  for (Waiting& waiting : waiting_) held_.push_back(std::move(waiting));
+  waiting_.assign(std::make_move_iterator(held_.begin()),
+                  std::make_move_iterator(held_.end()));
+  held_.clear();
+  held_bytes_ = 0;
 }
 
 }  // namespace rdmarpc::rpc

@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 
 #include "base/futex_mutex.h"
 #include "base/status_or.h"
+#include "base/tunables.h"
 #include "rpc/call_table.h"
 #include "rpc/callback_runner.h"
 #include "rpc/channel.h"
@@ -182,6 +184,22 @@ class Channel::Impl final : public transport::ConnectionObserver,
   // With wait-for-ready calls waiting, connects again once the backoff is
   // over.
   void ReconnectAfterBackoff();
+  struct Waiting;  // A request not yet sent, below.
+  // The request window has room for one more call (under mu_).
+  bool WindowAdmits() const {
+    return calls_.charged_calls() < tunables::kMinCallsInFlight ||
+           calls_.charged_bytes() < options_.max_request_bytes_in_flight;
+  }
+  // Under mu_: moves the held requests the window now admits into `*out`,
+  // charging each, and counts one in sending_ if any (see SendReleased).
+  void ReleaseHeld(std::vector<Waiting>* out);
+  // Outside mu_: sends what ReleaseHeld gave; a call whose request the
+  // connection refuses fails with the refusal.
+  void SendReleased(std::shared_ptr<transport::Connection> connection,
+                    std::vector<Waiting>& released);
+  // Under mu_ (a connection ended): the held requests, never sent, go to
+  // waiting_ ahead of what waits there, for the next connection.
+  void RequeueHeld();
   void FailAll(std::vector<CallTable::Entry>& calls, const Status& status) {
     for (auto& [id, done] : calls) Deliver(done, status, Buffer());
   }
@@ -209,8 +227,16 @@ class Channel::Impl final : public transport::ConnectionObserver,
     CallId id;
     transport::OutgoingFrame frame;
     bool wait_for_ready;  // Kept through a failed connect.
+    // A unary REQUEST's bytes, counted in the request window once sent; 0
+    // for the rest (stream requests and messages, cancellations).
+    uint64_t window_bytes = 0;
   };
   std::vector<Waiting> waiting_;
+  // Requests held back by the request window
+  // (ChannelOptions::max_request_bytes_in_flight), in call order, and their
+  // bytes. A call cancelled or timed out here is skipped when its turn comes.
+  std::deque<Waiting> held_;
+  uint64_t held_bytes_ = 0;
   // What the timer is armed for; a call with an earlier deadline re-arms it.
   std::optional<Clock::time_point> armed_;
   Status connect_error_;

@@ -482,6 +482,7 @@ ChannelStats Channel::Cluster::stats() const {
     out.connect_failures += one.connect_failures;
     out.late_responses_dropped += one.late_responses_dropped;
     out.stream_frames_dropped += one.stream_frames_dropped;
+    out.calls_held += one.calls_held;
   }
   return out;
 }

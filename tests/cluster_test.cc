@@ -166,6 +166,20 @@ TEST_CASE("a cluster with no server to reach fails calls UNAVAILABLE") {
   patient.wait_for_ready = true;
   CHECK(CallSync(channel, "Echo", "x", patient).status.code() ==
         StatusCode::kDeadlineExceeded);
+  // A stream opened now goes to a stand-in that refuses it: it ends
+  // UNAVAILABLE. (Before, the stand-in unlocked its lock twice, and
+  // OpenStream threw std::system_error.)
+  std::unique_ptr<rpc::ClientStream> stream;
+  REQUIRE_NOTHROW(stream =
+                      channel.OpenStream(rpc::MethodRef("test.Stream", "Sum"),
+                                         rpc::StreamKind::kClientStreaming,
+                                         rpc::CallOptions::WithTimeout(5s)));
+  std::promise<Status> ended;
+  stream->Finish(
+      [&](const Status& status, rpc::Payload) { ended.set_value(status); });
+  const Status end = ended.get_future().get();
+  CHECK(end.code() == StatusCode::kUnavailable);
+  CHECK(end.message().find("could be connected") != std::string::npos);
 
   rpc::Channel bad("list://nohost");
   CHECK(CallSync(bad, "Echo", "x").status.code() == StatusCode::kUnavailable);

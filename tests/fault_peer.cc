@@ -36,7 +36,11 @@ int main(int argc, char** argv) {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
   if (mode == "call" && argc == 4) {
-    rpc::Channel channel(uri);
+    // No request window: every call's 1 MiB reaches the server, which must
+    // release all of it when this process dies.
+    rpc::ChannelOptions options;
+    options.max_request_bytes_in_flight = 0;
+    rpc::Channel channel(uri, options);
     const int calls = std::atoi(argv[3]);
     const std::string request(1 << 20, 'r');
     for (int i = 0; i < calls; ++i) {

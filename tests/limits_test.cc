@@ -138,6 +138,100 @@ TEST_CASE("limits: connections per server") {
                 20s));
 }
 
+// The request window (ChannelOptions::max_request_bytes_in_flight): past
+// it, calls wait in the channel, in order, and go as earlier calls end; a
+// call cancelled or timed out while it waits never reaches the server.
+// (Before, every call went to the socket at once: 128 calls of 64 KiB filled
+// both sides' socket buffers, and calls/s fell by a fifth.)
+TEST_CASE("limits: calls past the request window wait in the channel") {
+  TestServer server;
+  rpc::ChannelOptions channel_options;
+  channel_options.max_request_bytes_in_flight = 64 * 1024;
+  Channel channel(server.uri, channel_options);
+  REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
+  // Small calls stay far below the window: none waits.
+  std::atomic<int> small{0};
+  for (int i = 0; i < 200; ++i) {
+    channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("s")), {},
+                 [&](const Status& s, Buffer) { s.ok() && small++; });
+  }
+  REQUIRE(WaitFor([&] { return small == 200; }));
+  CHECK(channel.stats().calls_held == 0);
+  const int started = server.calls_started();
+
+  // Calls of 48 KiB that stay open until cancelled: two fill the window
+  // (the second goes because fewer than two were in flight), four wait.
+  std::atomic<int> cancelled{0}, expired{0}, other{0};
+  std::vector<Channel::CallId> ids;
+  for (int i = 0; i < 6; ++i) {
+    const rpc::CallOptions options =
+        i == 3 ? rpc::CallOptions::WithTimeout(200ms) : rpc::CallOptions();
+    ids.push_back(channel.Call(
+        "test.Test", "WaitCancel", Buffer::CopyOf(std::string(48 << 10, 'w')),
+        options, [&](const Status& s, Buffer) {
+          if (s.code() == StatusCode::kCancelled) {
+            cancelled++;
+          } else if (s.code() == StatusCode::kDeadlineExceeded) {
+            expired++;
+          } else {
+            other++;
+          }
+        }));
+  }
+  REQUIRE(WaitFor([&] { return server.calls_started() == started + 2; }));
+  CHECK(channel.stats().calls_held == 4);
+  channel.Cancel(ids[2]);  // Cancelled while waiting.
+  CHECK(WaitFor([&] { return cancelled == 1 && expired == 1; }));
+  std::this_thread::sleep_for(100ms);
+  CHECK(server.calls_started() == started + 2);  // Neither was sent.
+  // Each call that ends lets the next living one go, in order.
+  channel.Cancel(ids[0]);
+  CHECK(WaitFor([&] { return server.calls_started() == started + 3; }));
+  channel.Cancel(ids[1]);
+  CHECK(WaitFor([&] { return server.calls_started() == started + 4; }));
+  channel.Cancel(ids[4]);
+  channel.Cancel(ids[5]);
+  CHECK(WaitFor([&] { return cancelled == 5; }));
+  CHECK(expired == 1);
+  CHECK(other == 0);
+  CHECK(server.calls_started() == started + 4);
+  CHECK(CallSync(channel, "Echo", "after").response == "after");
+}
+
+// Calls the window holds never left: when the connection is lost, they are
+// not failed with it but wait for the next connection, and fail UNAVAILABLE
+// only if that cannot be made.
+TEST_CASE("limits: calls held by the window outlive a lost connection") {
+  auto server = std::make_unique<TestServer>();
+  rpc::ChannelOptions channel_options;
+  channel_options.max_request_bytes_in_flight = 1;  // Two calls in flight.
+  Channel channel(server->uri, channel_options);
+  REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
+  std::atomic<int> unavailable{0}, cancelled{0}, other{0};
+  for (int i = 0; i < 5; ++i) {
+    channel.Call("test.Test", "WaitCancel", Buffer::CopyOf(std::string("x")),
+                 {}, [&](const Status& s, Buffer) {
+                   if (s.code() == StatusCode::kUnavailable) {
+                     unavailable++;
+                   } else if (s.code() == StatusCode::kCancelled) {
+                     cancelled++;  // By the server's shutdown.
+                   } else {
+                     other++;
+                   }
+                 });
+  }
+  REQUIRE(WaitFor([&] { return server->calls_started() == 3; }));
+  CHECK(channel.stats().calls_held == 3);
+  // The two sent end with the server; the three held wait for a new
+  // connection, which fails.
+  server.reset();
+  CHECK(WaitFor([&] { return unavailable + cancelled + other == 5; }, 30s));
+  CHECK(unavailable >= 3);
+  CHECK(other == 0);
+  CHECK(channel.stats().connects == 1);
+  CHECK(channel.stats().connect_failures >= 1);
+}
+
 TEST_CASE("limits: frame size, refused without losing the connection") {
   ServerOptions options;
   options.transport.max_payload_size = 64 * 1024;

@@ -204,6 +204,32 @@ TEST_CASE("tcp: a busy connection leaves its loop to timers and handlers") {
 // heap memory for every large frame would be faulted in and zeroed by the
 // kernel page by page (64 MiB frames at about 0.6 of the raw socket's
 // bandwidth).
+// Frames far larger than the socket takes: the writer waits for room and
+// writes on from where it stopped, mid-frame and mid-piece, with every
+// sendmsg taking all the room there is (not asio::async_write's 64 KiB per
+// call, each a posted handler).
+TEST_CASE("tcp: a batch larger than the socket waits for room, then leaves") {
+  Pair pair;
+  constexpr int kFrames = 8;
+  constexpr size_t kSize = (4 << 20) + 3;  // Pieces end off any boundary.
+  for (int i = 0; i < kFrames; ++i) {
+    REQUIRE(pair.client->Send(MakeFrame("b" + std::to_string(i), kSize)).ok());
+  }
+  AwaitFrames(*pair.recorder, kFrames);
+  std::lock_guard lock(pair.recorder->mu);
+  for (int i = 0; i < kFrames; ++i) {
+    CHECK(pair.recorder->headers[i] == "b" + std::to_string(i));
+    CHECK(pair.recorder->payload_sizes[i] == kSize);
+  }
+  CHECK(pair.recorder->payloads_intact);
+  const ConnectionStats& stats = pair.client->stats();
+  CHECK(stats.write_waits > 0);
+  CHECK(stats.frames_sent == kFrames);
+  INFO("write calls " << stats.write_calls << ", waits " << stats.write_waits);
+  // Every wait is followed by at least one write that moves bytes.
+  CHECK(stats.write_calls > stats.write_waits);
+}
+
 TEST_CASE("tcp: a large frame is read into the block the last one released") {
   Pair pair;
   const size_t size = 3 << 20;  // With its header, capacity class 4 MiB.

@@ -170,6 +170,8 @@ struct ConnectionStats {
   // hybrid once quiet), and reads that found it empty (busy, hybrid).
   std::atomic<uint64_t> read_waits{0};
   std::atomic<uint64_t> empty_reads{0};
+  // TCP only: waits for a full socket to take more of a batch.
+  std::atomic<uint64_t> write_waits{0};
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};  // WRITE WITH IMMEDIATE transfers.

@@ -114,7 +114,12 @@ class TcpConnection final : public Connection,
   // left: true once all of it has; false if the rest is left to an
   // asynchronous write, or the write failed (the connection is closing).
   bool WriteBatch(size_t already_written);
-  void PostFlush();  // Flush later, on the loop.
+  // Writes on from gather_first_ until the batch has left (true), the
+  // socket is full (false: a wait for room goes on with it) or the write
+  // failed (false: the connection is closing).
+  bool ContinueBatch();
+  void AdvanceGather(size_t n);  // n more bytes of the batch have left.
+  void PostFlush();              // Flush later, on the loop.
   // Posts `handler` to the socket's loop, through loop_ when there is one.
   template <typename Handler>
   void PostToLoop(Handler handler);
@@ -162,6 +167,9 @@ class TcpConnection final : public Connection,
   std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
   std::vector<boost::asio::const_buffer> gather_;
   std::vector<iovec> iov_;      // gather_ as sendmsg takes it.
+  size_t gather_first_ = 0;     // The first piece of gather_ not all sent,
+  size_t gather_written_ = 0;   // the bytes of the batch sent,
+  size_t gather_total_ = 0;     // and all of its bytes.
   bool direct_writes_ = false;  // The socket is non-blocking: Flush writes.
   bool flush_after_delivery_ = false;  // Loop thread only.
   // Mid-delivery: more received bytes are staged behind the frame being

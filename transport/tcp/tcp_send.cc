@@ -176,40 +176,46 @@ void TcpConnection::Flush() {
 
 bool TcpConnection::WriteBatch(size_t already_written) {
   gather_.clear();
-  size_t total = 0;
+  gather_first_ = 0;
+  gather_written_ = 0;
+  gather_total_ = 0;
   auto add = [&](const void* data, size_t size) {
     gather_.emplace_back(data, size);
-    total += size;
+    gather_total_ += size;
   };
   for (const QueuedFrame& queued : writing_) {
     ForEachPiece(queued.prefix, queued.frame, add);
   }
-  size_t written = 0, first = 0;
-  // Steps the gather list past `n` bytes that have left.
-  const auto advance = [&](size_t n) {
-    written += n;
-    while (n > 0) {
-      if (n >= gather_[first].size()) {
-        n -= gather_[first++].size();
-      } else {
-        gather_[first] += n;
-        n = 0;
-      }
+  AdvanceGather(already_written);
+  return ContinueBatch();
+}
+
+void TcpConnection::AdvanceGather(size_t n) {
+  gather_written_ += n;
+  while (n > 0) {
+    if (n >= gather_[gather_first_].size()) {
+      n -= gather_[gather_first_++].size();
+    } else {
+      gather_[gather_first_] += n;
+      n = 0;
     }
-  };
-  advance(already_written);
+  }
+}
+
+bool TcpConnection::ContinueBatch() {
   // Write now: on a socket with room (the usual case) the whole batch
-  // leaves at once and no asynchronous operation is started.
-  // One sendmsg takes up to IOV_MAX buffers (Asio's write_some only 64):
-  // write until everything has left or the socket is full.
+  // leaves at once and no asynchronous operation is started. One sendmsg
+  // takes up to IOV_MAX buffers and any number of bytes: write until
+  // everything has left or the socket is full.
   boost::system::error_code error =
       direct_writes_ ? boost::system::error_code() : asio::error::would_block;
-  while (!error && written < total) {
-    const size_t count = std::min<size_t>(gather_.size() - first, IOV_MAX);
+  while (!error && gather_written_ < gather_total_) {
+    const size_t count =
+        std::min<size_t>(gather_.size() - gather_first_, IOV_MAX);
     iov_.resize(count);
     for (size_t i = 0; i < count; ++i) {
-      iov_[i].iov_base = const_cast<void*>(gather_[first + i].data());
-      iov_[i].iov_len = gather_[first + i].size();
+      iov_[i].iov_base = const_cast<void*>(gather_[gather_first_ + i].data());
+      iov_[i].iov_len = gather_[gather_first_ + i].size();
     }
     msghdr message{};
     message.msg_iov = iov_.data();
@@ -224,24 +230,39 @@ bool TcpConnection::WriteBatch(size_t already_written) {
                                               boost::system::system_category());
       break;
     }
-    advance(static_cast<size_t>(n));
+    AdvanceGather(static_cast<size_t>(n));
   }
   if (error && error != asio::error::would_block) {
-    OnWritten(error, written);
+    OnWritten(error, gather_written_);
     return false;
   }
-  if (written == total) {
-    FinishWrite(written);
+  if (gather_written_ == gather_total_) {
+    FinishWrite(gather_written_);
     return true;
   }
-  // The socket is full: the rest goes asynchronously.
-  asio::async_write(
-      socket_,
-      GatherView{gather_.data() + first, gather_.data() + gather_.size()},
-      Pooled([self = shared_from_this(), done = written](
-                 const boost::system::error_code& error, size_t bytes) {
-        self->OnWritten(error, done + bytes);
-      }));
+  if (!direct_writes_) {  // A blocking socket: let Asio do the writing.
+    asio::async_write(
+        socket_,
+        GatherView{gather_.data() + gather_first_,
+                   gather_.data() + gather_.size()},
+        Pooled([self = shared_from_this(), done = gather_written_](
+                   const boost::system::error_code& error, size_t bytes) {
+          self->OnWritten(error, done + bytes);
+        }));
+    return false;
+  }
+  // The socket is full: wait for room, then write all it takes again. (Not
+  // asio::async_write: it writes at most 64 KiB per system call, each a
+  // posted handler, and waits in the reactor between them.)
+  Bump(stats_.write_waits);
+  socket_.async_wait(asio::ip::tcp::socket::wait_write,
+                     Pooled([self = shared_from_this()](
+                                const boost::system::error_code& error) {
+                       if (self->torn_down_) return;
+                       if (error)
+                         return self->OnWritten(error, self->gather_written_);
+                       if (self->ContinueBatch()) self->Flush();
+                     }));
   return false;
 }
 
