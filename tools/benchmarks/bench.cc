@@ -6,6 +6,7 @@
 //         [--seconds S] [--poll event|busy|hybrid] [--json FILE]
 //         [--plot FILE.png] [--raw 0] [--pin 0] [--metrics 0] [--stats 1]
 //         [--by-name 1] [--handler-threads N] [--callback-threads N]
+//         [--window BYTES]
 //   bench --serve URI [--poll event|busy|hybrid]
 //         a standalone server for another machine's bench
 //   bench --cpu-window N --uri URI [--outstanding K] [--size B]
@@ -53,6 +54,8 @@
 // runs the in-process server's handlers on a pool of N threads instead of
 // its worker (ServerOptions::handler_threads); --callback-threads N runs
 // the channel's callbacks on a pool of N (ChannelOptions::callback_threads).
+// --window BYTES sets the channel's request window
+// (ChannelOptions::max_request_bytes_in_flight; 0 turns it off).
 #include "tools/benchmarks/bench.h"
 
 #include <algorithm>
@@ -184,6 +187,9 @@ int Run(int argc, char** argv) {
       static_cast<int>(flags.GetInt("handler-threads", 0));
   options.callback_threads =
       static_cast<int>(flags.GetInt("callback-threads", 0));
+  options.window = static_cast<uint64_t>(flags.GetInt(
+      "window",
+      static_cast<long long>(tunables::kDefaultMaxRequestBytesInFlight)));
   pin_sides = flags.GetInt(
                   "pin", std::thread::hardware_concurrency() >= 2 ? 1 : 0) != 0;
   if (options.mode != "latency" && options.mode != "throughput" && !bandwidth &&

@@ -66,6 +66,9 @@ struct Options {
   // The channel's callback pool (0: callbacks run inline, on its event
   // loop; ChannelOptions::callback_threads).
   int callback_threads = 0;
+  // The channel's request window (ChannelOptions::
+  // max_request_bytes_in_flight; 0: none).
+  uint64_t window = tunables::kDefaultMaxRequestBytesInFlight;
 };
 
 struct Result {

@@ -2,6 +2,8 @@
 // message size and every number of calls outstanding on one connection,
 // for rdmarpc, a raw socket pair and (--peer grpc) gRPC, in interleaved
 // repetitions, with the check that raising the load never costs throughput.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/post.hpp>
@@ -18,12 +20,49 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// This process's CPU time, all threads, user and system. Time the
+// hypervisor stole from this VM is not in it (the kernel's paravirtual
+// steal clock keeps it apart), so it stays a fair measure when wall-clock
+// rates swing with the host's load.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// The machine's CPU time so far, and the part of it the hypervisor stole
+// (/proc/stat's first line), in clock ticks.
+struct CpuTicks {
+  double total = 0, steal = 0;
+};
+CpuTicks MachineTicks() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  in >> cpu;
+  CpuTicks ticks;
+  for (int field = 0; field < 8; ++field) {
+    double value = 0;
+    if (!(in >> value)) break;
+    ticks.total += value;
+    if (field == 7) ticks.steal = value;
+  }
+  return ticks;
+}
+
+struct LoadResult {
+  double calls_per_s = NAN;
+  double cpu_us_per_call = NAN;  // Both sides: this process's CPU time.
+};
+
 // `k` echo calls of `size` bytes outstanding on `channel`, each completion
 // starting the next on the channel's own thread, for `seconds` after
 // `warmup` seconds: calls/s.
-double RpcLoad(rpc::Channel& channel,
-               const transport::MemoryRegistration& arena, size_t size, int k,
-               double warmup, double seconds, uint64_t& errors) {
+LoadResult RpcLoad(rpc::Channel& channel,
+                   const transport::MemoryRegistration& arena, size_t size,
+                   int k, double warmup, double seconds, uint64_t& errors) {
   struct Load {
     rpc::Channel* channel = nullptr;
     const transport::MemoryRegistration* arena = nullptr;
@@ -57,20 +96,24 @@ double RpcLoad(rpc::Channel& channel,
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
   const uint64_t from = load.completed.load();
   const auto start = Clock::now();
+  const double cpu_from = ProcessCpuSeconds();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   const uint64_t to = load.completed.load();
+  const double cpu = ProcessCpuSeconds() - cpu_from;
   const double elapsed =
       std::chrono::duration<double>(Clock::now() - start).count();
   load.stop = true;
   load.drained.get_future().wait();
   errors += load.failed.load();
-  return static_cast<double>(to - from) / elapsed;
+  const double calls = static_cast<double>(to - from);
+  return {calls / elapsed, calls > 0 ? cpu * 1e6 / calls : NAN};
 }
 
 struct Cell {
   size_t size = 0;
   int load = 0;
   std::vector<double> rpc, raw, peer;  // calls/s, one per repetition
+  std::vector<double> rpc_cpu;         // rdmarpc's CPU us per call
 };
 
 std::string Rate(double calls_per_s) {
@@ -94,7 +137,7 @@ int RunGrid(const Options& options, const GridOptions& grid,
   const bool tcp = options.uri.rfind("tcp://", 0) == 0;
   std::vector<Cell> cells;
   for (size_t size : options.sizes) {
-    for (int load : grid.loads) cells.push_back({size, load, {}, {}, {}});
+    for (int load : grid.loads) cells.push_back({size, load, {}, {}, {}, {}});
   }
   std::unique_ptr<PeerEcho> peer;
   if (!grid.peer.empty()) {
@@ -102,6 +145,7 @@ int RunGrid(const Options& options, const GridOptions& grid,
     if (!peer) return 1;
   }
   uint64_t errors = 0;
+  const CpuTicks ticks_before = MachineTicks();
   // Repetitions interleave the systems and the cells, so that a slow spell
   // of this shared machine falls on one repetition of each, not on all of
   // one: the medians then agree with each other's conditions.
@@ -109,8 +153,10 @@ int RunGrid(const Options& options, const GridOptions& grid,
     for (size_t i = 0; i < cells.size(); ++i) {
       Cell& cell = cells[i];
       Progress("grid repetition " + std::to_string(rep + 1), i, cells.size());
-      cell.rpc.push_back(RpcLoad(channel, arena, cell.size, cell.load,
-                                 grid.warmup, options.seconds, errors));
+      const LoadResult rpc = RpcLoad(channel, arena, cell.size, cell.load,
+                                     grid.warmup, options.seconds, errors);
+      cell.rpc.push_back(rpc.calls_per_s);
+      cell.rpc_cpu.push_back(rpc.cpu_us_per_call);
       if (options.raw && tcp) {
         cell.raw.push_back(
             RawTcpLoad(cell.size, cell.load, grid.warmup, options.seconds));
@@ -122,6 +168,11 @@ int RunGrid(const Options& options, const GridOptions& grid,
     }
   }
   Progress("grid", 1, 1);
+  const CpuTicks ticks_after = MachineTicks();
+  const double stolen = ticks_after.total > ticks_before.total
+                            ? (ticks_after.steal - ticks_before.steal) /
+                                  (ticks_after.total - ticks_before.total)
+                            : 0;
 
   const std::string peer_name = grid.peer.empty() ? "peer" : grid.peer;
   std::printf(
@@ -130,10 +181,10 @@ int RunGrid(const Options& options, const GridOptions& grid,
       options.uri.c_str(), grid.reps, options.seconds);
   std::printf(
       "| size | outstanding | rdmarpc | raw socket | rdmarpc/raw | %s "
-      "| rdmarpc/%s | goal met |\n",
+      "| rdmarpc/%s | goal met | rdmarpc CPU us/call |\n",
       peer_name.c_str(), peer_name.c_str());
-  std::printf("|---|---|---|---|---|---|---|---|\n");
-  std::vector<std::string> cliffs, missed;
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::string> cliffs, cpu_cliffs, missed;
   for (size_t i = 0; i < cells.size(); ++i) {
     const Cell& cell = cells[i];
     const double rpc = Median(cell.rpc), raw = Median(cell.raw),
@@ -149,13 +200,15 @@ int RunGrid(const Options& options, const GridOptions& grid,
     const std::string where =
         SizeName(cell.size) + " x " + std::to_string(cell.load);
     if (!met) missed.push_back(where);
-    std::printf("| %s | %d | %s | %s | %s | %s | %s | %s |\n",
+    const double cpu = Median(cell.rpc_cpu);
+    std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %.2f |\n",
                 SizeName(cell.size).c_str(), cell.load, Rate(rpc).c_str(),
                 Rate(raw).c_str(), Ratio(rpc, raw).c_str(), Rate(other).c_str(),
                 Ratio(rpc, other).c_str(),
                 !std::isfinite(goal) ? "-"
                 : met                ? "yes"
-                                     : "no");
+                                     : "no",
+                cpu);
     // A cliff: more load, more than 5% fewer calls/s than the cell to the
     // left (the same size, the next lower load).
     if (i > 0 && cells[i - 1].size == cell.size) {
@@ -167,6 +220,17 @@ int RunGrid(const Options& options, const GridOptions& grid,
                       SizeName(cell.size).c_str(), cell.load, rpc,
                       100 * (1 - rpc / left), cells[i - 1].load);
         cliffs.push_back(text);
+      }
+      // The same in CPU per call, which time stolen by the hypervisor does
+      // not inflate: more load must not make each call dearer.
+      const double left_cpu = Median(cells[i - 1].rpc_cpu);
+      if (cpu > 1.05 * left_cpu) {
+        char text[160];
+        std::snprintf(text, sizeof(text),
+                      "%s: %d outstanding %.2f us/call, %.0f%% above %d's",
+                      SizeName(cell.size).c_str(), cell.load, cpu,
+                      100 * (cpu / left_cpu - 1), cells[i - 1].load);
+        cpu_cliffs.push_back(text);
       }
     }
   }
@@ -182,6 +246,19 @@ int RunGrid(const Options& options, const GridOptions& grid,
       "GRIDCHECK no cliff (each cell within 5%% of the one to its "
       "left) %s\n",
       cliffs.empty() ? "PASSED" : "FAILED");
+  for (const std::string& cliff : cpu_cliffs) {
+    std::printf("CPU cliff: %s\n", cliff.c_str());
+  }
+  std::printf(
+      "CPUCHECK no CPU cliff (CPU per call never more than 5%% above the "
+      "cell to its left) %s\n",
+      cpu_cliffs.empty() ? "PASSED" : "FAILED");
+  // A shared host's stolen time makes calls/s swing from one repetition to
+  // the next; CPU per call does not count it.
+  std::printf(
+      "steal: the hypervisor took %.0f%% of this machine's CPU time during "
+      "the grid\n",
+      100 * stolen);
   if (!missed.empty()) {
     std::string list;
     for (const std::string& where : missed) list += " " + where;
@@ -192,15 +269,21 @@ int RunGrid(const Options& options, const GridOptions& grid,
     out << "[\n";
     for (size_t i = 0; i < cells.size(); ++i) {
       const Cell& cell = cells[i];
-      const auto list = [](const std::vector<double>& v) {
+      const auto list = [](const std::vector<double>& v,
+                           const char* format = "%.0f") {
         std::string text = "[";
         for (size_t j = 0; j < v.size(); ++j) {
-          text += (j ? ", " : "") + Rate(v[j]);
+          char value[32] = "null";
+          if (std::isfinite(v[j])) {
+            std::snprintf(value, sizeof(value), format, v[j]);
+          }
+          text += (j ? ", " : "") + std::string(value);
         }
         return text + "]";
       };
       out << "  {\"size\": " << cell.size << ", \"outstanding\": " << cell.load
           << ", \"rdmarpc\": " << list(cell.rpc)
+          << ", \"rdmarpc_cpu_us\": " << list(cell.rpc_cpu, "%.2f")
           << ", \"raw\": " << list(cell.raw) << ", \"" << peer_name
           << "\": " << list(cell.peer) << "}"
           << (i + 1 < cells.size() ? ",\n" : "\n");

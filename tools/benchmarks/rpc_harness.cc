@@ -21,6 +21,7 @@ rpc::ChannelOptions ChannelOptionsFor(const Options& options) {
   channel.transport.max_payload_size = 1ull << 30;
   channel.max_request_size = 1ull << 30;
   channel.callback_threads = options.callback_threads;
+  channel.max_request_bytes_in_flight = options.window;
   return channel;
 }
 

@@ -13,8 +13,11 @@
 //   scale --uri rdma://IP:0 [--connections 8,64,256,1000] [--processes 4]
 //         [--outstanding 256] [--size 16] [--seconds 5] [--json FILE]
 //         [--plot FILE.png] [--check 1] [--workers N]
-//         [--poll event|busy|hybrid]
+//         [--poll event|busy|hybrid] [--peer grpc]
 //   (--workers and --poll are the server's: its loops, and how they poll.
+//   --peer grpc, over tcp:// only, puts the same load on gRPC C++'s echo
+//   after each row, from as many processes, one channel per connection,
+//   and prints its calls/s and rdmarpc's ratio to it.
 //   --plot draws calls/s and p99 against the calls outstanding, one line
 //   per N: many clients, one server, under a rising offered load.)
 //
@@ -55,6 +58,7 @@
 #include "rpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/service.h"
+#include "tools/benchmarks/grpc_clients.h"
 #include "tools/benchmarks/poll_flag.h"
 #include "tools/benchmarks/spawn.h"
 #include "transport/rdma/completion_group.h"
@@ -195,6 +199,7 @@ struct Row {
   double cpu_us_per_call = 0, user_us_per_call = 0;
   double pinned_kib_per_conn = 0, fds_per_conn = 0, threads_per_conn = 0;
   double qps_per_conn = -1;
+  double grpc_calls_per_s = NAN;  // --peer grpc: the same load on gRPC.
   // The server's transport work per call: completion-channel wake-ups and
   // completions polled (RDMA), and, summed over its connections, send posts
   // (ibv_post_send, or sendmsg on TCP) and explicit CREDIT messages.
@@ -383,6 +388,11 @@ void Plot(const std::string& png, const std::string& title, int processes,
                  base.c_str());
   } else {
     std::printf("# plot: %s\n", png.c_str());
+    // Its inputs go; kept above, where they tell what went wrong.
+    std::remove((base + ".gp").c_str());
+    for (int i = 0; i < index; ++i) {
+      std::remove((base + "." + std::to_string(i)).c_str());
+    }
   }
 }
 
@@ -406,7 +416,11 @@ void WriteJson(const std::string& path, const std::vector<Row>& rows) {
         << ",\"posts_per_call\":" << r.posts_per_call
         << ",\"credits_per_call\":" << r.credits_per_call
         << ",\"qps_per_conn\":" << r.qps_per_conn
-        << ",\"errors\":" << r.errors + r.failed_connects << "}";
+        << ",\"errors\":" << r.errors + r.failed_connects;
+    if (std::isfinite(r.grpc_calls_per_s)) {
+      out << ",\"grpc_calls_per_s\":" << r.grpc_calls_per_s;
+    }
+    out << "}";
   }
   out << "]\n";
 }
@@ -441,6 +455,15 @@ int Main(int argc, char** argv) {
       "cwake/call");
   std::vector<Row> rows;
   const int processes = static_cast<int>(flags.GetInt("processes", 4));
+  std::unique_ptr<GrpcClients> grpc;
+  if (flags.Get("peer", "") == "grpc") {
+    if (listen.rfind("tcp://", 0) != 0) {
+      std::fprintf(stderr, "scale: --peer grpc compares over tcp:// only\n");
+      return 1;
+    }
+    grpc = GrpcClients::Start();
+    if (!grpc) return 1;
+  }
   for (int n : counts) {
     int previous = 0;
     for (int k : loads) {
@@ -448,7 +471,12 @@ int Main(int argc, char** argv) {
       const int effective = std::max(k, std::min(n, processes));
       if (effective == previous) continue;
       previous = effective;
-      const Row row = Measure(flags, listen, n, k);
+      Row row = Measure(flags, listen, n, k);
+      if (grpc) {
+        row.grpc_calls_per_s =
+            grpc->Load(n, k, processes, flags.Get("size", "16"),
+                       flags.Get("seconds", "5"));
+      }
       rows.push_back(row);
       char qps[32] = "-";
       if (row.qps_per_conn >= 0) {
@@ -467,6 +495,11 @@ int Main(int argc, char** argv) {
           static_cast<unsigned long long>(row.errors + row.failed_connects),
           row.wakeups_per_call, row.completions_per_call, row.posts_per_call,
           row.client_wakeups_per_call);
+      if (grpc) {
+        std::printf("%-11s %8s %10.0f   gRPC, the same load: rdmarpc %.2fx\n",
+                    "  grpc", "", row.grpc_calls_per_s,
+                    row.calls_per_s / row.grpc_calls_per_s);
+      }
       std::fflush(stdout);
     }
   }

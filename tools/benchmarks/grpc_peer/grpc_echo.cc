@@ -4,9 +4,10 @@
 //   grpc_echo --serve 127.0.0.1:0 [--cpu 1]
 //       an echo server; prints "listening on port N", runs until SIGTERM
 //   grpc_echo --target HOST:PORT --size B --outstanding K
-//             [--warmup S] [--seconds S] [--cpu 0]
-//       K calls of B bytes outstanding on one channel for S seconds after
-//       the warm-up; prints "calls/s N" (exit 1 if any call failed)
+//             [--channels N] [--warmup S] [--seconds S] [--cpu 0]
+//       K calls of B bytes outstanding, spread over N channels (1), each its
+//       own connection, for S seconds after the warm-up; prints
+//       "calls/s N" (exit 1 if any call failed)
 //
 // Both sides use gRPC at its leanest: the generic callback API with raw
 // ByteBuffers (no protobuf parsing or copies; the server answers with the
@@ -19,6 +20,7 @@
 #include <sched.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -89,14 +92,20 @@ int Serve(const std::string& address) {
   return 0;
 }
 
-int Load(const std::string& target, size_t size, int outstanding, double warmup,
-         double seconds) {
+int Load(const std::string& target, size_t size, int outstanding, int channels,
+         double warmup, double seconds) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), args);
-  grpc::GenericStub stub(channel);
+  // Each channel its own connection: channels to one target otherwise
+  // share a subchannel, and so one TCP connection.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+  for (int c = 0; c < std::max(channels, 1); ++c) {
+    stubs.push_back(
+        std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
+            target, grpc::InsecureChannelCredentials(), args)));
+  }
   const std::string bytes(size, 'x');
   grpc::Slice slice(bytes);
   const grpc::ByteBuffer request(&slice, 1);
@@ -108,24 +117,28 @@ int Load(const std::string& target, size_t size, int outstanding, double warmup,
     grpc::ClientContext context;
     grpc::ByteBuffer response;
   };
-  std::function<void()> issue = [&] {
+  std::function<void(grpc::GenericStub*)> issue = [&](grpc::GenericStub* stub) {
     auto* call = new Call;
-    stub.UnaryCall(&call->context, kMethod, grpc::StubOptions(), &request,
-                   &call->response, [&, call](grpc::Status status) {
-                     if (status.ok() && call->response.Length() == size) {
-                       completed.fetch_add(1, std::memory_order_relaxed);
-                     } else {
-                       if (failed.fetch_add(1) == 0) {
-                         std::fprintf(stderr, "grpc_echo: %s\n",
-                                      status.error_message().c_str());
-                       }
-                     }
-                     delete call;
-                     if (!stop.load(std::memory_order_relaxed)) return issue();
-                     if (running.fetch_sub(1) == 1) drained.set_value();
-                   });
+    stub->UnaryCall(&call->context, kMethod, grpc::StubOptions(), &request,
+                    &call->response, [&, stub, call](grpc::Status status) {
+                      if (status.ok() && call->response.Length() == size) {
+                        completed.fetch_add(1, std::memory_order_relaxed);
+                      } else {
+                        if (failed.fetch_add(1) == 0) {
+                          std::fprintf(stderr, "grpc_echo: %s\n",
+                                       status.error_message().c_str());
+                        }
+                      }
+                      delete call;
+                      if (!stop.load(std::memory_order_relaxed)) {
+                        return issue(stub);
+                      }
+                      if (running.fetch_sub(1) == 1) drained.set_value();
+                    });
   };
-  for (int i = 0; i < outstanding; ++i) issue();
+  for (int i = 0; i < outstanding; ++i) {
+    issue(stubs[i % stubs.size()].get());
+  }
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
   const uint64_t from = completed.load();
   const auto start = std::chrono::steady_clock::now();
@@ -159,5 +172,6 @@ int main(int argc, char** argv) {
   }
   return Load(flags["target"], std::stoull(get("size", "16")),
               std::stoi(get("outstanding", "1")),
-              std::stod(get("warmup", "0.3")), std::stod(get("seconds", "1")));
+              std::stoi(get("channels", "1")), std::stod(get("warmup", "0.3")),
+              std::stod(get("seconds", "1")));
 }

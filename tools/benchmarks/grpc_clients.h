@@ -1,0 +1,98 @@
+// gRPC beside the scale benchmark's rows (tools/bench --mode scale --peer
+// grpc): gRPC C++'s echo (tools/benchmarks/grpc_peer, which tools/bench
+// --peer grpc builds beside the benchmarks) as the server, and the same
+// shape of load as a row's from as many client processes, each of the
+// row's connections a gRPC channel of its own.
+#ifndef RDMARPC_TOOLS_BENCHMARKS_GRPC_CLIENTS_H_
+#define RDMARPC_TOOLS_BENCHMARKS_GRPC_CLIENTS_H_
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tools/benchmarks/spawn.h"
+
+namespace rdmarpc::bench {
+
+class GrpcClients {
+ public:
+  // Starts the gRPC echo server; nullptr, having said why, if it cannot.
+  static std::unique_ptr<GrpcClients> Start() {
+    auto peer = std::unique_ptr<GrpcClients>(new GrpcClients);
+    peer->binary_ =
+        (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
+         "grpc_peer/grpc_echo")
+            .string();
+    if (access(peer->binary_.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "%s is not built (tools/bench --peer grpc)\n",
+                   peer->binary_.c_str());
+      return nullptr;
+    }
+    peer->server_ =
+        Spawn(peer->binary_, {peer->binary_, "--serve", "127.0.0.1:0"});
+    const std::string said = ReadLine(peer->server_.out);
+    const std::string key = "listening on port ";
+    if (said.rfind(key, 0) != 0) {
+      std::fprintf(stderr, "the gRPC echo server said '%s'\n", said.c_str());
+      return nullptr;
+    }
+    peer->target_ = "127.0.0.1:" + said.substr(key.size());
+    return peer;
+  }
+  ~GrpcClients() {
+    if (server_.pid > 0) kill(server_.pid, SIGTERM);
+    server_.Reap();
+  }
+
+  // `connections` over min(connections, processes) client processes, with
+  // `outstanding` calls of `size` bytes in all, spread as the scale
+  // benchmark spreads them, for `seconds`: calls/s in all, or NaN if a
+  // client failed.
+  double Load(int connections, int outstanding, int processes,
+              const std::string& size, const std::string& seconds) const {
+    processes = std::min(connections, processes);
+    std::vector<ChildProcess> clients;
+    for (int p = 0; p < processes; ++p) {
+      const int share = connections / processes + (p < connections % processes);
+      const int load =
+          std::max(outstanding / processes + (p < outstanding % processes), 1);
+      clients.push_back(
+          Spawn(binary_, {binary_, "--target", target_, "--size", size,
+                          "--outstanding", std::to_string(load), "--channels",
+                          std::to_string(share), "--seconds", seconds}));
+    }
+    double total = 0;
+    for (ChildProcess& client : clients) {
+      const std::string said = ReadLine(client.out);
+      client.Reap();
+      total = said.rfind("calls/s ", 0) == 0
+                  ? total + std::strtod(said.c_str() + 8, nullptr)
+                  : NAN;
+    }
+    return total;
+  }
+
+ private:
+  GrpcClients() = default;
+  static std::string ReadLine(FILE* in) {
+    std::string line;
+    for (int c; (c = std::fgetc(in)) != EOF && c != '\n';) line += char(c);
+    return line;
+  }
+
+  std::string binary_;
+  ChildProcess server_;
+  std::string target_;
+};
+
+}  // namespace rdmarpc::bench
+
+#endif  // RDMARPC_TOOLS_BENCHMARKS_GRPC_CLIENTS_H_
