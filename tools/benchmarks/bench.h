@@ -200,9 +200,13 @@ int RunGrid(const Options& options, const GridOptions& grid,
 class PeerEcho {
  public:
   virtual ~PeerEcho() = default;
+  struct Result {
+    double calls_per_s = NAN;  // NaN if the client failed.
+    double p50_us = NAN;       // With one call outstanding only.
+  };
   // `k` calls of `size` bytes outstanding on one connection, for `seconds`
-  // after `warmup` seconds: calls/s, or NaN if the client failed.
-  virtual double Load(size_t size, int k, double warmup, double seconds) = 0;
+  // after `warmup` seconds.
+  virtual Result Load(size_t size, int k, double warmup, double seconds) = 0;
 };
 // "grpc" (tools/benchmarks/grpc_peer); nullptr, having said why, otherwise
 // or if it cannot start.

@@ -55,6 +55,7 @@ CpuTicks MachineTicks() {
 struct LoadResult {
   double calls_per_s = NAN;
   double cpu_us_per_call = NAN;  // Both sides: this process's CPU time.
+  double p50_us = NAN;           // The median round trip, when k is 1.
 };
 
 // `k` echo calls of `size` bytes outstanding on `channel`, each completion
@@ -71,24 +72,38 @@ LoadResult RpcLoad(rpc::Channel& channel,
     std::atomic<bool> stop{false};
     int running = 0;  // On the channel's thread only.
     std::promise<void> drained;
+    // One call outstanding: its start, and the round trips once warm (the
+    // channel's thread only; read once drained).
+    bool one = false;
+    std::atomic<bool> recording{false};
+    Clock::time_point issued;
+    std::vector<double> rtt_us;
     void Issue() {
-      channel->Call(kEcho, Payload(*arena, size), {},
-                    [this](const Status& status, Buffer response) {
-                      if (status.ok() && response.size() == size) {
-                        completed.fetch_add(1, std::memory_order_relaxed);
-                      } else {
-                        failed.fetch_add(1, std::memory_order_relaxed);
-                      }
-                      if (!stop.load(std::memory_order_relaxed)) {
-                        return Issue();
-                      }
-                      if (--running == 0) drained.set_value();
-                    });
+      if (one) issued = Clock::now();
+      channel->Call(
+          kEcho, Payload(*arena, size), {},
+          [this](const Status& status, Buffer response) {
+            if (status.ok() && response.size() == size) {
+              completed.fetch_add(1, std::memory_order_relaxed);
+              if (recording.load(std::memory_order_relaxed)) {
+                rtt_us.push_back(std::chrono::duration<double, std::micro>(
+                                     Clock::now() - issued)
+                                     .count());
+              }
+            } else {
+              failed.fetch_add(1, std::memory_order_relaxed);
+            }
+            if (!stop.load(std::memory_order_relaxed)) {
+              return Issue();
+            }
+            if (--running == 0) drained.set_value();
+          });
     }
   } load;
   load.channel = &channel;
   load.arena = &arena;
   load.size = size;
+  load.one = k == 1;
   boost::asio::post(channel.executor(), [&] {
     load.running = k;
     for (int i = 0; i < k; ++i) load.Issue();
@@ -97,7 +112,9 @@ LoadResult RpcLoad(rpc::Channel& channel,
   const uint64_t from = load.completed.load();
   const auto start = Clock::now();
   const double cpu_from = ProcessCpuSeconds();
+  load.recording = load.one;
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  load.recording = false;
   const uint64_t to = load.completed.load();
   const double cpu = ProcessCpuSeconds() - cpu_from;
   const double elapsed =
@@ -106,14 +123,16 @@ LoadResult RpcLoad(rpc::Channel& channel,
   load.drained.get_future().wait();
   errors += load.failed.load();
   const double calls = static_cast<double>(to - from);
-  return {calls / elapsed, calls > 0 ? cpu * 1e6 / calls : NAN};
+  return {calls / elapsed, calls > 0 ? cpu * 1e6 / calls : NAN,
+          load.rtt_us.empty() ? NAN : Median(load.rtt_us)};
 }
 
 struct Cell {
   size_t size = 0;
   int load = 0;
-  std::vector<double> rpc, raw, peer;  // calls/s, one per repetition
-  std::vector<double> rpc_cpu;         // rdmarpc's CPU us per call
+  std::vector<double> rpc, raw, peer;     // calls/s, one per repetition
+  std::vector<double> rpc_cpu;            // rdmarpc's CPU us per call
+  std::vector<double> rpc_p50, peer_p50;  // One outstanding: round trips.
 };
 
 std::string Rate(double calls_per_s) {
@@ -137,7 +156,12 @@ int RunGrid(const Options& options, const GridOptions& grid,
   const bool tcp = options.uri.rfind("tcp://", 0) == 0;
   std::vector<Cell> cells;
   for (size_t size : options.sizes) {
-    for (int load : grid.loads) cells.push_back({size, load, {}, {}, {}, {}});
+    for (int load : grid.loads) {
+      Cell cell;
+      cell.size = size;
+      cell.load = load;
+      cells.push_back(std::move(cell));
+    }
   }
   std::unique_ptr<PeerEcho> peer;
   if (!grid.peer.empty()) {
@@ -157,13 +181,16 @@ int RunGrid(const Options& options, const GridOptions& grid,
                                      grid.warmup, options.seconds, errors);
       cell.rpc.push_back(rpc.calls_per_s);
       cell.rpc_cpu.push_back(rpc.cpu_us_per_call);
+      cell.rpc_p50.push_back(rpc.p50_us);
       if (options.raw && tcp) {
         cell.raw.push_back(
             RawTcpLoad(cell.size, cell.load, grid.warmup, options.seconds));
       }
       if (peer) {
-        cell.peer.push_back(
-            peer->Load(cell.size, cell.load, grid.warmup, options.seconds));
+        const PeerEcho::Result other =
+            peer->Load(cell.size, cell.load, grid.warmup, options.seconds);
+        cell.peer.push_back(other.calls_per_s);
+        cell.peer_p50.push_back(other.p50_us);
       }
     }
   }
@@ -235,6 +262,26 @@ int RunGrid(const Options& options, const GridOptions& grid,
     }
   }
   std::printf("\n");
+  // One call at a time: the median of each repetition's median round trip.
+  if (!grid.peer.empty()) {
+    std::printf(
+        "| size | rdmarpc p50 us | %s p50 us | rdmarpc/%s | p50 <= %s's |\n",
+        peer_name.c_str(), peer_name.c_str(), peer_name.c_str());
+    std::printf("|---|---|---|---|---|\n");
+    for (const Cell& cell : cells) {
+      if (cell.load != 1) continue;
+      const auto finite = [](std::vector<double> v) {
+        std::erase_if(v, [](double x) { return !std::isfinite(x); });
+        return Median(std::move(v));
+      };
+      const double ours = finite(cell.rpc_p50), theirs = finite(cell.peer_p50);
+      if (!(ours <= theirs)) missed.push_back(SizeName(cell.size) + " p50");
+      std::printf("| %s | %.1f | %.1f | %s | %s |\n",
+                  SizeName(cell.size).c_str(), ours, theirs,
+                  Ratio(ours, theirs).c_str(), ours <= theirs ? "yes" : "no");
+    }
+    std::printf("\n");
+  }
   if (errors > 0) {
     std::printf("errors: %llu calls failed\n",
                 static_cast<unsigned long long>(errors));
@@ -284,6 +331,8 @@ int RunGrid(const Options& options, const GridOptions& grid,
       out << "  {\"size\": " << cell.size << ", \"outstanding\": " << cell.load
           << ", \"rdmarpc\": " << list(cell.rpc)
           << ", \"rdmarpc_cpu_us\": " << list(cell.rpc_cpu, "%.2f")
+          << ", \"rdmarpc_p50_us\": " << list(cell.rpc_p50, "%.1f") << ", \""
+          << peer_name << "_p50_us\": " << list(cell.peer_p50, "%.1f")
           << ", \"raw\": " << list(cell.raw) << ", \"" << peer_name
           << "\": " << list(cell.peer) << "}"
           << (i + 1 < cells.size() ? ",\n" : "\n");

@@ -47,15 +47,20 @@ class GrpcPeer : public PeerEcho {
     kill(server_.pid, SIGTERM);
     server_.Reap();
   }
-  double Load(size_t size, int k, double warmup, double seconds) override {
+  Result Load(size_t size, int k, double warmup, double seconds) override {
     ChildProcess client = Spawn(
         binary_, {binary_, "--target", target_, "--size", std::to_string(size),
                   "--outstanding", std::to_string(k), "--warmup",
                   std::to_string(warmup), "--seconds", std::to_string(seconds),
                   "--cpu", pin_sides ? "0" : "-1"});
+    Result result;
     const std::string rate = LineAfter(client, "calls/s ");
+    if (!rate.empty()) result.calls_per_s = std::stod(rate);
+    // Printed after the rate, with one call outstanding.
+    const std::string p50 = k == 1 ? LineAfter(client, "p50_us ") : "";
+    if (!p50.empty()) result.p50_us = std::stod(p50);
     client.Reap();
-    return rate.empty() ? NAN : std::stod(rate);
+    return result;
   }
 
  private:

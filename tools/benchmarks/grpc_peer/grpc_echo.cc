@@ -7,7 +7,8 @@
 //             [--channels N] [--warmup S] [--seconds S] [--cpu 0]
 //       K calls of B bytes outstanding, spread over N channels (1), each its
 //       own connection, for S seconds after the warm-up; prints
-//       "calls/s N" (exit 1 if any call failed)
+//       "calls/s N" (exit 1 if any call failed), and with K = 1 then
+//       "p50_us N", the median round trip
 //
 // Both sides use gRPC at its leanest: the generic callback API with raw
 // ByteBuffers (no protobuf parsing or copies; the server answers with the
@@ -28,6 +29,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -116,25 +118,39 @@ int Load(const std::string& target, size_t size, int outstanding, int channels,
   struct Call {
     grpc::ClientContext context;
     grpc::ByteBuffer response;
+    std::chrono::steady_clock::time_point start;
   };
+  // With one call outstanding, each call's round trip once warm.
+  std::atomic<bool> recording{false};
+  std::mutex mu;
+  std::vector<double> rtt_us;
   std::function<void(grpc::GenericStub*)> issue = [&](grpc::GenericStub* stub) {
     auto* call = new Call;
-    stub->UnaryCall(&call->context, kMethod, grpc::StubOptions(), &request,
-                    &call->response, [&, stub, call](grpc::Status status) {
-                      if (status.ok() && call->response.Length() == size) {
-                        completed.fetch_add(1, std::memory_order_relaxed);
-                      } else {
-                        if (failed.fetch_add(1) == 0) {
-                          std::fprintf(stderr, "grpc_echo: %s\n",
-                                       status.error_message().c_str());
-                        }
-                      }
-                      delete call;
-                      if (!stop.load(std::memory_order_relaxed)) {
-                        return issue(stub);
-                      }
-                      if (running.fetch_sub(1) == 1) drained.set_value();
-                    });
+    if (outstanding == 1) call->start = std::chrono::steady_clock::now();
+    stub->UnaryCall(
+        &call->context, kMethod, grpc::StubOptions(), &request, &call->response,
+        [&, stub, call](grpc::Status status) {
+          if (status.ok() && call->response.Length() == size) {
+            completed.fetch_add(1, std::memory_order_relaxed);
+            if (recording.load(std::memory_order_relaxed)) {
+              std::lock_guard lock(mu);
+              rtt_us.push_back(
+                  std::chrono::duration<double, std::micro>(
+                      std::chrono::steady_clock::now() - call->start)
+                      .count());
+            }
+          } else {
+            if (failed.fetch_add(1) == 0) {
+              std::fprintf(stderr, "grpc_echo: %s\n",
+                           status.error_message().c_str());
+            }
+          }
+          delete call;
+          if (!stop.load(std::memory_order_relaxed)) {
+            return issue(stub);
+          }
+          if (running.fetch_sub(1) == 1) drained.set_value();
+        });
   };
   for (int i = 0; i < outstanding; ++i) {
     issue(stubs[i % stubs.size()].get());
@@ -142,14 +158,24 @@ int Load(const std::string& target, size_t size, int outstanding, int channels,
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
   const uint64_t from = completed.load();
   const auto start = std::chrono::steady_clock::now();
+  recording = outstanding == 1;
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   const uint64_t to = completed.load();
+  recording = false;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   stop = true;
   drained.get_future().wait();
   std::printf("calls/s %.1f\n", static_cast<double>(to - from) / elapsed);
+  if (outstanding == 1) {
+    std::lock_guard lock(mu);
+    if (!rtt_us.empty()) {
+      std::nth_element(rtt_us.begin(), rtt_us.begin() + rtt_us.size() / 2,
+                       rtt_us.end());
+      std::printf("p50_us %.1f\n", rtt_us[rtt_us.size() / 2]);
+    }
+  }
   return failed.load() == 0 ? 0 : 1;
 }
 
