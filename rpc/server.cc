@@ -9,9 +9,12 @@
 
 #include "base/log.h"
 #include "naming/registration.h"
+#include "rpc/admin.h"
 #include "rpc/event_loop.h"
 #include "rpc/method_ref.h"
+#include "rpc/prometheus.h"
 #include "rpc/server_session.h"
+#include "rpc/status_page.h"
 #include "transport/factory/factory.h"
 #include "transport/uri.h"
 
@@ -144,6 +147,10 @@ class Server::Impl {
         });
     if (!listener.ok()) return listener.status();
     std::string bound = (*listener)->uri();
+    if (!options_.admin_listen.empty() && !admin_) {
+      Status started = StartAdmin();
+      if (!started.ok()) return started;
+    }
     if (!options_.register_at.empty() && !registration_) {
       Status registered = Register(bound);
       if (!registered.ok()) return registered;
@@ -165,6 +172,7 @@ class Server::Impl {
       std::lock_guard lock(mu_);
       if (shut_down_) return;
       shut_down_ = true;
+      serving_health_ = false;  // /healthz says so from now on.
       registration = std::move(registration_);
       hooks = std::move(shutdown_hooks_);
     }
@@ -222,6 +230,14 @@ class Server::Impl {
       session->Close(Status(StatusCode::kUnavailable, "server shut down"));
     }
     listeners_.clear();
+    {
+      std::unique_ptr<AdminEndpoint> admin;
+      {
+        std::lock_guard lock(mu_);
+        admin = std::move(admin_);
+      }
+      admin.reset();  // Its connections close as the workers drain.
+    }
     // From here a stream callback runs where it is posted: the workers
     // stop, and then the handler pool goes (ServerCore::stopped).
     core_->stopped = true;
@@ -314,7 +330,34 @@ class Server::Impl {
   const std::shared_ptr<Workers> workers_ = std::make_shared<Workers>();
   std::atomic<size_t> next_worker_{0};
 
+  // Starts the admin endpoint on the first worker's loop (under mu_).
+  Status StartAdmin() {
+    AdminEndpoint::Pages pages;
+    pages.metrics = [this] { return PrometheusText(*owner_); };
+    pages.status_html = [this, page = std::make_shared<StatusPage>()] {
+      return page->Render(*owner_);
+    };
+    pages.healthy = [this] { return serving_health_.load(); };
+    StatusOr<std::unique_ptr<AdminEndpoint>> admin = AdminEndpoint::Start(
+        (*workers_)[0]->context(), options_.admin_listen, std::move(pages));
+    if (!admin.ok()) return admin.status();
+    admin_ = std::move(*admin);
+    admin_uri_ = admin_->uri();
+    return Status();
+  }
+
+ public:
+  const Server* owner_ = nullptr;  // Set once by Server's constructor.
+  std::string admin_uri() const {
+    std::lock_guard lock(mu_);
+    return admin_uri_;
+  }
+
+ private:
   mutable std::mutex mu_;
+  std::unique_ptr<AdminEndpoint> admin_;  // Guarded by mu_.
+  std::string admin_uri_;                 // Guarded by mu_.
+  std::atomic<bool> serving_health_{true};
   bool serving_ = false;    // Guarded by mu_.
   bool shut_down_ = false;  // Guarded by mu_.
   std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
@@ -328,7 +371,10 @@ class Server::Impl {
 };
 
 Server::Server(ServerOptions options)
-    : impl_(std::make_unique<Impl>(std::move(options))) {}
+    : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->owner_ = this;
+}
+std::string Server::admin_uri() const { return impl_->admin_uri(); }
 Server::~Server() { impl_->Shutdown(std::chrono::milliseconds(0)); }
 void Server::RegisterService(Service* service) {
   impl_->RegisterService(service);

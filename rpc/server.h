@@ -81,6 +81,13 @@ struct ServerOptions {
   // no client can dial); Shutdown deregisters before it stops serving.
   std::string register_at;
   std::string advertise_uri;
+  // The admin endpoint (rpc/admin.h): with "http://127.0.0.1:9464" the
+  // first Listen also serves /metrics (Prometheus), /healthz and a status
+  // page over HTTP there, on the server's first event loop, until Shutdown;
+  // port 0 picks one (admin_uri()). Empty, the default: none. It shows every
+  // metric to whoever connects: bind it to loopback, or to a management
+  // network, never where clients reach.
+  std::string admin_listen;
   naming::RegistrationOptions registration;
   // Shutdown with a grace period first tells each client GOAWAY and serves
   // on until every client has answered that it sent its last request, for
@@ -137,6 +144,9 @@ class Server {
   void OnShutdown(std::function<void()> hook);
 
   ServerStats stats() const;
+  // The admin endpoint's bound URI (ServerOptions::admin_listen), once the
+  // first Listen has started it; empty otherwise.
+  std::string admin_uri() const;
 
   // Registered services, in name order.
   std::vector<const Service*> services() const;

@@ -16,7 +16,8 @@
 namespace rdmarpc::examples {
 
 // Enables rdmarpc.Introspection (so tools/rpc can list, describe, call and
-// show stats), prints "NAME listening on URI" (the bound URI) on stdout;
+// show stats), prints "NAME listening on URI" (the bound URI) on stdout, and
+// "NAME admin on URI" with an admin endpoint (ServerOptions::admin_listen);
 // returns the exit status for main().
 inline int ServeUntilSignal(rpc::Server& server, const std::string& uri,
                             const char* name) {
@@ -33,6 +34,9 @@ inline int ServeUntilSignal(rpc::Server& server, const std::string& uri,
     return 1;
   }
   std::printf("%s listening on %s\n", name, bound->c_str());
+  if (const std::string admin = server.admin_uri(); !admin.empty()) {
+    std::printf("%s admin on %s\n", name, admin.c_str());
+  }
   std::fflush(stdout);
   int signal = 0;
   sigwait(&signals, &signal);

@@ -1,4 +1,6 @@
-// The echo server: //examples/echo:server --uri URI
+// The echo server: //examples/echo:server --uri URI [--admin http://HOST:PORT]
+// (--admin: the admin endpoint, docs/admin.md: /metrics for Prometheus and a
+// status page)
 #include "examples/common/flags.h"
 #include "examples/common/serve.h"
 #include "examples/echo/echo_service.h"
@@ -7,7 +9,9 @@ int main(int argc, char** argv) {
   using namespace rdmarpc;
   const examples::Flags flags(argc, argv);
   examples::EchoImpl echo;
-  rpc::Server server;
+  rpc::ServerOptions options;
+  options.admin_listen = flags.Get("admin", "");
+  rpc::Server server(options);
   server.RegisterService(&echo);
   return examples::ServeUntilSignal(
       server, flags.Get("uri", "auto://127.0.0.1:5000"), "echo server");

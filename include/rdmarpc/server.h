@@ -7,7 +7,10 @@
 //   rdmarpc::rpc::ServerOptions   worker threads, transport options (poll
 //                                 mode, payload and memory limits), calls
 //                                 and connections allowed, where handlers
-//                                 run (rpc/executor.h), interceptors.
+//                                 run (rpc/executor.h), interceptors, and
+//                                 admin_listen: an HTTP endpoint with
+//                                 /metrics for Prometheus and a status page
+//                                 (docs/admin.md).
 //   rdmarpc::rpc::Service         a service: generated ones derive from it
 //                                 (Foo::Service, from foo.rdmarpc.h); code
 //                                 without generated stubs adds methods with

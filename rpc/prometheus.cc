@@ -1,0 +1,302 @@
+// rpc/prometheus.h: the Prometheus text exposition of a server's metrics.
+#include "rpc/prometheus.h"
+
+#include <sys/resource.h>
+
+#include <array>
+#include <charconv>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "base/process_stats.h"
+#include "rpc/metrics.h"
+
+namespace rdmarpc::rpc {
+namespace {
+
+// One family's HELP and TYPE lines.
+void Family(std::string& out, std::string_view name, std::string_view type,
+            std::string_view help) {
+  out.append("# HELP ").append(name).append(" ").append(help).append("\n");
+  out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
+}
+
+// A number as Prometheus reads it: integers exactly, others in the
+// shortest form that reads back the same (so a bucket's `le` is spelled the
+// same on every scrape).
+std::string Number(double value) {
+  std::array<char, 32> text;
+  const auto end = std::to_chars(text.data(), text.data() + text.size(), value);
+  return std::string(text.data(), end.ptr);
+}
+std::string Number(uint64_t value) { return std::to_string(value); }
+std::string Number(int64_t value) { return std::to_string(value); }
+
+template <typename T>
+void Sample(std::string& out, std::string_view name, std::string_view labels,
+            T value) {
+  out.append(name);
+  if (!labels.empty()) out.append("{").append(labels).append("}");
+  out.append(" ").append(Number(value)).append("\n");
+}
+
+std::string MethodLabels(const std::string& service,
+                         const std::string& method) {
+  return "service=\"" + PrometheusLabelValue(service) + "\",method=\"" +
+         PrometheusLabelValue(method) + "\"";
+}
+
+// One method's metrics, read once (the visit may not keep them).
+struct MethodRow {
+  std::string labels;
+  uint64_t started = 0;
+  std::array<uint64_t, MethodMetrics::kCodes> finished{};
+  uint64_t request_bytes = 0, response_bytes = 0;
+  uint64_t messages_received = 0, messages_sent = 0;
+  int64_t streams_open = 0;
+  LatencyHistogram::Snapshot latency;
+};
+
+MethodRow ReadMethod(const std::string& service, const std::string& method,
+                     const MethodMetrics& metrics) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  MethodRow row;
+  row.labels = MethodLabels(service, method);
+  row.started = metrics.started.load(relaxed);
+  for (int code = 0; code < MethodMetrics::kCodes; ++code) {
+    row.finished[code] = metrics.finished_by_code[code].load(relaxed);
+  }
+  row.request_bytes = metrics.request_bytes.load(relaxed);
+  row.response_bytes = metrics.response_bytes.load(relaxed);
+  row.messages_received = metrics.messages_received.load(relaxed);
+  row.messages_sent = metrics.messages_sent.load(relaxed);
+  row.streams_open = metrics.streams_open.load(relaxed);
+  row.latency = metrics.latency.Read();
+  return row;
+}
+
+void Methods(std::string& out, const std::vector<MethodRow>& rows) {
+  Family(out, "rdmarpc_server_calls_started_total", "counter",
+         "Calls started, per method.");
+  for (const MethodRow& row : rows) {
+    Sample(out, "rdmarpc_server_calls_started_total", row.labels, row.started);
+  }
+  Family(out, "rdmarpc_server_calls_total", "counter",
+         "Calls finished, per method and status code.");
+  for (const MethodRow& row : rows) {
+    for (int code = 0; code < MethodMetrics::kCodes; ++code) {
+      const uint64_t n = row.finished[code];
+      if (n == 0 && code != 0) continue;  // OK always; the others once seen.
+      Sample(out, "rdmarpc_server_calls_total",
+             row.labels + ",code=\"" +
+                 std::string(StatusCodeName(static_cast<StatusCode>(code))) +
+                 "\"",
+             n);
+    }
+  }
+  Family(out, "rdmarpc_server_request_bytes_total", "counter",
+         "Request payload bytes received, per method.");
+  for (const MethodRow& row : rows) {
+    Sample(out, "rdmarpc_server_request_bytes_total", row.labels,
+           row.request_bytes);
+  }
+  Family(out, "rdmarpc_server_response_bytes_total", "counter",
+         "Response payload bytes sent, per method.");
+  for (const MethodRow& row : rows) {
+    Sample(out, "rdmarpc_server_response_bytes_total", row.labels,
+           row.response_bytes);
+  }
+  Family(out, "rdmarpc_server_handling_seconds", "histogram",
+         "From a request's arrival to its response queued, per method.");
+  for (const MethodRow& row : rows) {
+    const LatencyHistogram::Snapshot& snapshot = row.latency;
+    // Cumulative, at the top of each power of two: every 8th bucket.
+    uint64_t below = 0;
+    for (int b = 0; b < LatencyHistogram::kBuckets; ++b) {
+      below += snapshot.counts[b];
+      if (b % LatencyHistogram::kSubBuckets != 0) continue;
+      Sample(out, "rdmarpc_server_handling_seconds_bucket",
+             row.labels + ",le=\"" +
+                 Number(LatencyHistogram::UpperBoundUs(b) / 1e6) + "\"",
+             below);
+    }
+    Sample(out, "rdmarpc_server_handling_seconds_bucket",
+           row.labels + ",le=\"+Inf\"", snapshot.total);
+    Sample(out, "rdmarpc_server_handling_seconds_sum", row.labels,
+           static_cast<double>(snapshot.sum_ns) / 1e9);
+    Sample(out, "rdmarpc_server_handling_seconds_count", row.labels,
+           snapshot.total);
+  }
+  Family(out, "rdmarpc_server_stream_messages_received_total", "counter",
+         "Streaming methods: messages read from clients.");
+  for (const MethodRow& row : rows) {
+    Sample(out, "rdmarpc_server_stream_messages_received_total", row.labels,
+           row.messages_received);
+  }
+  Family(out, "rdmarpc_server_stream_messages_sent_total", "counter",
+         "Streaming methods: messages written to clients.");
+  for (const MethodRow& row : rows) {
+    Sample(out, "rdmarpc_server_stream_messages_sent_total", row.labels,
+           row.messages_sent);
+  }
+  Family(out, "rdmarpc_server_streams_open", "gauge",
+         "Streaming calls open now, per method.");
+  for (const MethodRow& row : rows) {
+    Sample(out, "rdmarpc_server_streams_open", row.labels, row.streams_open);
+  }
+}
+
+void ServerTotals(std::string& out, const ServerStats& stats) {
+  Family(out, "rdmarpc_server_connections", "gauge", "Connections open now.");
+  Sample(out, "rdmarpc_server_connections", "", stats.connections);
+  Family(out, "rdmarpc_server_live_calls", "gauge",
+         "Calls started and not yet finished.");
+  Sample(out, "rdmarpc_server_live_calls", "", stats.live_calls);
+  const struct {
+    const char* name;
+    uint64_t value;
+    const char* help;
+  } counters[] = {
+      {"responses_dropped", stats.responses_dropped,
+       "Responses finished after their call's cancel or deadline."},
+      {"responses_refused", stats.responses_refused,
+       "Responses a full send queue refused (answered RESOURCE_EXHAUSTED)."},
+      {"protocol_errors", stats.protocol_errors,
+       "Connections closed for malformed input."},
+      {"unknown_method_calls", stats.unknown_method_calls,
+       "Calls of no registered method (answered UNIMPLEMENTED)."},
+      {"stream_frames_dropped", stats.stream_frames_dropped,
+       "Stream frames for no open stream."},
+      {"calls_over_limit", stats.calls_over_limit,
+       "Calls over max_calls_per_connection."},
+      {"calls_shed", stats.calls_shed,
+       "Calls over max_concurrency or a method's limit."},
+      {"connections_refused", stats.connections_refused,
+       "Connections over max_connections."},
+      {"peers_timed_out", stats.peers_timed_out,
+       "Connections closed because the client went silent (keepalive)."},
+  };
+  for (const auto& counter : counters) {
+    const std::string name =
+        std::string("rdmarpc_server_") + counter.name + "_total";
+    Family(out, name, "counter", counter.help);
+    Sample(out, name, "", counter.value);
+  }
+}
+
+// Per transport (the scheme of the connection's peer URI), the counters of
+// its open connections, summed.
+void Transports(std::string& out, const Server& server) {
+  struct Sums {
+    uint64_t connections = 0;
+    std::array<uint64_t, 12> values{};
+  };
+  static constexpr std::array<std::pair<const char*, const char*>, 12> kNames =
+      {{
+          {"frames_sent", "Frames sent."},
+          {"frames_received", "Frames received."},
+          {"sent_bytes", "Bytes sent, framing included."},
+          {"received_bytes", "Bytes received, framing included."},
+          {"write_calls", "sendmsg calls (TCP) or ibv_post_send calls (RDMA)."},
+          {"read_calls", "recv calls (TCP)."},
+          {"write_waits", "Waits for a full socket to take more (TCP)."},
+          {"inline_sends", "SENDs with their data inline (RDMA)."},
+          {"rdma_writes", "WRITE WITH IMMEDIATE transfers (RDMA)."},
+          {"credit_stalls", "Flushes held back for lack of credits (RDMA)."},
+          {"registrations", "ibv_reg_mr calls for user memory (RDMA)."},
+          {"protocol_errors", "Connections closed for a protocol error."},
+      }};
+  std::map<std::string, Sums> by_transport;
+  server.ForEachConnection([&](const transport::Connection& connection) {
+    const std::string& peer = connection.peer();
+    const size_t scheme = peer.find("://");
+    Sums& sums =
+        by_transport[scheme == std::string::npos ? std::string("unknown")
+                                                 : peer.substr(0, scheme)];
+    const transport::ConnectionStats& s = connection.stats();
+    const std::array<uint64_t, 12> values = {
+        s.frames_sent, s.frames_received, s.bytes_sent,    s.bytes_received,
+        s.write_calls, s.read_calls,      s.write_waits,   s.inline_sends,
+        s.rdma_writes, s.credit_stalls,   s.registrations, s.protocol_errors};
+    ++sums.connections;
+    for (size_t i = 0; i < values.size(); ++i) sums.values[i] += values[i];
+  });
+  Family(out, "rdmarpc_transport_connections", "gauge",
+         "Connections open now, per transport.");
+  for (const auto& [transport, sums] : by_transport) {
+    Sample(out, "rdmarpc_transport_connections",
+           "transport=\"" + PrometheusLabelValue(transport) + "\"",
+           sums.connections);
+  }
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    const std::string name =
+        std::string("rdmarpc_transport_") + kNames[i].first + "_total";
+    Family(out, name, "counter",
+           std::string(kNames[i].second) + " Summed over open connections.");
+    for (const auto& [transport, sums] : by_transport) {
+      Sample(out, name, "transport=\"" + PrometheusLabelValue(transport) + "\"",
+             sums.values[i]);
+    }
+  }
+}
+
+void Process(std::string& out) {
+  const long long rss_kib = ProcessStatusField(0, "VmRSS");
+  if (rss_kib >= 0) {
+    Family(out, "process_resident_memory_bytes", "gauge",
+           "Resident memory size in bytes.");
+    Sample(out, "process_resident_memory_bytes", "",
+           static_cast<uint64_t>(rss_kib) * 1024);
+  }
+  const long long fds = OpenFileCount(0);
+  if (fds >= 0) {
+    Family(out, "process_open_fds", "gauge", "Open file descriptors.");
+    Sample(out, "process_open_fds", "", static_cast<uint64_t>(fds));
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6;
+  };
+  Family(out, "process_cpu_seconds_total", "counter",
+         "User and system CPU time spent, in seconds.");
+  Sample(out, "process_cpu_seconds_total", "",
+         seconds(usage.ru_utime) + seconds(usage.ru_stime));
+}
+
+}  // namespace
+
+std::string PrometheusLabelValue(std::string_view value) {
+  std::string escaped;
+  escaped.reserve(value.size());
+  for (const char c : value) {
+    if (c == '\\') {
+      escaped += "\\\\";
+    } else if (c == '"') {
+      escaped += "\\\"";
+    } else if (c == '\n') {
+      escaped += "\\n";
+    } else {
+      escaped += c;
+    }
+  }
+  return escaped;
+}
+
+std::string PrometheusText(const Server& server) {
+  std::vector<MethodRow> rows;
+  server.ForEachMethod([&](const std::string& service,
+                           const std::string& method,
+                           const MethodMetrics& metrics) {
+    rows.push_back(ReadMethod(service, method, metrics));
+  });
+  std::string out;
+  Methods(out, rows);
+  ServerTotals(out, server.stats());
+  Transports(out, server);
+  Process(out);
+  return out;
+}
+
+}  // namespace rdmarpc::rpc

@@ -1,0 +1,221 @@
+// The admin endpoint (ServerOptions::admin_listen, rpc/admin.h): /metrics in
+// Prometheus's text format with exact counts, /healthz, the status page, and
+// 4xx for everything else without touching the RPC side.
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "rpc/channel.h"
+#include "rpc/prometheus.h"
+#include "rpc/server.h"
+#include "tests/test_support.h"
+#include "transport/uri.h"
+
+namespace rdmarpc::testing {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+
+struct Reply {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+tcp::endpoint EndpointOf(const std::string& uri) {
+  const auto parsed = transport::ParseUri(uri);
+  REQUIRE(parsed.ok());
+  return {asio::ip::make_address(parsed->host), parsed->port};
+}
+
+// One request on a connection of its own.
+Reply Get(const std::string& uri, const std::string& target,
+          http::verb verb = http::verb::get) {
+  asio::io_context context;
+  beast::tcp_stream stream(context);
+  stream.connect(EndpointOf(uri));
+  http::request<http::string_body> request{verb, target, 11};
+  request.set(http::field::host, "localhost");
+  http::write(stream, request);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  http::read(stream, buffer, response);
+  return {static_cast<int>(response.result_int()),
+          std::string(response[http::field::content_type]), response.body()};
+}
+
+// What the endpoint answers to `raw` bytes, up to the status line's code.
+int RawStatus(const std::string& uri, const std::string& raw) {
+  asio::io_context context;
+  tcp::socket socket(context);
+  socket.connect(EndpointOf(uri));
+  asio::write(socket, asio::buffer(raw));
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  beast::error_code error;
+  http::read(socket, buffer, response, error);
+  return error ? -1 : static_cast<int>(response.result_int());
+}
+
+// The value of the sample `name{labels}` in an exposition, or -1.
+double SampleValue(const std::string& text, const std::string& series) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(series + " ", 0) == 0) {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return -1;
+}
+
+struct AdminServer {
+  AdminServer() {
+    rpc::ServerOptions options;
+    options.admin_listen = "http://127.0.0.1:0";
+    server = std::make_unique<rpc::Server>(options);
+    server->RegisterService(&service);
+    const StatusOr<std::string> bound = server->Listen("tcp://127.0.0.1:0");
+    REQUIRE(bound.ok());
+    uri = *bound;
+    admin = server->admin_uri();
+    REQUIRE(admin.rfind("http://127.0.0.1:", 0) == 0);
+  }
+  TestService service;
+  std::unique_ptr<rpc::Server> server;
+  std::string uri, admin;
+};
+
+TEST_CASE("admin: /metrics counts every call, in Prometheus's format") {
+  AdminServer s;
+  rpc::Channel channel(s.uri);
+  for (int i = 0; i < 37; ++i) {
+    REQUIRE(CallSync(channel, "Echo", "x").status.ok());
+  }
+  for (int i = 0; i < 3; ++i) {
+    CHECK(CallSync(channel, "Fail", "5:no such thing").status.code() ==
+          StatusCode::kNotFound);
+  }
+  const Reply metrics = Get(s.admin, "/metrics");
+  REQUIRE(metrics.status == 200);
+  CHECK(metrics.content_type.find("version=0.0.4") != std::string::npos);
+  const std::string& text = metrics.body;
+  const std::string echo = "service=\"test.Test\",method=\"Echo\"";
+  CHECK(SampleValue(text, "rdmarpc_server_calls_total{" + echo +
+                              ",code=\"OK\"}") == 37);
+  CHECK(SampleValue(text, "rdmarpc_server_calls_started_total{" + echo + "}") ==
+        37);
+  CHECK(SampleValue(text,
+                    "rdmarpc_server_calls_total{service=\"test.Test\","
+                    "method=\"Fail\",code=\"NOT_FOUND\"}") == 3);
+  CHECK(SampleValue(text, "rdmarpc_server_request_bytes_total{" + echo + "}") ==
+        37);
+  CHECK(SampleValue(
+            text, "rdmarpc_server_handling_seconds_count{" + echo + "}") == 37);
+  CHECK(SampleValue(text, "rdmarpc_server_handling_seconds_bucket{" + echo +
+                              ",le=\"+Inf\"}") == 37);
+  CHECK(SampleValue(text, "rdmarpc_server_connections") == 1);
+  CHECK(SampleValue(text, "rdmarpc_transport_connections{transport=\"tcp\"}") ==
+        1);
+  CHECK(SampleValue(text, "process_open_fds") > 0);
+
+  // Buckets rise with `le` and end at the count; every family has its HELP
+  // and TYPE before its first sample; every line ends with a newline.
+  std::istringstream lines(text);
+  double previous = 0;
+  int buckets = 0;
+  std::map<std::string, int> typed;
+  std::string last_family;
+  for (std::string line; std::getline(lines, line);) {
+    REQUIRE(!line.empty());
+    if (line.rfind("# TYPE ", 0) == 0) {
+      last_family = line.substr(7, line.find(' ', 7) - 7);
+      typed[last_family]++;
+      continue;
+    }
+    if (line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    INFO(line);
+    CHECK(name.rfind(last_family, 0) == 0);  // Its family's TYPE came first.
+    if (line.rfind("rdmarpc_server_handling_seconds_bucket{" + echo, 0) == 0) {
+      const double value = std::stod(line.substr(line.rfind(' ') + 1));
+      CHECK(value >= previous);
+      previous = value;
+      ++buckets;
+    }
+  }
+  CHECK(text.back() == '\n');
+  CHECK(buckets == 38);  // 1 us .. 2^36 us, and +Inf.
+  CHECK(previous == 37);
+  for (const auto& [family, count] : typed) {
+    INFO(family);
+    CHECK(count == 1);
+  }
+  CHECK(rpc::PrometheusLabelValue("a\"b\\c\nd") == "a\\\"b\\\\c\\nd");
+}
+
+TEST_CASE("admin: /healthz and the status page") {
+  AdminServer s;
+  rpc::Channel channel(s.uri);
+  REQUIRE(CallSync(channel, "Echo", "x").status.ok());
+  const Reply health = Get(s.admin, "/healthz");
+  CHECK(health.status == 200);
+  CHECK(health.body == "ok\n");
+  const Reply page = Get(s.admin, "/");
+  CHECK(page.status == 200);
+  CHECK(page.content_type.find("text/html") != std::string::npos);
+  CHECK(page.body.find("<table id=\"methods\">") != std::string::npos);
+  CHECK(page.body.find("test.Test/Echo") != std::string::npos);
+  CHECK(page.body.find("http-equiv=\"refresh\"") != std::string::npos);
+  CHECK(page.body.find(s.uri.substr(0, 6)) != std::string::npos);  // "tcp://"
+}
+
+TEST_CASE("admin: bad requests get 4xx, and calls go on") {
+  AdminServer s;
+  rpc::Channel channel(s.uri);
+  CHECK(Get(s.admin, "/nothing").status == 404);
+  CHECK(Get(s.admin, "/metrics", http::verb::post).status == 405);
+  CHECK(RawStatus(s.admin, "hello, admin\r\n\r\n") == 400);
+  CHECK(RawStatus(s.admin,
+                  "GET / HTTP/1.1\r\nX-Big: " + std::string(16 * 1024, 'x') +
+                      "\r\n\r\n") == 431);
+  CHECK(RawStatus(s.admin,
+                  "GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello") == 413);
+  CHECK(CallSync(channel, "Echo", "still").response == "still");
+  CHECK(Get(s.admin, "/healthz").status == 200);  // And it still serves.
+  CHECK(s.server->stats().protocol_errors == 0);
+}
+
+TEST_CASE("admin: shutdown closes the endpoint") {
+  AdminServer s;
+  REQUIRE(Get(s.admin, "/healthz").status == 200);
+  s.server->Shutdown(std::chrono::milliseconds(0));
+  asio::io_context context;
+  tcp::socket socket(context);
+  beast::error_code error;
+  socket.connect(EndpointOf(s.admin), error);
+  CHECK(error == asio::error::connection_refused);
+}
+
+TEST_CASE("admin: a bad admin address fails Listen with a clear error") {
+  rpc::ServerOptions options;
+  options.admin_listen = "ftp://127.0.0.1:0";
+  rpc::Server server(options);
+  const StatusOr<std::string> bound = server.Listen("tcp://127.0.0.1:0");
+  REQUIRE(!bound.ok());
+  CHECK(bound.status().code() == StatusCode::kInvalidArgument);
+  CHECK(bound.status().message().find("http://HOST:PORT") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace rdmarpc::testing
