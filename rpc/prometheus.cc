@@ -76,37 +76,37 @@ MethodRow ReadMethod(const std::string& service, const std::string& method,
   return row;
 }
 
+// A family with one sample per method, `value` of each row.
+template <typename Value>
+void PerMethod(std::string& out, const std::vector<MethodRow>& rows,
+               std::string_view name, std::string_view type,
+               std::string_view help, Value value) {
+  Family(out, name, type, help);
+  for (const MethodRow& row : rows) Sample(out, name, row.labels, value(row));
+}
+
 void Methods(std::string& out, const std::vector<MethodRow>& rows) {
-  Family(out, "rdmarpc_server_calls_started_total", "counter",
-         "Calls started, per method.");
-  for (const MethodRow& row : rows) {
-    Sample(out, "rdmarpc_server_calls_started_total", row.labels, row.started);
-  }
+  PerMethod(out, rows, "rdmarpc_server_calls_started_total", "counter",
+            "Calls started, per method.",
+            [](const MethodRow& row) { return row.started; });
   Family(out, "rdmarpc_server_calls_total", "counter",
          "Calls finished, per method and status code.");
   for (const MethodRow& row : rows) {
     for (int code = 0; code < MethodMetrics::kCodes; ++code) {
-      const uint64_t n = row.finished[code];
-      if (n == 0 && code != 0) continue;  // OK always; the others once seen.
+      if (row.finished[code] == 0 && code != 0) continue;  // OK always.
       Sample(out, "rdmarpc_server_calls_total",
              row.labels + ",code=\"" +
                  std::string(StatusCodeName(static_cast<StatusCode>(code))) +
                  "\"",
-             n);
+             row.finished[code]);
     }
   }
-  Family(out, "rdmarpc_server_request_bytes_total", "counter",
-         "Request payload bytes received, per method.");
-  for (const MethodRow& row : rows) {
-    Sample(out, "rdmarpc_server_request_bytes_total", row.labels,
-           row.request_bytes);
-  }
-  Family(out, "rdmarpc_server_response_bytes_total", "counter",
-         "Response payload bytes sent, per method.");
-  for (const MethodRow& row : rows) {
-    Sample(out, "rdmarpc_server_response_bytes_total", row.labels,
-           row.response_bytes);
-  }
+  PerMethod(out, rows, "rdmarpc_server_request_bytes_total", "counter",
+            "Request payload bytes received, per method.",
+            [](const MethodRow& row) { return row.request_bytes; });
+  PerMethod(out, rows, "rdmarpc_server_response_bytes_total", "counter",
+            "Response payload bytes sent, per method.",
+            [](const MethodRow& row) { return row.response_bytes; });
   Family(out, "rdmarpc_server_handling_seconds", "histogram",
          "From a request's arrival to its response queued, per method.");
   for (const MethodRow& row : rows) {
@@ -128,23 +128,15 @@ void Methods(std::string& out, const std::vector<MethodRow>& rows) {
     Sample(out, "rdmarpc_server_handling_seconds_count", row.labels,
            snapshot.total);
   }
-  Family(out, "rdmarpc_server_stream_messages_received_total", "counter",
-         "Streaming methods: messages read from clients.");
-  for (const MethodRow& row : rows) {
-    Sample(out, "rdmarpc_server_stream_messages_received_total", row.labels,
-           row.messages_received);
-  }
-  Family(out, "rdmarpc_server_stream_messages_sent_total", "counter",
-         "Streaming methods: messages written to clients.");
-  for (const MethodRow& row : rows) {
-    Sample(out, "rdmarpc_server_stream_messages_sent_total", row.labels,
-           row.messages_sent);
-  }
-  Family(out, "rdmarpc_server_streams_open", "gauge",
-         "Streaming calls open now, per method.");
-  for (const MethodRow& row : rows) {
-    Sample(out, "rdmarpc_server_streams_open", row.labels, row.streams_open);
-  }
+  PerMethod(out, rows, "rdmarpc_server_stream_messages_received_total",
+            "counter", "Streaming methods: messages read from clients.",
+            [](const MethodRow& row) { return row.messages_received; });
+  PerMethod(out, rows, "rdmarpc_server_stream_messages_sent_total", "counter",
+            "Streaming methods: messages written to clients.",
+            [](const MethodRow& row) { return row.messages_sent; });
+  PerMethod(out, rows, "rdmarpc_server_streams_open", "gauge",
+            "Streaming calls open now, per method.",
+            [](const MethodRow& row) { return row.streams_open; });
 }
 
 void ServerTotals(std::string& out, const ServerStats& stats) {

@@ -22,8 +22,8 @@ using namespace std::chrono_literals;
 
 // This process's CPU time, all threads, user and system. Time the
 // hypervisor stole from this VM is not in it (the kernel's paravirtual
-// steal clock keeps it apart), so it stays a fair measure when wall-clock
-// rates swing with the host's load.
+// steal clock keeps it apart); a vCPU that runs slower while the host is
+// busy still shows, so it swings with the host's load too, if less.
 double ProcessCpuSeconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -248,8 +248,7 @@ int RunGrid(const Options& options, const GridOptions& grid,
                       100 * (1 - rpc / left), cells[i - 1].load);
         cliffs.push_back(text);
       }
-      // The same in CPU per call, which time stolen by the hypervisor does
-      // not inflate: more load must not make each call dearer.
+      // The same in CPU per call: more load must not make each call dearer.
       const double left_cpu = Median(cells[i - 1].rpc_cpu);
       if (cpu > 1.05 * left_cpu) {
         char text[160];
@@ -300,8 +299,8 @@ int RunGrid(const Options& options, const GridOptions& grid,
       "CPUCHECK no CPU cliff (CPU per call never more than 5%% above the "
       "cell to its left) %s\n",
       cpu_cliffs.empty() ? "PASSED" : "FAILED");
-  // A shared host's stolen time makes calls/s swing from one repetition to
-  // the next; CPU per call does not count it.
+  // On a shared host, calls/s swing from one repetition to the next with
+  // the time the hypervisor takes: say how much it took.
   std::printf(
       "steal: the hypervisor took %.0f%% of this machine's CPU time during "
       "the grid\n",
