@@ -66,15 +66,12 @@ void CallTable::Release(uint32_t index, ResponseCallback* done) {
   }
 }
 
-bool CallTable::Charge(uint64_t id, uint64_t bytes) {
+void CallTable::Charge(uint64_t id, uint64_t bytes) {
   Slot* slot = Find(id);
-  if (slot == nullptr || slot->charged != 0 || bytes == 0) {
-    return slot != nullptr;
-  }
+  if (slot == nullptr || slot->charged != 0 || bytes == 0) return;
   slot->charged = bytes;
   charged_bytes_ += bytes;
   ++charged_calls_;
-  return true;
 }
 
 std::optional<ResponseCallback> CallTable::Take(uint64_t id) {

@@ -61,8 +61,8 @@ class CallTable {
   // The request window (ChannelOptions::max_request_bytes_in_flight): a
   // call's request bytes count against it from Charge until the call leaves
   // the table, however it leaves. A call is charged once, when its request
-  // is sent; false if `id` is not outstanding.
-  bool Charge(uint64_t id, uint64_t bytes);
+  // is sent; nothing happens if `id` is not outstanding.
+  void Charge(uint64_t id, uint64_t bytes);
   uint64_t charged_bytes() const { return charged_bytes_; }
   uint32_t charged_calls() const { return charged_calls_; }
   // The calls outstanding. Unlike the rest, readable from any thread (a

@@ -59,9 +59,7 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
         // Calls that timed out or were cancelled while waiting stay unsent.
         if (!calls_.Contains(id)) continue;
         if (window_bytes != 0 && (!held_.empty() || !WindowAdmits())) {
-          held_bytes_ += window_bytes;
-          ++stats_.calls_held;
-          held_.push_back({id, std::move(frame), wait_for_ready, window_bytes});
+          Hold({id, std::move(frame), wait_for_ready, window_bytes});
           continue;
         }
         calls_.Charge(id, window_bytes);
@@ -175,28 +173,17 @@ void Channel::Impl::OnClose(const Status& reason) {
     std::lock_guard lock(mu_);
     connection_.reset();
     if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
-    // Requests the window held back never left either.
+    // Calls made after a GOAWAY, and requests the window held back, never
+    // left: they go on the next connection, as a call made while connecting
+    // does. The rest fail.
+    goaway_ = false;
     RequeueHeld();
-    if (goaway_) {
-      // Calls made after GOAWAY were never sent: they go on the next
-      // connection, as a call made while connecting does.
-      goaway_ = false;
-      std::vector<uint64_t> unsent;
-      for (const Waiting& waiting : waiting_) unsent.push_back(waiting.id);
-      calls_.TakeAllExcept(unsent, &failed);
-      std::erase_if(waiting_, [this](const Waiting& waiting) {
-        return !calls_.Contains(waiting.id);
-      });
-    } else {
-      // Only the requests the window held back stay, for the next
-      // connection: they never left (waiting_ holds no other when ready).
-      std::vector<uint64_t> unsent;
-      for (const Waiting& waiting : waiting_) unsent.push_back(waiting.id);
-      calls_.TakeAllExcept(unsent, &failed);
-      std::erase_if(waiting_, [this](const Waiting& waiting) {
-        return !calls_.Contains(waiting.id);
-      });
-    }
+    std::vector<uint64_t> unsent;
+    for (const Waiting& waiting : waiting_) unsent.push_back(waiting.id);
+    calls_.TakeAllExcept(unsent, &failed);
+    std::erase_if(waiting_, [this](const Waiting& waiting) {
+      return !calls_.Contains(waiting.id);
+    });
     if (!shut_down_ && state_ == ChannelState::kIdle &&
         (keep_connected_ || !waiting_.empty())) {
       state_ = ChannelState::kConnecting;

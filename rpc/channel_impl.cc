@@ -163,10 +163,7 @@ Channel::CallId Channel::Impl::Start(
       Complete(std::move(*refused), std::move(full), Buffer());
       return 0;
     }
-    held_bytes_ += window_bytes;
-    ++stats_.calls_held;
-    held_.push_back(
-        {id, request_frame(), call_options.wait_for_ready, window_bytes});
+    Hold({id, request_frame(), call_options.wait_for_ready, window_bytes});
   } else {
     waiting_.push_back(
         {id, request_frame(), call_options.wait_for_ready, window_bytes});
@@ -271,7 +268,7 @@ void Channel::Impl::EndCall(uint64_t id, const Status& why) {
   if (!held_.empty()) ReleaseHeld(&released);
   lock.unlock();
   if (ready) ready->Send(CancelFrame(id)).IgnoreError();
-  if (!released.empty()) SendReleased(ready, released);
+  if (!released.empty()) SendReleased(std::move(ready), released);
   Log().debug("{}: call {} ended by the client: {}", target_, id,
               why.ToString());
   Complete(std::move(*done), why, Buffer());
@@ -396,10 +393,8 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
     std::lock_guard lock(mu_);
     found = calls_.Take(header->call_id(), &done, &sink);
     if (!found) ++stats_.late_responses_dropped;
-    if (!held_.empty()) [[unlikely]] {
-      ReleaseHeld(&released);
-      connection = connection_;
-    }
+    if (!held_.empty()) [[unlikely]]
+      connection = ReleaseHeld(&released);
   }
   // The next requests leave before this call's callback runs.
   if (!released.empty()) SendReleased(std::move(connection), released);
@@ -461,18 +456,18 @@ void Channel::Impl::OnTimer(const boost::system::error_code& error) {
         connection_->Send(CancelFrame(entry.first)).IgnoreError();
       }
     }
-    if (!held_.empty()) {
-      ReleaseHeld(&released);
-      connection = connection_;
-    }
+    if (!held_.empty()) connection = ReleaseHeld(&released);
   }
   if (!released.empty()) SendReleased(std::move(connection), released);
   ArmTimer();
   FailAll(expired, Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
 }
 
-void Channel::Impl::ReleaseHeld(std::vector<Waiting>* out) {
-  if (state_ != ChannelState::kReady || goaway_ || !connection_) return;
+std::shared_ptr<Connection> Channel::Impl::ReleaseHeld(
+    std::vector<Waiting>* out) {
+  if (state_ != ChannelState::kReady || goaway_ || !connection_) {
+    return nullptr;
+  }
   while (!held_.empty()) {
     Waiting& next = held_.front();
     if (calls_.Contains(next.id)) {  // Else cancelled or timed out: skipped.
@@ -486,6 +481,13 @@ void Channel::Impl::ReleaseHeld(std::vector<Waiting>* out) {
   // Counted under mu_, as Start counts: no REQUEST follows the answer to a
   // GOAWAY (AnswerGoAway).
   if (!out->empty()) sending_.fetch_add(1, std::memory_order_relaxed);
+  return connection_;
+}
+
+void Channel::Impl::Hold(Waiting waiting) {
+  held_bytes_ += waiting.window_bytes;
+  ++stats_.calls_held;
+  held_.push_back(std::move(waiting));
 }
 
 void Channel::Impl::SendReleased(std::shared_ptr<Connection> connection,
@@ -508,9 +510,7 @@ void Channel::Impl::SendReleased(std::shared_ptr<Connection> connection,
 }
 
 void Channel::Impl::RequeueHeld() {
-  if (held_.empty()) return;
-  for (Waiting& waiting : waiting_) held_.push_back(std::move(waiting));
-  waiting_.assign(std::make_move_iterator(held_.begin()),
+  waiting_.insert(waiting_.begin(), std::make_move_iterator(held_.begin()),
                   std::make_move_iterator(held_.end()));
   held_.clear();
   held_bytes_ = 0;

@@ -191,8 +191,11 @@ class Channel::Impl final : public transport::ConnectionObserver,
            calls_.charged_bytes() < options_.max_request_bytes_in_flight;
   }
   // Under mu_: moves the held requests the window now admits into `*out`,
-  // charging each, and counts one in sending_ if any (see SendReleased).
-  void ReleaseHeld(std::vector<Waiting>* out);
+  // charging each, and counts one in sending_ if any (see SendReleased);
+  // returns the connection to send them on (null when not ready).
+  std::shared_ptr<transport::Connection> ReleaseHeld(std::vector<Waiting>* out);
+  // Under mu_: `waiting` waits for the request window.
+  void Hold(Waiting waiting);
   // Outside mu_: sends what ReleaseHeld gave; a call whose request the
   // connection refuses fails with the refusal.
   void SendReleased(std::shared_ptr<transport::Connection> connection,

@@ -22,8 +22,10 @@ namespace rdmarpc::rpc {
 
 class Server::Impl {
  public:
-  explicit Impl(ServerOptions options)
-      : options_(std::move(options)), core_(std::make_shared<ServerCore>()) {
+  Impl(const Server& owner, ServerOptions options)
+      : options_(std::move(options)),
+        core_(std::make_shared<ServerCore>()),
+        owner_(owner) {
     core_->max_response_size = options_.max_response_size;
     core_->max_metadata_size = options_.max_metadata_size;
     core_->interceptors = options_.interceptors;
@@ -251,6 +253,11 @@ class Server::Impl {
     sessions_.clear();
   }
 
+  std::string admin_uri() const {
+    std::lock_guard lock(mu_);
+    return admin_ ? admin_->uri() : std::string();
+  }
+
   ServerStats stats() const {
     ServerStats out;
     {
@@ -333,30 +340,21 @@ class Server::Impl {
   // Starts the admin endpoint on the first worker's loop (under mu_).
   Status StartAdmin() {
     AdminEndpoint::Pages pages;
-    pages.metrics = [this] { return PrometheusText(*owner_); };
+    pages.metrics = [this] { return PrometheusText(owner_); };
     pages.status_html = [this, page = std::make_shared<StatusPage>()] {
-      return page->Render(*owner_);
+      return page->Render(owner_);
     };
     pages.healthy = [this] { return serving_health_.load(); };
     StatusOr<std::unique_ptr<AdminEndpoint>> admin = AdminEndpoint::Start(
         (*workers_)[0]->context(), options_.admin_listen, std::move(pages));
     if (!admin.ok()) return admin.status();
     admin_ = std::move(*admin);
-    admin_uri_ = admin_->uri();
     return Status();
   }
 
- public:
-  const Server* owner_ = nullptr;  // Set once by Server's constructor.
-  std::string admin_uri() const {
-    std::lock_guard lock(mu_);
-    return admin_uri_;
-  }
-
- private:
+  const Server& owner_;  // For the admin endpoint's pages.
   mutable std::mutex mu_;
   std::unique_ptr<AdminEndpoint> admin_;  // Guarded by mu_.
-  std::string admin_uri_;                 // Guarded by mu_.
   std::atomic<bool> serving_health_{true};
   bool serving_ = false;    // Guarded by mu_.
   bool shut_down_ = false;  // Guarded by mu_.
@@ -371,9 +369,7 @@ class Server::Impl {
 };
 
 Server::Server(ServerOptions options)
-    : impl_(std::make_unique<Impl>(std::move(options))) {
-  impl_->owner_ = this;
-}
+    : impl_(std::make_unique<Impl>(*this, std::move(options))) {}
 std::string Server::admin_uri() const { return impl_->admin_uri(); }
 Server::~Server() { impl_->Shutdown(std::chrono::milliseconds(0)); }
 void Server::RegisterService(Service* service) {

@@ -144,8 +144,8 @@ class Server {
   void OnShutdown(std::function<void()> hook);
 
   ServerStats stats() const;
-  // The admin endpoint's bound URI (ServerOptions::admin_listen), once the
-  // first Listen has started it; empty otherwise.
+  // The admin endpoint's bound URI (ServerOptions::admin_listen), from the
+  // first Listen until Shutdown; empty otherwise.
   std::string admin_uri() const;
 
   // Registered services, in name order.
