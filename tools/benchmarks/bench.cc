@@ -173,7 +173,6 @@ int Run(int argc, char** argv) {
   }
   grid_options.reps = static_cast<int>(flags.GetInt("reps", grid_options.reps));
   grid_options.peer = flags.Get("peer", "");
-  grid_options.self = argv[0];
   const std::string poll = flags.Get("poll", "event");
   options.poll = PollModeOrExit(poll, "bench");
   options.raw = flags.GetInt("raw", 1) != 0;

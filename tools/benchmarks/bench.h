@@ -186,7 +186,6 @@ struct GridOptions {
   int reps = 3;         // Interleaved repetitions of every cell.
   double warmup = 0.3;  // Seconds of each cell not counted.
   std::string peer;     // "grpc": gRPC C++'s echo beside each cell.
-  std::string self;     // argv[0]: the peer's binary lies beside it.
 };
 
 // Every size x load cell for rdmarpc (one connection), the raw socket pair
@@ -210,8 +209,9 @@ class PeerEcho {
 };
 // "grpc" (tools/benchmarks/grpc_peer); nullptr, having said why, otherwise
 // or if it cannot start.
-std::unique_ptr<PeerEcho> StartPeer(const std::string& name,
-                                    const std::string& self);
+// (tools/benchmarks/grpc_clients.h starts its server, pinned to CPU 1 when
+// the sides are pinned).
+std::unique_ptr<PeerEcho> StartPeer(const std::string& name);
 
 // ---- The report (report.cc).
 

@@ -165,7 +165,7 @@ int RunGrid(const Options& options, const GridOptions& grid,
   }
   std::unique_ptr<PeerEcho> peer;
   if (!grid.peer.empty()) {
-    peer = StartPeer(grid.peer, grid.self);
+    peer = StartPeer(grid.peer);
     if (!peer) return 1;
   }
   uint64_t errors = 0;

@@ -24,8 +24,9 @@ namespace rdmarpc::bench {
 
 class GrpcClients {
  public:
-  // Starts the gRPC echo server; nullptr, having said why, if it cannot.
-  static std::unique_ptr<GrpcClients> Start() {
+  // Starts the gRPC echo server, pinned to `cpu` (-1: not pinned); nullptr,
+  // having said why, if it cannot.
+  static std::unique_ptr<GrpcClients> Start(int cpu = -1) {
     auto peer = std::unique_ptr<GrpcClients>(new GrpcClients);
     peer->binary_ =
         (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
@@ -37,12 +38,13 @@ class GrpcClients {
       return nullptr;
     }
     peer->server_ =
-        Spawn(peer->binary_, {peer->binary_, "--serve", "127.0.0.1:0"});
+        Spawn(peer->binary_, {peer->binary_, "--serve", "127.0.0.1:0", "--cpu",
+                              std::to_string(cpu)});
     const std::string said = ReadLine(peer->server_.out);
     const std::string key = "listening on port ";
     if (said.rfind(key, 0) != 0) {
       std::fprintf(stderr, "the gRPC echo server said '%s'\n", said.c_str());
-      return nullptr;
+      return nullptr;  // The destructor stops it.
     }
     peer->target_ = "127.0.0.1:" + said.substr(key.size());
     return peer;
@@ -51,6 +53,9 @@ class GrpcClients {
     if (server_.pid > 0) kill(server_.pid, SIGTERM);
     server_.Reap();
   }
+
+  const std::string& binary() const { return binary_; }  // grpc_echo
+  const std::string& target() const { return target_; }  // HOST:PORT
 
   // `connections` over min(connections, processes) client processes, with
   // `outstanding` calls of `size` bytes in all, spread as the scale
