@@ -129,6 +129,7 @@ Status SlotPool::Grow(ibv_pd* pd, const char* what) {
   }
   chunks_.push_back(std::move(*chunk));
   size_ += slots_per_chunk_;
+  NotePoolGrowth(1);
   return Status();
 }
 

@@ -121,6 +121,7 @@ Status GrantPool::Grow(int size_class, uint64_t max_pooled_bytes) {
   }
   registered_ += chunk_size;
   chunks_.emplace(chunk->memory, std::move(chunk));
+  NotePoolGrowth(blocks);
   return Status();
 }
 

@@ -22,6 +22,8 @@ namespace {
 std::atomic<uint64_t> live_registered_bytes{0};
 std::atomic<uint64_t> registration_calls{0};
 std::atomic<uint64_t> pooled_bytes{0};
+std::atomic<uint64_t> pool_growths{0};
+std::atomic<uint64_t> pool_growth_registrations{0};
 
 }  // namespace
 
@@ -62,6 +64,17 @@ Status ChargePooledBytes(uint64_t bytes, uint64_t cap, std::string_view what) {
 
 void UnchargePooledBytes(uint64_t bytes) {
   pooled_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void NotePoolGrowth(uint64_t registrations) {
+  pool_growths.fetch_add(1, std::memory_order_relaxed);
+  pool_growth_registrations.fetch_add(registrations, std::memory_order_relaxed);
+}
+
+uint64_t PoolGrowths() { return pool_growths.load(std::memory_order_relaxed); }
+
+uint64_t PoolGrowthRegistrations() {
+  return pool_growth_registrations.load(std::memory_order_relaxed);
 }
 
 uint64_t LiveRegisteredBytes() {

@@ -80,6 +80,13 @@ uint64_t PooledRegisteredBytes();
 // TransportOptions::rdma_max_pool_bytes.
 Status ChargePooledBytes(uint64_t bytes, uint64_t cap, std::string_view what);
 void UnchargePooledBytes(uint64_t bytes);
+// Pools grown by a chunk, and the ibv_reg_mr calls those growths made (a
+// grant-pool chunk registers a region per block): the registrations that
+// serve many frames, apart from any one frame's own. Pools call
+// NotePoolGrowth once a chunk is registered.
+void NotePoolGrowth(uint64_t registrations);
+uint64_t PoolGrowths();
+uint64_t PoolGrowthRegistrations();
 
 // The bytes this process may register (pin), when it is limited: its
 // RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK or the limit is infinite. Read
