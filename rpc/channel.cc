@@ -6,6 +6,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <future>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -33,7 +35,23 @@ void CloseRunnerLater(std::shared_ptr<CallbackRunner> runner) {
   if (!runner->enabled()) return;
   std::thread([runner = std::move(runner)] { runner->Close(); }).detach();
 }
+
+// Every Channel alive (ForEachChannel): one lock per channel made or
+// destroyed, none per call.
+std::mutex& ChannelsMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::set<const Channel*>& LiveChannels() {
+  static auto* channels = new std::set<const Channel*>();  // Never destroyed.
+  return *channels;
+}
 }  // namespace
+
+void ForEachChannel(const std::function<void(const Channel&)>& visit) {
+  std::lock_guard lock(ChannelsMutex());
+  for (const Channel* channel : LiveChannels()) visit(*channel);
+}
 
 Channel::Channel(std::string target, ChannelOptions options)
     : pool_(NeedsOwnLoop(options) ? nullptr : ClientLoops::Shared()),
@@ -76,6 +94,8 @@ Channel::Channel(std::string target, ChannelOptions options)
                        std::move(request), options, std::move(done));
         });
   }
+  std::lock_guard lock(ChannelsMutex());
+  LiveChannels().insert(this);
 }
 
 const std::shared_ptr<CallbackRunner>& Channel::runner() const {
@@ -83,6 +103,11 @@ const std::shared_ptr<CallbackRunner>& Channel::runner() const {
 }
 
 Channel::~Channel() {
+  {
+    // First: no visitor sees the channel from here on.
+    std::lock_guard lock(ChannelsMutex());
+    LiveChannels().erase(this);
+  }
   std::vector<CallTable::Entry> orphans;
   if (retrier_) retrier_->Shutdown(&orphans);
   if (cluster_) {

@@ -34,6 +34,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -251,6 +252,12 @@ class Channel {
   std::shared_ptr<Retrier> retrier_;
   bool routed_ = false;  // A cluster, or retries: calls go by CallRouted.
 };
+
+// Calls `visit` with every Channel alive in this process (for metrics:
+// rpc/prometheus.h), under a lock that Channels' constructors and
+// destructors take too: each is alive while visited. `visit` must not make
+// or destroy a Channel.
+void ForEachChannel(const std::function<void(const Channel&)>& visit);
 
 }  // namespace rdmarpc::rpc
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/process_stats.h"
+#include "rpc/client_metrics.h"
 #include "rpc/metrics.h"
 
 namespace rdmarpc::rpc {
@@ -200,19 +201,14 @@ void Transports(std::string& out, const Server& server) {
           {"protocol_errors", "Connections closed for a protocol error."},
       }};
   std::map<std::string, Sums> by_transport;
-  server.ForEachConnection([&](const transport::Connection& connection) {
-    const std::string& peer = connection.peer();
-    const size_t scheme = peer.find("://");
-    Sums& sums =
-        by_transport[scheme == std::string::npos ? std::string("unknown")
-                                                 : peer.substr(0, scheme)];
-    const transport::ConnectionStats& s = connection.stats();
-    const std::array<uint64_t, 12> values = {
-        s.frames_sent, s.frames_received, s.bytes_sent,    s.bytes_received,
-        s.write_calls, s.read_calls,      s.write_waits,   s.inline_sends,
-        s.rdma_writes, s.credit_stalls,   s.registrations, s.protocol_errors};
-    ++sums.connections;
-    for (size_t i = 0; i < values.size(); ++i) sums.values[i] += values[i];
+  server.ForEachTransport([&](const std::string& transport, uint64_t open,
+                              const transport::ConnectionStats& s) {
+    Sums& sums = by_transport[transport];
+    sums.connections = open;
+    sums.values = {s.frames_sent,    s.frames_received, s.bytes_sent,
+                   s.bytes_received, s.write_calls,     s.read_calls,
+                   s.write_waits,    s.inline_sends,    s.rdma_writes,
+                   s.credit_stalls,  s.registrations,   s.protocol_errors};
   });
   Family(out, "rdmarpc_transport_connections", "gauge",
          "Connections open now, per transport.");
@@ -225,7 +221,8 @@ void Transports(std::string& out, const Server& server) {
     const std::string name =
         std::string("rdmarpc_transport_") + kNames[i].first + "_total";
     Family(out, name, "counter",
-           std::string(kNames[i].second) + " Summed over open connections.");
+           std::string(kNames[i].second) +
+               " Summed over every connection the server has had.");
     for (const auto& [transport, sums] : by_transport) {
       Sample(out, name, "transport=\"" + PrometheusLabelValue(transport) + "\"",
              sums.values[i]);
@@ -255,6 +252,61 @@ void Process(std::string& out) {
          "User and system CPU time spent, in seconds.");
   Sample(out, "process_cpu_seconds_total", "",
          seconds(usage.ru_utime) + seconds(usage.ru_stime));
+}
+
+// This process's channels, per target (rpc/client_metrics.h).
+void Clients(std::string& out) {
+  const std::vector<ClientTargetMetrics> targets = ReadClientMetrics();
+  if (targets.empty()) return;
+  std::vector<std::string> labels;
+  for (const ClientTargetMetrics& t : targets) {
+    labels.push_back("target=\"" + PrometheusLabelValue(t.target) + "\"");
+  }
+  const auto family = [&](std::string_view name, std::string_view type,
+                          std::string_view help, auto value) {
+    Family(out, name, type, help);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      Sample(out, name, labels[i], static_cast<uint64_t>(value(targets[i])));
+    }
+  };
+  using T = const ClientTargetMetrics&;
+  family("rdmarpc_client_channels", "gauge", "Channels open to the target.",
+         [](T t) { return t.channels; });
+  family("rdmarpc_client_calls_outstanding", "gauge",
+         "Calls started and not yet completed.",
+         [](T t) { return t.stats.outstanding_calls; });
+  family("rdmarpc_client_connects_total", "counter",
+         "Connections made (the first, and each reconnect).",
+         [](T t) { return t.stats.connects; });
+  family("rdmarpc_client_connect_failures_total", "counter",
+         "Connection attempts that failed.",
+         [](T t) { return t.stats.connect_failures; });
+  family("rdmarpc_client_retries_total", "counter",
+         "Attempts sent again by a retry policy.",
+         [](T t) { return t.stats.retries; });
+  family("rdmarpc_client_hedges_total", "counter", "Hedged attempts sent.",
+         [](T t) { return t.stats.hedges; });
+  family("rdmarpc_client_retries_throttled_total", "counter",
+         "Retries and hedges the retry budget refused.",
+         [](T t) { return t.stats.retries_throttled; });
+  family("rdmarpc_client_late_responses_dropped_total", "counter",
+         "Responses that arrived after their call had completed.",
+         [](T t) { return t.stats.late_responses_dropped; });
+  family("rdmarpc_client_calls_held_total", "counter",
+         "Calls that waited for the request window before being sent.",
+         [](T t) { return t.stats.calls_held; });
+  family("rdmarpc_client_endpoints", "gauge",
+         "A cluster's endpoints now (0 for one server).",
+         [](T t) { return t.endpoints; });
+  family("rdmarpc_client_endpoints_ready", "gauge",
+         "A cluster's endpoints connected now.",
+         [](T t) { return t.endpoints_ready; });
+  family("rdmarpc_client_endpoints_ejected", "gauge",
+         "A cluster's endpoints ejected now by outlier detection.",
+         [](T t) { return t.endpoints_ejected; });
+  family("rdmarpc_client_ejections_total", "counter",
+         "Ejections of the cluster's endpoints now.",
+         [](T t) { return t.ejections; });
 }
 
 }  // namespace
@@ -287,6 +339,14 @@ std::string PrometheusText(const Server& server) {
   Methods(out, rows);
   ServerTotals(out, server.stats());
   Transports(out, server);
+  Clients(out);
+  Process(out);
+  return out;
+}
+
+std::string PrometheusClientText() {
+  std::string out;
+  Clients(out);
   Process(out);
   return out;
 }

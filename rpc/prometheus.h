@@ -8,10 +8,13 @@
 //       request's arrival to its response queued, buckets at each power of
 //       two from 1 us (rpc/metrics.h keeps 8 per power; these are exact)
 //   rdmarpc_server_{connections,live_calls}             gauges
-//   rdmarpc_server_<event>_total                         counters of
-//   ServerStats rdmarpc_transport_<counter>_total{transport}        counters
-//   summed over
-//       the open connections of each transport (tcp, rdma)
+//   rdmarpc_server_<event>_total                        ServerStats' counters
+//   rdmarpc_transport_<counter>_total{transport}        counters summed over
+//       every connection the server has had, per transport (tcp, rdma)
+//   rdmarpc_client_<...>{target}                        this process's
+//       Channels, summed per target (rpc/client_metrics.h): calls
+//       outstanding, connects, retries, hedges, budget refusals, a
+//       cluster's endpoints and ejections
 //   process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total
 //
 // Names and labels follow Prometheus's conventions: base units (seconds,
@@ -26,8 +29,11 @@
 
 namespace rdmarpc::rpc {
 
-// The exposition of `server`'s metrics, and of this process.
+// The exposition of `server`'s metrics, and of this process's.
 std::string PrometheusText(const Server& server);
+// Those of this process only (its channels, its gauges): a client's
+// (rpc/client_admin.h).
+std::string PrometheusClientText();
 
 // `value` escaped for a label value: backslash, double quote and newline.
 std::string PrometheusLabelValue(std::string_view value);

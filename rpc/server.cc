@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <boost/asio/post.hpp>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -19,6 +20,17 @@
 #include "transport/uri.h"
 
 namespace rdmarpc::rpc {
+namespace {
+
+// "tcp" or "rdma": the scheme of a connection's peer URI.
+std::string TransportOf(const transport::Connection& connection) {
+  const std::string& peer = connection.peer();
+  const size_t scheme = peer.find("://");
+  return scheme == std::string::npos ? std::string("unknown")
+                                     : peer.substr(0, scheme);
+}
+
+}  // namespace
 
 class Server::Impl {
  public:
@@ -117,6 +129,34 @@ class Server::Impl {
       sessions.assign(sessions_.begin(), sessions_.end());
     }
     for (const auto& session : sessions) visit(session->connection());
+  }
+
+  void ForEachTransport(
+      const std::function<void(const std::string&, uint64_t,
+                               const transport::ConnectionStats&)>& visit)
+      const {
+    struct Totals {
+      uint64_t open = 0;
+      transport::ConnectionStats stats;
+    };
+    std::map<std::string, Totals> totals;
+    std::vector<std::shared_ptr<ServerSession>> sessions;
+    {
+      // Both under one lock: a connection is counted open or closed, once.
+      std::lock_guard lock(mu_);
+      sessions.assign(sessions_.begin(), sessions_.end());
+      for (const auto& [transport, stats] : closed_totals_) {
+        totals[transport].stats.Add(stats);
+      }
+    }
+    for (const auto& session : sessions) {
+      Totals& sum = totals[TransportOf(session->connection())];
+      ++sum.open;
+      sum.stats.Add(session->connection().stats());
+    }
+    for (const auto& [transport, sum] : totals) {
+      visit(transport, sum.open, sum.stats);
+    }
   }
 
   StatusOr<std::string> Listen(std::string_view uri) {
@@ -258,6 +298,8 @@ class Server::Impl {
     return admin_ ? admin_->uri() : std::string();
   }
 
+  const ServerOptions& options() const { return options_; }
+
   ServerStats stats() const {
     ServerStats out;
     {
@@ -304,7 +346,12 @@ class Server::Impl {
     }
     session->SetOnClosed([this, weak = std::weak_ptr(session)] {
       std::lock_guard lock(mu_);
-      if (auto s = weak.lock()) sessions_.erase(s);
+      if (auto s = weak.lock()) {
+        // Its counts stay in the transport's totals (ForEachTransport).
+        closed_totals_[TransportOf(s->connection())].Add(
+            s->connection().stats());
+        sessions_.erase(s);
+      }
     });
     session->Start();
   }
@@ -362,7 +409,9 @@ class Server::Impl {
   std::unique_ptr<naming::Registration> registration_;           // Guarded.
   std::vector<std::function<void()>> shutdown_hooks_;            // Guarded.
   std::set<std::shared_ptr<ServerSession>> sessions_;            // Guarded.
-  std::vector<std::unique_ptr<Service>> owned_services_;         // Guarded.
+  // Per transport, the counters of the connections closed (ForEachTransport).
+  std::map<std::string, transport::ConnectionStats> closed_totals_;  // Guarded.
+  std::vector<std::unique_ptr<Service>> owned_services_;             // Guarded.
   // Destroyed first: it runs the handlers given to it and waits for them,
   // while the services they belong to still exist.
   std::unique_ptr<ThreadPool> handler_pool_;
@@ -389,6 +438,8 @@ void Server::RegisterService(std::unique_ptr<Service> service) {
   impl_->RegisterService(raw, std::move(service));
 }
 ServerStats Server::stats() const { return impl_->stats(); }
+
+const ServerOptions& Server::options() const { return impl_->options(); }
 std::vector<const Service*> Server::services() const {
   return impl_->services();
 }
@@ -400,6 +451,12 @@ void Server::ForEachMethod(
 void Server::ForEachConnection(
     const std::function<void(const transport::Connection&)>& visit) const {
   impl_->ForEachConnection(visit);
+}
+
+void Server::ForEachTransport(
+    const std::function<void(const std::string&, uint64_t,
+                             const transport::ConnectionStats&)>& visit) const {
+  impl_->ForEachTransport(visit);
 }
 
 }  // namespace rdmarpc::rpc

@@ -144,6 +144,8 @@ class Server {
   void OnShutdown(std::function<void()> hook);
 
   ServerStats stats() const;
+  // The options the server was made with.
+  const ServerOptions& options() const;
   // The admin endpoint's bound URI (ServerOptions::admin_listen), from the
   // first Listen until Shutdown; empty otherwise.
   std::string admin_uri() const;
@@ -157,6 +159,13 @@ class Server {
   // Each open connection, with its peer URI and transport counters.
   void ForEachConnection(
       const std::function<void(const transport::Connection&)>& visit) const;
+  // Per transport ("tcp", "rdma"): the connections open now, and the
+  // counters of every connection the server has had, closed ones included,
+  // so that each only grows (as a Prometheus counter must).
+  void ForEachTransport(
+      const std::function<void(const std::string& transport, uint64_t open,
+                               const transport::ConnectionStats& totals)>&
+          visit) const;
 
  private:
   class Impl;

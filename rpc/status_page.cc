@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "rpc/client_metrics.h"
 #include "rpc/metrics.h"
 
 namespace rdmarpc::rpc {
@@ -15,19 +16,66 @@ std::string Format(const char* format, double value) {
   return text;
 }
 
-constexpr char kHead[] = R"(<!DOCTYPE html>
+// The page's head, for "rdmarpc server" or "rdmarpc client".
+std::string Head(std::string_view title) {
+  return R"(<!DOCTYPE html>
 <html><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
-<title>rdmarpc server</title>
+<title>)" +
+         std::string(title) +
+         R"(</title>
 <style>
 body { font-family: sans-serif; margin: 1.5em; }
 table { border-collapse: collapse; margin-bottom: 1.5em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #eee; } td.name { text-align: left; font-family: monospace; }
 </style></head><body>
-<h1>rdmarpc server</h1>
+<h1>)" + std::string(title) +
+         R"(</h1>
 <p>Refreshes every 5 s. Prometheus: <a href="/metrics">/metrics</a>;
 health: <a href="/healthz">/healthz</a>.</p>
 )";
+}
+
+// This process's channels, per target (rpc/client_metrics.h).
+void Channels(std::string& out) {
+  const std::vector<ClientTargetMetrics> targets = ReadClientMetrics();
+  out +=
+      "<h2>Channels</h2>\n<table id=\"channels\"><tr><th>target</th>"
+      "<th>channels</th><th>outstanding</th><th>connects</th>"
+      "<th>connect failures</th><th>retries</th><th>hedges</th>"
+      "<th>budget refusals</th><th>endpoints ready</th><th>ejected</th>"
+      "</tr>\n";
+  for (const ClientTargetMetrics& t : targets) {
+    out += "<tr><td class=\"name\">" + HtmlEscape(t.target) + "</td>";
+    for (const uint64_t value :
+         {t.channels, t.stats.outstanding_calls, t.stats.connects,
+          t.stats.connect_failures, t.stats.retries, t.stats.hedges,
+          t.stats.retries_throttled}) {
+      out += "<td>" + std::to_string(value) + "</td>";
+    }
+    out += "<td>" + std::to_string(t.endpoints_ready) + " of " +
+           std::to_string(t.endpoints) + "</td><td>" +
+           std::to_string(t.endpoints_ejected) + "</td></tr>\n";
+  }
+  out += "</table>\n";
+}
+
+// The counters shown for a connection, or summed for a transport.
+constexpr char kCounterHeads[] =
+    "<th>frames in</th><th>frames out</th><th>bytes in</th><th>bytes out</th>"
+    "<th>writes</th><th>reads</th><th>inline sends</th><th>RDMA writes</th>"
+    "<th>credit stalls</th>";
+
+std::string CounterCells(const transport::ConnectionStats& s) {
+  std::string out;
+  for (const uint64_t value :
+       {s.frames_received.load(), s.frames_sent.load(), s.bytes_received.load(),
+        s.bytes_sent.load(), s.write_calls.load(), s.read_calls.load(),
+        s.inline_sends.load(), s.rdma_writes.load(), s.credit_stalls.load()}) {
+    out += "<td>" + std::to_string(value) + "</td>";
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -65,7 +113,7 @@ std::string StatusPage::Render(const Server& server) {
           ? 0
           : std::chrono::duration<double>(now - last_time_).count();
   last_time_ = now;
-  std::string out = kHead;
+  std::string out = Head("rdmarpc server");
 
   out +=
       "<h2>Methods</h2>\n<table id=\"methods\"><tr><th>method</th>"
@@ -117,20 +165,68 @@ std::string StatusPage::Render(const Server& server) {
   out += "</table>\n";
 
   out +=
-      "<h2>Connections</h2>\n<table id=\"connections\"><tr><th>peer</th>"
-      "<th>frames in</th><th>frames out</th><th>bytes in</th>"
-      "<th>bytes out</th><th>writes</th><th>reads</th></tr>\n";
-  server.ForEachConnection([&](const transport::Connection& connection) {
-    const transport::ConnectionStats& s = connection.stats();
-    out += "<tr><td class=\"name\">" + HtmlEscape(connection.peer()) +
-           "</td><td>" + std::to_string(s.frames_received) + "</td><td>" +
-           std::to_string(s.frames_sent) + "</td><td>" +
-           std::to_string(s.bytes_received) + "</td><td>" +
-           std::to_string(s.bytes_sent) + "</td><td>" +
-           std::to_string(s.write_calls) + "</td><td>" +
-           std::to_string(s.read_calls) + "</td></tr>\n";
+      "<h2>Transports</h2>\n<table id=\"transports\"><caption>Summed over "
+      "every connection the server has had, closed ones included</caption>"
+      "<tr><th>transport</th><th>open</th>" +
+      std::string(kCounterHeads) + "</tr>\n";
+  server.ForEachTransport([&](const std::string& transport, uint64_t open,
+                              const transport::ConnectionStats& s) {
+    out += "<tr><td class=\"name\">" + HtmlEscape(transport) + "</td><td>" +
+           std::to_string(open) + "</td>" + CounterCells(s) + "</tr>\n";
   });
-  out += "</table>\n</body></html>\n";
+  out += "</table>\n";
+
+  out += "<h2>Connections</h2>\n<table id=\"connections\"><tr><th>peer</th>" +
+         std::string(kCounterHeads) + "</tr>\n";
+  server.ForEachConnection([&](const transport::Connection& connection) {
+    out += "<tr><td class=\"name\">" + HtmlEscape(connection.peer()) + "</td>" +
+           CounterCells(connection.stats()) + "</tr>\n";
+  });
+  out += "</table>\n";
+
+  const ServerOptions& options = server.options();
+  out += "<h2>Options</h2>\n<table id=\"options\">\n";
+  const auto limit = [](uint64_t value) {
+    return value == 0 ? std::string("no limit") : std::to_string(value);
+  };
+  const auto ms = [](std::chrono::milliseconds value) {
+    return std::to_string(value.count()) + " ms";
+  };
+  const std::pair<const char*, std::string> settings[] = {
+      {"workers", std::to_string(options.workers)},
+      {"handler threads", std::to_string(options.handler_threads)},
+      {"max concurrency", limit(options.max_concurrency)},
+      {"methods with their own limit",
+       std::to_string(options.method_max_concurrency.size())},
+      {"max connections", limit(options.max_connections)},
+      {"max calls per connection", limit(options.max_calls_per_connection)},
+      {"max request payload bytes",
+       std::to_string(options.transport.max_payload_size)},
+      {"max response bytes", std::to_string(options.max_response_size)},
+      {"max metadata bytes", std::to_string(options.max_metadata_size)},
+      {"max queued bytes per connection",
+       std::to_string(options.transport.max_queued_bytes)},
+      {"keepalive interval", ms(options.transport.keepalive_interval)},
+      {"keepalive timeout", ms(options.transport.keepalive_timeout)},
+      {"interceptors", std::to_string(options.interceptors.size())},
+      {"registered at",
+       options.register_at.empty() ? std::string("-") : options.register_at},
+      {"metrics", options.enable_metrics ? "on" : "off"},
+  };
+  for (const auto& [name, value] : settings) {
+    out += "<tr><td class=\"name\">" + std::string(name) + "</td><td>" +
+           HtmlEscape(value) + "</td></tr>\n";
+  }
+  out += "</table>\n";
+  Channels(out);
+  out += "</body></html>\n";
+  return out;
+}
+
+std::string StatusPage::RenderClient() {
+  std::string out = Head("rdmarpc client");
+  Channels(out);
+  out += "</body></html>\n";
   return out;
 }
 

@@ -1,7 +1,8 @@
 // The admin endpoint's status page (GET /, rpc/admin.h): plain HTML that
 // refreshes itself every few seconds. Services and methods with their calls,
 // errors, rate since the page was last made and p50/p99; the server's
-// totals; each open connection with its transport, peer and counters.
+// totals; each transport's counters; each open connection with its peer
+// and counters; the server's options; this process's channels.
 #ifndef RDMARPC_RPC_STATUS_PAGE_H_
 #define RDMARPC_RPC_STATUS_PAGE_H_
 
@@ -18,6 +19,9 @@ class StatusPage {
   // The page for `server` now. Not thread-safe: it keeps the last counts to
   // give rates (the admin endpoint calls it under its lock).
   std::string Render(const Server& server);
+  // The page of a process that is only a client (rpc/client_admin.h): its
+  // channels.
+  std::string RenderClient();
 
  private:
   std::map<std::string, uint64_t> last_calls_;  // Per "service/method".

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rpc/channel.h"
+#include "rpc/client_admin.h"
 #include "rpc/prometheus.h"
 #include "rpc/server.h"
 #include "tests/test_support.h"
@@ -164,6 +165,102 @@ TEST_CASE("admin: /metrics counts every call, in Prometheus's format") {
   CHECK(rpc::PrometheusLabelValue("a\"b\\c\nd") == "a\\\"b\\\\c\\nd");
 }
 
+// A connection that closes keeps its counts in the transport's counters:
+// summed over open connections alone, they would fall when a client leaves,
+// which Prometheus takes for a restart of the process.
+TEST_CASE("admin: transport counters keep closed connections' counts") {
+  AdminServer s;
+  const std::string frames =
+      "rdmarpc_transport_frames_received_total{transport=\"tcp\"}";
+  const std::string open = "rdmarpc_transport_connections{transport=\"tcp\"}";
+  double before_close = 0;
+  {
+    rpc::Channel channel(s.uri);
+    for (int i = 0; i < 5; ++i) {
+      REQUIRE(CallSync(channel, "Echo", "x").status.ok());
+    }
+    const std::string text = Get(s.admin, "/metrics").body;
+    before_close = SampleValue(text, frames);
+    CHECK(before_close >= 5);
+    CHECK(SampleValue(text, open) == 1);
+  }
+  // The server learns of the close on its loop.
+  REQUIRE(WaitFor(
+      [&] { return SampleValue(Get(s.admin, "/metrics").body, open) == 0; }));
+  std::string text = Get(s.admin, "/metrics").body;
+  CHECK(SampleValue(text, frames) >= before_close);
+  rpc::Channel again(s.uri);
+  REQUIRE(CallSync(again, "Echo", "x").status.ok());
+  text = Get(s.admin, "/metrics").body;
+  CHECK(SampleValue(text, open) == 1);
+  CHECK(SampleValue(text, frames) >= before_close + 1);
+}
+
+// A process's channels, summed per target, on the server's endpoint too.
+TEST_CASE("admin: /metrics shows this process's channels") {
+  AdminServer s;
+  rpc::Channel one(s.uri), two(s.uri);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(CallSync(one, "Echo", "x").status.ok());
+    REQUIRE(CallSync(two, "Echo", "x").status.ok());
+  }
+  // A cluster of the server and an address where nothing listens.
+  const std::string dead = "tcp://127.0.0.1:1";
+  rpc::Channel cluster("list://" + s.uri + "," + dead);
+  REQUIRE(CallSync(cluster, "Echo", "x").status.ok());
+  const std::string text = Get(s.admin, "/metrics").body;
+  const std::string server = "{target=\"" + s.uri + "\"}";
+  CHECK(SampleValue(text, "rdmarpc_client_channels" + server) == 2);
+  CHECK(SampleValue(text, "rdmarpc_client_connects_total" + server) == 2);
+  CHECK(SampleValue(text, "rdmarpc_client_calls_outstanding" + server) == 0);
+  const std::string list =
+      "{target=\"" + rpc::PrometheusLabelValue(cluster.target()) + "\"}";
+  CHECK(SampleValue(text, "rdmarpc_client_channels" + list) == 1);
+  CHECK(SampleValue(text, "rdmarpc_client_endpoints" + list) == 2);
+  CHECK(SampleValue(text, "rdmarpc_client_endpoints_ready" + list) == 1);
+  const std::string page = Get(s.admin, "/").body;
+  CHECK(page.find("<table id=\"channels\">") != std::string::npos);
+  CHECK(page.find("<td class=\"name\">" + s.uri + "</td><td>2</td>") !=
+        std::string::npos);
+}
+
+// brpc's "dummy server": a process with channels and no server.
+TEST_CASE("admin: a process that is only a client serves its channels") {
+  TestService service;  // Outlives the server.
+  rpc::Server server;    // Another process's, as far as the admin knows.
+  server.RegisterService(&service);
+  const StatusOr<std::string> bound = server.Listen("tcp://127.0.0.1:0");
+  REQUIRE(bound.ok());
+  auto admin = rpc::ClientAdmin::Start("http://127.0.0.1:0");
+  REQUIRE(admin.ok());
+  const std::string uri = (*admin)->uri();
+  rpc::Channel channel(*bound);
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(CallSync(channel, "Echo", "x").status.ok());
+  }
+  const Reply metrics = Get(uri, "/metrics");
+  CHECK(metrics.status == 200);
+  const std::string target = "{target=\"" + *bound + "\"}";
+  CHECK(SampleValue(metrics.body, "rdmarpc_client_channels" + target) == 1);
+  CHECK(SampleValue(metrics.body, "rdmarpc_client_connects_total" + target) ==
+        1);
+  CHECK(SampleValue(metrics.body, "process_open_fds") > 0);
+  CHECK(metrics.body.find("rdmarpc_server_") == std::string::npos);
+  const Reply page = Get(uri, "/");
+  CHECK(page.status == 200);
+  CHECK(page.body.find("<title>rdmarpc client</title>") != std::string::npos);
+  CHECK(page.body.find(*bound) != std::string::npos);
+  CHECK(Get(uri, "/healthz").status == 200);
+  CHECK(RawStatus(uri, "POST /metrics HTTP/1.1\r\n\r\n") == 405);
+  CHECK(!rpc::ClientAdmin::Start("https://127.0.0.1:0").ok());
+  admin->reset();  // Closes the port.
+  asio::io_context context;
+  tcp::socket socket(context);
+  beast::error_code error;
+  socket.connect(EndpointOf(uri), error);
+  CHECK(error);
+}
+
 TEST_CASE("admin: /healthz and the status page") {
   AdminServer s;
   rpc::Channel channel(s.uri);
@@ -178,6 +275,12 @@ TEST_CASE("admin: /healthz and the status page") {
   CHECK(page.body.find("test.Test/Echo") != std::string::npos);
   CHECK(page.body.find("http-equiv=\"refresh\"") != std::string::npos);
   CHECK(page.body.find(s.uri.substr(0, 6)) != std::string::npos);  // "tcp://"
+  // The transport's totals (one connection, open) and the server's options.
+  CHECK(page.body.find("<tr><td class=\"name\">tcp</td><td>1</td>") !=
+        std::string::npos);
+  CHECK(page.body.find("<td class=\"name\">max request payload bytes</td><td>" +
+                       std::to_string(tunables::kDefaultMaxPayloadSize) +
+                       "</td>") != std::string::npos);
 }
 
 TEST_CASE("admin: bad requests get 4xx, and calls go on") {

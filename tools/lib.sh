@@ -10,6 +10,26 @@ ensure_setup() {
   }
 }
 
+# ensure_packages PKG...: installs Debian packages that only some checks
+# need, large ones tools/setup leaves out (prometheus, chromium), when
+# missing. As root; otherwise it names the command and fails.
+ensure_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${db:Status-Status}\n' "$p" 2>/dev/null | grep -qx installed ||
+      missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "error: missing ${missing[*]}; run as root: apt-get install ${missing[*]}" >&2
+    return 1
+  fi
+  echo "== installing ${missing[*]} (needed here only)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+}
+
 bazel_cmd() {
   (cd "$ROOT" && bazel "$@")
 }

@@ -216,7 +216,64 @@ struct ConnectionStats {
   // had completions of this connection's.
   std::atomic<uint64_t> cq_events{0};
   std::atomic<uint64_t> cq_polls{0};
+
+  // Adds each of `other`'s counts to this one's: a sum over connections,
+  // such as a server's over every connection it has had.
+  void Add(const ConnectionStats& other);
 };
+
+inline void ConnectionStats::Add(const ConnectionStats& other) {
+  static constexpr std::atomic<uint64_t> ConnectionStats::*kCounters[] = {
+      &ConnectionStats::frames_sent,
+      &ConnectionStats::frames_received,
+      &ConnectionStats::bytes_sent,
+      &ConnectionStats::bytes_received,
+      &ConnectionStats::write_calls,
+      &ConnectionStats::read_calls,
+      &ConnectionStats::oversized_frames_dropped,
+      &ConnectionStats::protocol_errors,
+      &ConnectionStats::keepalive_pings,
+      &ConnectionStats::keepalive_timeouts,
+      &ConnectionStats::frames_received_in_place,
+      &ConnectionStats::frames_written_directly,
+      &ConnectionStats::frames_waited_for_room,
+      &ConnectionStats::read_waits,
+      &ConnectionStats::empty_reads,
+      &ConnectionStats::write_waits,
+      &ConnectionStats::inline_sends,
+      &ConnectionStats::rdma_writes,
+      &ConnectionStats::pipelined_transfers,
+      &ConnectionStats::standing_grants,
+      &ConnectionStats::standing_transfers,
+      &ConnectionStats::standing_grants_released,
+      &ConnectionStats::zero_copy_bytes,
+      &ConnectionStats::staged_bytes,
+      &ConnectionStats::registrations,
+      &ConnectionStats::pooled_grants,
+      &ConnectionStats::registered_grants,
+      &ConnectionStats::segmented_frames,
+      &ConnectionStats::segments_received,
+      &ConnectionStats::segments_sent,
+      &ConnectionStats::credit_stalls,
+      &ConnectionStats::credit_messages,
+      &ConnectionStats::credits_lent,
+      &ConnectionStats::credits_withheld,
+      &ConnectionStats::credits_given_back,
+      &ConnectionStats::credits_taken_back,
+      &ConnectionStats::rnr_errors,
+      &ConnectionStats::completion_probes,
+      &ConnectionStats::cq_events,
+      &ConnectionStats::cq_polls};
+  // A counter added above and not here would be left out of every sum.
+  static_assert(sizeof(kCounters) / sizeof(kCounters[0]) *
+                    sizeof(std::atomic<uint64_t>) ==
+                sizeof(ConnectionStats));
+  for (auto counter : kCounters) {
+    (this->*counter)
+        .fetch_add((other.*counter).load(std::memory_order_relaxed),
+                   std::memory_order_relaxed);
+  }
+}
 
 class ConnectionObserver {
  public:

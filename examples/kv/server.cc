@@ -1,6 +1,8 @@
 // The KV server: //examples/kv:server --uri URI [--capacity BYTES]
-//   [--token TOKEN] [--log-calls 1]
+//   [--token TOKEN] [--log-calls 1] [--admin http://HOST:PORT]
 //   [--register-at etcd://HOST:PORT/PREFIX [--registration-ttl-s N]]
+// With --admin it serves /metrics (Prometheus) and a status page there
+// (docs/admin.md).
 // With --register-at it registers in etcd while it serves, for clients
 // whose --uri is that etcd:// target (docs/cluster.md).
 // With --token, every call must carry "authorization: Bearer TOKEN" (the
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
     options.interceptors.push_back(
         std::make_shared<rpc::LoggingServerInterceptor>());
   }
+  options.admin_listen = flags.Get("admin", "");
   options.register_at = flags.Get("register-at", "");
   options.registration.ttl = std::chrono::seconds(
       flags.GetInt("registration-ttl-s", options.registration.ttl.count()));
