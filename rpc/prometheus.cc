@@ -4,14 +4,20 @@
 #include <sys/resource.h>
 
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "base/process_stats.h"
 #include "rpc/client_metrics.h"
 #include "rpc/metrics.h"
+#include "transport/rdma/completion_group.h"
+#include "transport/rdma/device_info.h"
+#include "transport/rdma/grant_memory.h"
+#include "transport/rdma/verbs.h"
 
 namespace rdmarpc::rpc {
 namespace {
@@ -183,9 +189,9 @@ void ServerTotals(std::string& out, const ServerStats& stats) {
 void Transports(std::string& out, const Server& server) {
   struct Sums {
     uint64_t connections = 0;
-    std::array<uint64_t, 12> values{};
+    std::array<uint64_t, 15> values{};
   };
-  static constexpr std::array<std::pair<const char*, const char*>, 12> kNames =
+  static constexpr std::array<std::pair<const char*, const char*>, 15> kNames =
       {{
           {"frames_sent", "Frames sent."},
           {"frames_received", "Frames received."},
@@ -199,6 +205,11 @@ void Transports(std::string& out, const Server& server) {
           {"credit_stalls", "Flushes held back for lack of credits (RDMA)."},
           {"registrations", "ibv_reg_mr calls for user memory (RDMA)."},
           {"protocol_errors", "Connections closed for a protocol error."},
+          {"rnr_errors", "Receiver-not-ready errors (RDMA; never expected)."},
+          {"keepalive_timeouts",
+           "Connections closed because the peer sent nothing, not even a "
+           "keepalive PONG."},
+          {"cq_events", "Completion-channel wake-ups (RDMA)."},
       }};
   std::map<std::string, Sums> by_transport;
   server.ForEachTransport([&](const std::string& transport, uint64_t open,
@@ -309,6 +320,74 @@ void Clients(std::string& out) {
          [](T t) { return t.ejections; });
 }
 
+// Counter names as the driver spells them, made Prometheus names.
+std::string MetricName(std::string_view name) {
+  std::string out;
+  for (const char c : name) {
+    out += (std::isalnum(static_cast<unsigned char>(c)) != 0)
+               ? static_cast<char>(std::tolower(static_cast<unsigned char>(c)))
+               : '_';
+  }
+  return out;
+}
+
+// The process's RDMA resources (transport/rdma), and each device port's
+// own counters (what `rdma statistic` shows).
+void Rdma(std::string& out) {
+  namespace rdma = transport::rdma;
+  const auto gauge = [&](std::string_view name, std::string_view help,
+                         uint64_t value) {
+    Family(out, name, "gauge", help);
+    Sample(out, name, "", value);
+  };
+  const auto counter = [&](std::string_view name, std::string_view help,
+                           uint64_t value) {
+    Family(out, name, "counter", help);
+    Sample(out, name, "", value);
+  };
+  gauge("rdmarpc_rdma_queue_pairs", "Queue pairs open in this process.",
+        rdma::LiveQueuePairs());
+  gauge("rdmarpc_rdma_registered_bytes",
+        "Bytes registered (pinned) with RDMA devices now.",
+        rdma::LiveRegisteredBytes());
+  gauge("rdmarpc_rdma_pooled_bytes",
+        "Of those, bytes of the pools that connections share.",
+        rdma::PooledRegisteredBytes());
+  gauge("rdmarpc_rdma_granted_bytes",
+        "Bytes granted to peers' large frames now.", rdma::GrantedBytes());
+  if (const std::optional<uint64_t> limit = rdma::LockedMemoryLimit()) {
+    gauge("rdmarpc_rdma_memory_lock_limit_bytes",
+          "RLIMIT_MEMLOCK, which bounds what this process may register.",
+          *limit);
+  }
+  counter("rdmarpc_rdma_registrations_total", "ibv_reg_mr calls.",
+          rdma::RegistrationCalls());
+  counter("rdmarpc_rdma_pool_growths_total",
+          "Chunks added to the registered pools.", rdma::PoolGrowths());
+  counter("rdmarpc_rdma_completion_wakeups_total",
+          "Completion-channel wake-ups.", rdma::CompletionWakeups());
+  counter("rdmarpc_rdma_completions_total", "Work completions polled.",
+          rdma::CompletionsPolled());
+  // One family per driver counter, a sample per device port.
+  std::map<std::string, std::vector<const rdma::PortCounter*>> families;
+  const std::vector<rdma::PortCounter> counters = rdma::ReadPortCounters();
+  for (const rdma::PortCounter& c : counters) {
+    families["rdmarpc_rdma_port_" + MetricName(c.name) + "_total"].push_back(
+        &c);
+  }
+  for (const auto& [name, samples] : families) {
+    Family(out, name, "counter",
+           "The device's own counter " + samples.front()->name +
+               " (sysfs hw_counters).");
+    for (const rdma::PortCounter* c : samples) {
+      Sample(out, name,
+             "device=\"" + PrometheusLabelValue(c->device) + "\",port=\"" +
+                 std::to_string(c->port) + "\"",
+             c->value);
+    }
+  }
+}
+
 }  // namespace
 
 std::string PrometheusLabelValue(std::string_view value) {
@@ -340,6 +419,7 @@ std::string PrometheusText(const Server& server) {
   ServerTotals(out, server.stats());
   Transports(out, server);
   Clients(out);
+  Rdma(out);
   Process(out);
   return out;
 }
@@ -347,6 +427,7 @@ std::string PrometheusText(const Server& server) {
 std::string PrometheusClientText() {
   std::string out;
   Clients(out);
+  Rdma(out);
   Process(out);
   return out;
 }

@@ -1,6 +1,8 @@
 // The admin endpoint (ServerOptions::admin_listen, rpc/admin.h): /metrics in
 // Prometheus's text format with exact counts, /healthz, the status page, and
 // 4xx for everything else without touching the RPC side.
+#include <unistd.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
@@ -8,6 +10,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -18,6 +22,7 @@
 #include "rpc/prometheus.h"
 #include "rpc/server.h"
 #include "tests/test_support.h"
+#include "transport/rdma/device_info.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::testing {
@@ -86,15 +91,17 @@ struct AdminServer {
     options.admin_listen = "http://127.0.0.1:0";
     server = std::make_unique<rpc::Server>(options);
     server->RegisterService(&service);
-    const StatusOr<std::string> bound = server->Listen("tcp://127.0.0.1:0");
+    const StatusOr<std::string> bound = server->Listen(ListenUri());
     REQUIRE(bound.ok());
     uri = *bound;
+    transport = uri.substr(0, uri.find("://"));
     admin = server->admin_uri();
     REQUIRE(admin.rfind("http://127.0.0.1:", 0) == 0);
   }
   TestService service;
   std::unique_ptr<rpc::Server> server;
   std::string uri, admin;
+  std::string transport;  // "tcp", or "rdma" in the VM's suite.
 };
 
 TEST_CASE("admin: /metrics counts every call, in Prometheus's format") {
@@ -126,8 +133,8 @@ TEST_CASE("admin: /metrics counts every call, in Prometheus's format") {
   CHECK(SampleValue(text, "rdmarpc_server_handling_seconds_bucket{" + echo +
                               ",le=\"+Inf\"}") == 37);
   CHECK(SampleValue(text, "rdmarpc_server_connections") == 1);
-  CHECK(SampleValue(text, "rdmarpc_transport_connections{transport=\"tcp\"}") ==
-        1);
+  CHECK(SampleValue(text, "rdmarpc_transport_connections{transport=\"" +
+                              s.transport + "\"}") == 1);
   CHECK(SampleValue(text, "process_open_fds") > 0);
 
   // Buckets rise with `le` and end at the count; every family has its HELP
@@ -171,8 +178,10 @@ TEST_CASE("admin: /metrics counts every call, in Prometheus's format") {
 TEST_CASE("admin: transport counters keep closed connections' counts") {
   AdminServer s;
   const std::string frames =
-      "rdmarpc_transport_frames_received_total{transport=\"tcp\"}";
-  const std::string open = "rdmarpc_transport_connections{transport=\"tcp\"}";
+      "rdmarpc_transport_frames_received_total{transport=\"" + s.transport +
+      "\"}";
+  const std::string open =
+      "rdmarpc_transport_connections{transport=\"" + s.transport + "\"}";
   double before_close = 0;
   {
     rpc::Channel channel(s.uri);
@@ -205,7 +214,7 @@ TEST_CASE("admin: /metrics shows this process's channels") {
     REQUIRE(CallSync(two, "Echo", "x").status.ok());
   }
   // A cluster of the server and an address where nothing listens.
-  const std::string dead = "tcp://127.0.0.1:1";
+  const std::string dead = s.transport + "://127.0.0.1:1";
   rpc::Channel cluster("list://" + s.uri + "," + dead);
   REQUIRE(CallSync(cluster, "Echo", "x").status.ok());
   const std::string text = Get(s.admin, "/metrics").body;
@@ -227,9 +236,9 @@ TEST_CASE("admin: /metrics shows this process's channels") {
 // brpc's "dummy server": a process with channels and no server.
 TEST_CASE("admin: a process that is only a client serves its channels") {
   TestService service;  // Outlives the server.
-  rpc::Server server;    // Another process's, as far as the admin knows.
+  rpc::Server server;   // Another process's, as far as the admin knows.
   server.RegisterService(&service);
-  const StatusOr<std::string> bound = server.Listen("tcp://127.0.0.1:0");
+  const StatusOr<std::string> bound = server.Listen(ListenUri());
   REQUIRE(bound.ok());
   auto admin = rpc::ClientAdmin::Start("http://127.0.0.1:0");
   REQUIRE(admin.ok());
@@ -261,6 +270,61 @@ TEST_CASE("admin: a process that is only a client serves its channels") {
   CHECK(error);
 }
 
+// The device's own counters (what `rdma statistic` shows), read from a
+// tree laid out as /sys/class/infiniband is.
+TEST_CASE("admin: device port counters are read as sysfs lays them out") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() /
+                        ("admin_test_sysfs_" + std::to_string(::getpid()));
+  const auto write = [](const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+  };
+  write(root / "rxe9/ports/1/hw_counters/out_of_seq_request", "7\n");
+  write(root / "rxe9/ports/1/hw_counters/rcvd_rnr_err", "0\n");
+  write(root / "rxe9/ports/1/hw_counters/lifespan", "10\n");  // A setting.
+  write(root / "rxe9/ports/1/hw_counters/broken", "n/a\n");
+  write(root / "mlx5_0/ports/2/hw_counters/duplicate_request", "12345\n");
+  fs::create_directories(root / "noports");
+  const auto counters = transport::rdma::ReadPortCounters(root.string());
+  fs::remove_all(root);
+  REQUIRE(counters.size() == 3);
+  CHECK(counters[0].device == "mlx5_0");
+  CHECK(counters[0].port == 2);
+  CHECK(counters[0].name == "duplicate_request");
+  CHECK(counters[0].value == 12345);
+  CHECK(counters[1].name == "out_of_seq_request");
+  CHECK(counters[1].value == 7);
+  CHECK(counters[2].name == "rcvd_rnr_err");
+  CHECK(transport::rdma::ReadPortCounters("/nonexistent").empty());
+}
+
+// Over rdma:// (the VM's suite): the process's RDMA resources and every
+// counter of the device's ports.
+TEST_CASE("admin: /metrics shows RDMA resources and the device's counters") {
+  AdminServer s;
+  rpc::Channel channel(s.uri);
+  REQUIRE(CallSync(channel, "Echo", std::string(100000, 'x')).status.ok());
+  const std::string text = Get(s.admin, "/metrics").body;
+  const double qps = SampleValue(text, "rdmarpc_rdma_queue_pairs");
+  CHECK(qps >= 0);
+  CHECK(SampleValue(text, "rdmarpc_rdma_registrations_total") >= 0);
+  if (!OverRdma()) return;
+  CHECK(qps >= 2);  // The channel's and the server's.
+  CHECK(SampleValue(text, "rdmarpc_rdma_registered_bytes") > 0);
+  CHECK(SampleValue(text,
+                    "rdmarpc_transport_rdma_writes_total{transport="
+                    "\"rdma\"}") >= 1);  // The 100,000 bytes.
+  const auto counters = transport::rdma::ReadPortCounters();
+  REQUIRE(!counters.empty());  // rxe keeps hw_counters.
+  for (const auto& c : counters) {
+    INFO(c.device << " port " << c.port << " " << c.name);
+    CHECK(SampleValue(text, "rdmarpc_rdma_port_" + c.name + "_total{device=\"" +
+                                c.device + "\",port=\"" +
+                                std::to_string(c.port) + "\"}") >= 0);
+  }
+}
+
 TEST_CASE("admin: /healthz and the status page") {
   AdminServer s;
   rpc::Channel channel(s.uri);
@@ -274,10 +338,10 @@ TEST_CASE("admin: /healthz and the status page") {
   CHECK(page.body.find("<table id=\"methods\">") != std::string::npos);
   CHECK(page.body.find("test.Test/Echo") != std::string::npos);
   CHECK(page.body.find("http-equiv=\"refresh\"") != std::string::npos);
-  CHECK(page.body.find(s.uri.substr(0, 6)) != std::string::npos);  // "tcp://"
+  CHECK(page.body.find(s.transport + "://") != std::string::npos);
   // The transport's totals (one connection, open) and the server's options.
-  CHECK(page.body.find("<tr><td class=\"name\">tcp</td><td>1</td>") !=
-        std::string::npos);
+  CHECK(page.body.find("<tr><td class=\"name\">" + s.transport +
+                       "</td><td>1</td>") != std::string::npos);
   CHECK(page.body.find("<td class=\"name\">max request payload bytes</td><td>" +
                        std::to_string(tunables::kDefaultMaxPayloadSize) +
                        "</td>") != std::string::npos);
@@ -314,7 +378,7 @@ TEST_CASE("admin: a bad admin address fails Listen with a clear error") {
   rpc::ServerOptions options;
   options.admin_listen = "ftp://127.0.0.1:0";
   rpc::Server server(options);
-  const StatusOr<std::string> bound = server.Listen("tcp://127.0.0.1:0");
+  const StatusOr<std::string> bound = server.Listen(ListenUri());
   REQUIRE(!bound.ok());
   CHECK(bound.status().code() == StatusCode::kInvalidArgument);
   CHECK(bound.status().message().find("http://HOST:PORT") != std::string::npos);

@@ -4,10 +4,14 @@
 #include <infiniband/verbs.h>
 #include <net/if.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <tuple>
 
 #include "transport/rdma/verbs.h"
 
@@ -247,6 +251,36 @@ StatusOr<ChosenGid> ChooseGid(const std::string& device, uint32_t port,
   return Status(StatusCode::kInvalidArgument,
                 where + " has no GID holding an IPv4 address (its GIDs: " +
                     DescribeGids(*on) + ")");
+}
+
+std::vector<PortCounter> ReadPortCounters(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::vector<PortCounter> out;
+  std::error_code error;
+  for (const auto& device : fs::directory_iterator(root, error)) {
+    for (const auto& port :
+         fs::directory_iterator(device.path() / "ports", error)) {
+      uint32_t number = 0;
+      const std::string port_name = port.path().filename().string();
+      if (std::sscanf(port_name.c_str(), "%" SCNu32, &number) != 1) continue;
+      for (const auto& counter :
+           fs::directory_iterator(port.path() / "hw_counters", error)) {
+        std::ifstream in(counter.path());
+        uint64_t value = 0;
+        // lifespan (a setting) and anything unreadable are not counters.
+        if (counter.path().filename() == "lifespan" || !(in >> value)) {
+          continue;
+        }
+        out.push_back({device.path().filename().string(), number,
+                       counter.path().filename().string(), value});
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.device, a.port, a.name) <
+           std::tie(b.device, b.port, b.name);
+  });
+  return out;
 }
 
 }  // namespace rdmarpc::transport::rdma

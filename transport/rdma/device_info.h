@@ -62,6 +62,19 @@ struct ChosenGid {
 StatusOr<ChosenGid> ChooseGid(const std::string& device, uint32_t port,
                               int gid_index);
 
+// A port's counters as the driver keeps them, what `rdma statistic` shows
+// (retransmits, sequence errors, RNR NAKs...): every file under
+// ROOT/DEVICE/ports/PORT/hw_counters, ROOT being /sys/class/infiniband.
+// Empty where there is no device, or the driver keeps none.
+struct PortCounter {
+  std::string device;
+  uint32_t port = 0;
+  std::string name;  // The driver's: "out_of_seq_request", "rcvd_rnr_err".
+  uint64_t value = 0;
+};
+std::vector<PortCounter> ReadPortCounters(
+    const std::string& root = "/sys/class/infiniband");
+
 // A human-readable listing, one block per device.
 std::string FormatDevices(const std::vector<DeviceInfo>& devices);
 
