@@ -175,8 +175,10 @@ class ServerCall {
   bool headers_sent_ = false;     // With a MESSAGE; guarded by mu_.
   MethodMetrics* const metrics_;  // Lives in the server's core.
   // Its method's count of running calls, when the method has a limit
-  // (ServerOptions::method_max_concurrency): given back as the call ends.
+  // (ServerOptions::method_max_concurrency), and the server's, when it has
+  // one (max_concurrency): given back as the call's response goes.
   std::atomic<int64_t>* method_running_ = nullptr;
+  std::atomic<int64_t>* server_running_ = nullptr;
   // For the metrics' latency only: a clock read is not free everywhere
   // (3.3 us in the emulated test VM).
   const Clock::time_point started_ =

@@ -189,7 +189,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     }
   }
   // Counted, then draining checked: see ServerCore::live_calls.
-  const int64_t running = core_->live_calls.fetch_add(1) + 1;
+  core_->live_calls.fetch_add(1);
   if (core_->draining) {
     call->finished_ = true;
     core_->EndCall();
@@ -197,7 +197,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
         id, Status(StatusCode::kUnavailable, "server shutting down"));
   }
   if (core_->max_concurrency != 0 || entry.max_concurrency != 0) [[unlikely]] {
-    Status shed = Admit(entry, running, *call);
+    Status shed = Admit(entry, *call);
     if (!shed.ok()) {
       call->finished_ = true;
       core_->EndCall();
@@ -290,19 +290,25 @@ void ServerSession::OnStreamFrame(const CallHeader& header,
   }
 }
 
-Status ServerSession::Admit(MethodEntry& entry, int64_t running,
-                            ServerCall& call) {
-  if (core_->max_concurrency != 0 && running > core_->max_concurrency) {
-    return Status(StatusCode::kResourceExhausted,
-                  fmt::format("server overloaded: {} calls running, "
-                              "max_concurrency {}",
-                              running - 1, core_->max_concurrency));
+Status ServerSession::Admit(MethodEntry& entry, ServerCall& call) {
+  if (core_->max_concurrency != 0) {
+    const int64_t running =
+        core_->admitted.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (running > core_->max_concurrency) {
+      core_->admitted.fetch_sub(1, std::memory_order_relaxed);
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("server overloaded: {} calls running, "
+                                "max_concurrency {}",
+                                running - 1, core_->max_concurrency));
+    }
+    call.server_running_ = &core_->admitted;
   }
   if (entry.max_concurrency != 0) {
     const int64_t mine =
         entry.running.fetch_add(1, std::memory_order_relaxed) + 1;
     if (mine > entry.max_concurrency) {
       entry.running.fetch_sub(1, std::memory_order_relaxed);
+      GiveBackAdmission(call);
       return Status(StatusCode::kResourceExhausted,
                     fmt::format("{}/{} overloaded: {} calls running, its "
                                 "max_concurrency {}",
@@ -312,6 +318,17 @@ Status ServerSession::Admit(MethodEntry& entry, int64_t running,
     call.method_running_ = &entry.running;
   }
   return Status();
+}
+
+void ServerSession::GiveBackAdmission(ServerCall& call) {
+  if (call.server_running_ != nullptr) {
+    call.server_running_->fetch_sub(1, std::memory_order_relaxed);
+    call.server_running_ = nullptr;
+  }
+  if (call.method_running_ != nullptr) {
+    call.method_running_->fetch_sub(1, std::memory_order_relaxed);
+    call.method_running_ = nullptr;
+  }
 }
 
 void ServerSession::GoAway() {
@@ -429,6 +446,12 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
     UntrackLocked(call.id_);
   }
   const uint64_t response_size = response.size();
+  // The handler has answered: its room under the limits is free before the
+  // response reaches the client, who may answer it with a new call.
+  if (call.server_running_ != nullptr || call.method_running_ != nullptr)
+      [[unlikely]] {
+    GiveBackAdmission(call);
+  }
   const StatusCode sent = Send(call, status, std::move(response));
   if (call.metrics_ != nullptr) {
     if (call.stream_) {
@@ -456,9 +479,6 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
         Log().error("an interceptor's OnEnd threw: {}", e.what());
       }
     }
-  }
-  if (call.method_running_ != nullptr) [[unlikely]] {
-    call.method_running_->fetch_sub(1, std::memory_order_relaxed);
   }
   // Only now is the call over: a graceful shutdown waiting for it may close
   // the connection, and the response is already queued ahead of the close.

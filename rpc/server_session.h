@@ -71,6 +71,10 @@ struct ServerCore {
   // sequentially consistent), so either the call sees the server draining
   // or Shutdown waits for it: no lock on the call path.
   std::atomic<int64_t> live_calls{0};
+  // Calls admitted under max_concurrency (only counted when it is set):
+  // given back when the handler has answered, before the response is sent,
+  // so a client that answers a response with a new call finds its room.
+  std::atomic<int64_t> admitted{0};
   std::mutex mu;                 // Only for waiting on `idle`.
   std::condition_variable idle;  // Notified when draining and live_calls is 0.
   void EndCall() {
@@ -160,10 +164,13 @@ class ServerSession final : public transport::ConnectionObserver,
   StatusCode SendWithMetadata(ServerCall& call, const Status& status,
                               Payload response);
   void ProtocolError(const Status& error);
-  // RESOURCE_EXHAUSTED when the server (its `running` calls, this one
-  // counted) or the call's method is at its max_concurrency; else OK, the
-  // call counted in its method's.
-  Status Admit(MethodEntry& entry, int64_t running, ServerCall& call);
+  // RESOURCE_EXHAUSTED when the server or the call's method is at its
+  // max_concurrency; else OK, the call counted in both (ServerCore::admitted,
+  // MethodEntry::running) until GiveBackAdmission.
+  Status Admit(MethodEntry& entry, ServerCall& call);
+  // Gives back what Admit counted: once the handler has answered, before
+  // the response is sent.
+  static void GiveBackAdmission(ServerCall& call);
   // RESOURCE_EXHAUSTED (logged once) when max_calls_per_connection calls
   // are live on this connection. Called with mu_ held.
   Status CallLimitLocked();

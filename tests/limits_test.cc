@@ -472,6 +472,43 @@ TEST_CASE("limits: a server at max_concurrency sheds calls at once") {
   CHECK(server.stats().calls_shed == 1);
 }
 
+// A call's room under the limits is free once its handler has answered,
+// before the response leaves: a client that answers each response with a
+// new call is never shed. (Before, the room was given back after the
+// response was sent, and the next call could arrive first: this failed
+// "two fit again" below once in a loaded run.)
+TEST_CASE("limits: a call that follows a response fits under the limits") {
+  TestService service;
+  ServerOptions options;
+  options.max_concurrency = 1;
+  options.method_max_concurrency["test.Test/SleepMs"] = 1;
+  rpc::Server server(options);
+  server.RegisterService(&service);
+  auto uri = server.Listen(ListenUri());
+  REQUIRE(uri.ok());
+  Channel channel(*uri);
+  // From the callback: the next call leaves as soon as the response is in.
+  // SleepMs answers from the service's own thread, as a handler that hands
+  // its work off does, so the server's loop reads the next request while
+  // the answering thread may still be in the call's end.
+  constexpr int kCalls = 2000;
+  std::atomic<int> ok{0}, failed{0};
+  std::promise<void> finished;
+  std::function<void()> next = [&] {
+    channel.Call("test.Test", "SleepMs", Buffer::CopyOf(std::string_view("0")),
+                 rpc::CallOptions::WithTimeout(10s),
+                 [&](const Status& status, Buffer) {
+                   (status.ok() ? ok : failed)++;
+                   if (ok + failed == kCalls) return finished.set_value();
+                   next();
+                 });
+  };
+  next();
+  REQUIRE(finished.get_future().wait_for(60s) == std::future_status::ready);
+  CHECK(failed == 0);
+  CHECK(server.stats().calls_shed == 0);
+}
+
 TEST_CASE("limits: a method at its max_concurrency sheds, others run") {
   // A local server: a method's limit is not among a remote one's flags.
   TestService service;
