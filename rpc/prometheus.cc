@@ -212,15 +212,26 @@ void Transports(std::string& out, const Server& server) {
           {"cq_events", "Completion-channel wake-ups (RDMA)."},
       }};
   std::map<std::string, Sums> by_transport;
-  server.ForEachTransport([&](const std::string& transport, uint64_t open,
-                              const transport::ConnectionStats& s) {
+  std::map<std::string, uint64_t> queued;
+  server.ForEachTransport([&](const std::string& transport,
+                              const Server::TransportTotals& totals) {
     Sums& sums = by_transport[transport];
-    sums.connections = open;
-    sums.values = {s.frames_sent,    s.frames_received, s.bytes_sent,
-                   s.bytes_received, s.write_calls,     s.read_calls,
-                   s.write_waits,    s.inline_sends,    s.rdma_writes,
-                   s.credit_stalls,  s.registrations,   s.protocol_errors};
+    sums.connections = totals.open;
+    queued[transport] = totals.queued_bytes;
+    const transport::ConnectionStats& s = totals.counters;
+    sums.values = {s.frames_sent,    s.frames_received,    s.bytes_sent,
+                   s.bytes_received, s.write_calls,        s.read_calls,
+                   s.write_waits,    s.inline_sends,       s.rdma_writes,
+                   s.credit_stalls,  s.registrations,      s.protocol_errors,
+                   s.rnr_errors,     s.keepalive_timeouts, s.cq_events};
   });
+  Family(out, "rdmarpc_transport_queued_bytes", "gauge",
+         "Bytes of frames queued on the open connections, not yet handed to "
+         "the socket or the send queue.");
+  for (const auto& [transport, bytes] : queued) {
+    Sample(out, "rdmarpc_transport_queued_bytes",
+           "transport=\"" + PrometheusLabelValue(transport) + "\"", bytes);
+  }
   Family(out, "rdmarpc_transport_connections", "gauge",
          "Connections open now, per transport.");
   for (const auto& [transport, sums] : by_transport) {

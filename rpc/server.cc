@@ -131,32 +131,28 @@ class Server::Impl {
     for (const auto& session : sessions) visit(session->connection());
   }
 
+  using TransportTotals = Server::TransportTotals;
   void ForEachTransport(
-      const std::function<void(const std::string&, uint64_t,
-                               const transport::ConnectionStats&)>& visit)
-      const {
-    struct Totals {
-      uint64_t open = 0;
-      transport::ConnectionStats stats;
-    };
-    std::map<std::string, Totals> totals;
+      const std::function<void(const std::string&, const TransportTotals&)>&
+          visit) const {
+    std::map<std::string, TransportTotals> totals;
     std::vector<std::shared_ptr<ServerSession>> sessions;
     {
       // Both under one lock: a connection is counted open or closed, once.
       std::lock_guard lock(mu_);
       sessions.assign(sessions_.begin(), sessions_.end());
       for (const auto& [transport, stats] : closed_totals_) {
-        totals[transport].stats.Add(stats);
+        totals[transport].counters.Add(stats);
       }
     }
     for (const auto& session : sessions) {
-      Totals& sum = totals[TransportOf(session->connection())];
+      const transport::Connection& connection = session->connection();
+      TransportTotals& sum = totals[TransportOf(connection)];
       ++sum.open;
-      sum.stats.Add(session->connection().stats());
+      sum.queued_bytes += connection.queued_bytes();
+      sum.counters.Add(connection.stats());
     }
-    for (const auto& [transport, sum] : totals) {
-      visit(transport, sum.open, sum.stats);
-    }
+    for (const auto& [transport, sum] : totals) visit(transport, sum);
   }
 
   StatusOr<std::string> Listen(std::string_view uri) {
@@ -454,8 +450,8 @@ void Server::ForEachConnection(
 }
 
 void Server::ForEachTransport(
-    const std::function<void(const std::string&, uint64_t,
-                             const transport::ConnectionStats&)>& visit) const {
+    const std::function<void(const std::string&, const TransportTotals&)>&
+        visit) const {
   impl_->ForEachTransport(visit);
 }
 

@@ -159,13 +159,18 @@ class Server {
   // Each open connection, with its peer URI and transport counters.
   void ForEachConnection(
       const std::function<void(const transport::Connection&)>& visit) const;
-  // Per transport ("tcp", "rdma"): the connections open now, and the
-  // counters of every connection the server has had, closed ones included,
-  // so that each only grows (as a Prometheus counter must).
+  // Per transport ("tcp", "rdma"): the connections open now, the bytes
+  // queued on them now (Connection::queued_bytes), and the counters of every
+  // connection the server has had, closed ones included, so that each only
+  // grows (as a Prometheus counter must).
+  struct TransportTotals {
+    uint64_t open = 0;
+    uint64_t queued_bytes = 0;
+    transport::ConnectionStats counters;
+  };
   void ForEachTransport(
-      const std::function<void(const std::string& transport, uint64_t open,
-                               const transport::ConnectionStats& totals)>&
-          visit) const;
+      const std::function<void(const std::string& transport,
+                               const TransportTotals& totals)>& visit) const;
 
  private:
   class Impl;

@@ -167,19 +167,24 @@ std::string StatusPage::Render(const Server& server) {
   out +=
       "<h2>Transports</h2>\n<table id=\"transports\"><caption>Summed over "
       "every connection the server has had, closed ones included</caption>"
-      "<tr><th>transport</th><th>open</th>" +
+      "<tr><th>transport</th><th>open</th><th>queued bytes</th>" +
       std::string(kCounterHeads) + "</tr>\n";
-  server.ForEachTransport([&](const std::string& transport, uint64_t open,
-                              const transport::ConnectionStats& s) {
-    out += "<tr><td class=\"name\">" + HtmlEscape(transport) + "</td><td>" +
-           std::to_string(open) + "</td>" + CounterCells(s) + "</tr>\n";
-  });
+  server.ForEachTransport(
+      [&](const std::string& transport, const Server::TransportTotals& totals) {
+        out += "<tr><td class=\"name\">" + HtmlEscape(transport) + "</td><td>" +
+               std::to_string(totals.open) + "</td><td>" +
+               std::to_string(totals.queued_bytes) + "</td>" +
+               CounterCells(totals.counters) + "</tr>\n";
+      });
   out += "</table>\n";
 
-  out += "<h2>Connections</h2>\n<table id=\"connections\"><tr><th>peer</th>" +
-         std::string(kCounterHeads) + "</tr>\n";
+  out +=
+      "<h2>Connections</h2>\n<table id=\"connections\"><tr><th>peer</th>"
+      "<th>queued bytes</th>" +
+      std::string(kCounterHeads) + "</tr>\n";
   server.ForEachConnection([&](const transport::Connection& connection) {
-    out += "<tr><td class=\"name\">" + HtmlEscape(connection.peer()) + "</td>" +
+    out += "<tr><td class=\"name\">" + HtmlEscape(connection.peer()) +
+           "</td><td>" + std::to_string(connection.queued_bytes()) + "</td>" +
            CounterCells(connection.stats()) + "</tr>\n";
   });
   out += "</table>\n";

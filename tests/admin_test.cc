@@ -3,6 +3,7 @@
 // 4xx for everything else without touching the RPC side.
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
@@ -323,6 +324,40 @@ TEST_CASE("admin: /metrics shows RDMA resources and the device's counters") {
                                 c.device + "\",port=\"" +
                                 std::to_string(c.port) + "\"}") >= 0);
   }
+}
+
+// The queue's depth: responses to a client that has stopped reading pile
+// up at the server, and /metrics and the page say how many bytes.
+TEST_CASE("admin: the bytes queued for a client that stopped reading") {
+  AdminServer s;
+  rpc::Channel channel(s.uri);
+  REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
+  const std::string queued =
+      "rdmarpc_transport_queued_bytes{transport=\"" + s.transport + "\"}";
+  constexpr int kCalls = 32;
+  constexpr size_t kResponse = 1 << 20;  // 32 MiB in all: more than sockets
+                                         // and grants hold.
+  std::atomic<int> done{0};
+  std::atomic<bool> held{false};
+  double while_held = -1;
+  for (int i = 0; i < kCalls; ++i) {
+    channel.Call(
+        "test.Test", "Bytes", Buffer::CopyOf(std::to_string(kResponse)),
+        rpc::CallOptions::WithTimeout(30s), [&](const Status& status, Buffer) {
+          // The first answer holds the client's loop, which then
+          // reads nothing: meanwhile the server queues the rest.
+          if (!held.exchange(true)) {
+            WaitFor([&] {
+              while_held = SampleValue(Get(s.admin, "/metrics").body, queued);
+              return while_held > 0;
+            });
+          }
+          if (status.ok()) done++;
+        });
+  }
+  REQUIRE(WaitFor([&] { return done == kCalls; }, 60s));
+  CHECK(while_held > 0);
+  CHECK(SampleValue(Get(s.admin, "/metrics").body, queued) == 0);
 }
 
 TEST_CASE("admin: /healthz and the status page") {

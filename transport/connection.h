@@ -307,6 +307,9 @@ class Connection {
   // The peer as a URI: "tcp://127.0.0.1:40001".
   virtual const std::string& peer() const = 0;
   virtual const ConnectionStats& stats() const = 0;
+  // Bytes of frames queued and not yet handed to the socket or the send
+  // queue (waiting for room, or on RDMA for credits): the queue's depth now.
+  virtual uint64_t queued_bytes() const = 0;
 };
 
 // How a connection waits for what the peer sends. Busy and hybrid modes

@@ -91,6 +91,10 @@ class RdmaConnection final
   boost::asio::any_io_executor executor() const override;
   const std::string& peer() const override { return peer_; }
   const ConnectionStats& stats() const override { return stats_; }
+  uint64_t queued_bytes() const override {
+    std::lock_guard lock(mu_);
+    return queued_bytes_;
+  }
 
   // Memory regions its device's domain holds for MemoryRegistrations.
   size_t cached_registrations() const {
@@ -399,7 +403,7 @@ class RdmaConnection final
 
   // Taken up to five times per call (Send, Flush): a FutexMutex, whose
   // uncontended lock and unlock are one atomic instruction each.
-  FutexMutex mu_;
+  mutable FutexMutex mu_;
   RingQueue<OutgoingFrame> queue_;  // Guarded by mu_.
   // Written under mu_. The busy loop reads it without the lock, as a hint
   // that a frame is waiting for Flush.

@@ -50,6 +50,10 @@ class TcpConnection final : public Connection,
   boost::asio::any_io_executor executor() const override;
   const std::string& peer() const override { return peer_; }
   const ConnectionStats& stats() const override { return stats_; }
+  uint64_t queued_bytes() const override {
+    std::lock_guard lock(mu_);
+    return queued_bytes_;
+  }
 
  private:
   struct QueuedFrame {
@@ -154,7 +158,7 @@ class TcpConnection final : public Connection,
   size_t staged_end_ = 0;
   RxState rx_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<QueuedFrame> queue_;  // Guarded by mu_.
   uint64_t queued_bytes_ = 0;       // Guarded by mu_: the bytes in queue_.
   // The writer's token: a flush is posted or a write is in flight, and
