@@ -172,6 +172,10 @@ struct ChannelStats {
   // Calls that waited for the request window
   // (ChannelOptions::max_request_bytes_in_flight) before being sent.
   uint64_t calls_held = 0;
+  // Connections lost (each may be followed by a reconnect), and of those,
+  // closed because the server sent nothing, not even a keepalive PONG.
+  uint64_t disconnects = 0;
+  uint64_t keepalive_timeouts = 0;
 };
 
 class Channel {

@@ -171,6 +171,10 @@ void Channel::Impl::OnClose(const Status& reason) {
   bool reconnect = false;
   {
     std::lock_guard lock(mu_);
+    if (connection_) {
+      ++stats_.disconnects;
+      stats_.keepalive_timeouts += connection_->stats().keepalive_timeouts;
+    }
     connection_.reset();
     if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
     // Calls made after a GOAWAY, and requests the window held back, never

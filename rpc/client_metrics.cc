@@ -22,6 +22,8 @@ std::vector<ClientTargetMetrics> ReadClientMetrics() {
     t.hedges += s.hedges;
     t.retries_throttled += s.retries_throttled;
     t.calls_held += s.calls_held;
+    t.disconnects += s.disconnects;
+    t.keepalive_timeouts += s.keepalive_timeouts;
     for (const EndpointStats& endpoint : channel.endpoints()) {
       ++sum.endpoints;
       sum.endpoints_ready += endpoint.connected ? 1 : 0;

@@ -483,6 +483,8 @@ ChannelStats Channel::Cluster::stats() const {
     out.late_responses_dropped += one.late_responses_dropped;
     out.stream_frames_dropped += one.stream_frames_dropped;
     out.calls_held += one.calls_held;
+    out.disconnects += one.disconnects;
+    out.keepalive_timeouts += one.keepalive_timeouts;
   }
   return out;
 }

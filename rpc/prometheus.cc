@@ -303,6 +303,12 @@ void Clients(std::string& out) {
   family("rdmarpc_client_connect_failures_total", "counter",
          "Connection attempts that failed.",
          [](T t) { return t.stats.connect_failures; });
+  family("rdmarpc_client_disconnects_total", "counter", "Connections lost.",
+         [](T t) { return t.stats.disconnects; });
+  family("rdmarpc_client_keepalive_timeouts_total", "counter",
+         "Connections closed because the server sent nothing, not even a "
+         "keepalive PONG.",
+         [](T t) { return t.stats.keepalive_timeouts; });
   family("rdmarpc_client_retries_total", "counter",
          "Attempts sent again by a retry policy.",
          [](T t) { return t.stats.retries; });

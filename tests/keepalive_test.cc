@@ -116,6 +116,9 @@ TEST_CASE(
   // Within the timeout and an interval, with room for a slow machine.
   CHECK(took >= kTimeout);
   CHECK(took < 10 * (kTimeout + kInterval));
+  // Counted for the admin endpoint's rdmarpc_client_keepalive_timeouts.
+  CHECK(channel.stats().keepalive_timeouts == 1);
+  CHECK(channel.stats().disconnects == 1);
 }
 
 TEST_CASE(
