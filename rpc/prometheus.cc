@@ -189,6 +189,7 @@ void ServerTotals(std::string& out, const ServerStats& stats) {
 void Transports(std::string& out, const Server& server) {
   struct Sums {
     uint64_t connections = 0;
+    uint64_t queued_bytes = 0;
     std::array<uint64_t, 15> values{};
   };
   static constexpr std::array<std::pair<const char*, const char*>, 15> kNames =
@@ -212,12 +213,11 @@ void Transports(std::string& out, const Server& server) {
           {"cq_events", "Completion-channel wake-ups (RDMA)."},
       }};
   std::map<std::string, Sums> by_transport;
-  std::map<std::string, uint64_t> queued;
   server.ForEachTransport([&](const std::string& transport,
                               const Server::TransportTotals& totals) {
     Sums& sums = by_transport[transport];
     sums.connections = totals.open;
-    queued[transport] = totals.queued_bytes;
+    sums.queued_bytes = totals.queued_bytes;
     const transport::ConnectionStats& s = totals.counters;
     sums.values = {s.frames_sent,    s.frames_received,    s.bytes_sent,
                    s.bytes_received, s.write_calls,        s.read_calls,
@@ -228,9 +228,10 @@ void Transports(std::string& out, const Server& server) {
   Family(out, "rdmarpc_transport_queued_bytes", "gauge",
          "Bytes of frames queued on the open connections, not yet handed to "
          "the socket or the send queue.");
-  for (const auto& [transport, bytes] : queued) {
+  for (const auto& [transport, sums] : by_transport) {
     Sample(out, "rdmarpc_transport_queued_bytes",
-           "transport=\"" + PrometheusLabelValue(transport) + "\"", bytes);
+           "transport=\"" + PrometheusLabelValue(transport) + "\"",
+           sums.queued_bytes);
   }
   Family(out, "rdmarpc_transport_connections", "gauge",
          "Connections open now, per transport.");
@@ -352,15 +353,19 @@ std::string MetricName(std::string_view name) {
 // own counters (what `rdma statistic` shows).
 void Rdma(std::string& out) {
   namespace rdma = transport::rdma;
+  // A family of one sample.
+  const auto single = [&](std::string_view name, std::string_view type,
+                          std::string_view help, uint64_t value) {
+    Family(out, name, type, help);
+    Sample(out, name, "", value);
+  };
   const auto gauge = [&](std::string_view name, std::string_view help,
                          uint64_t value) {
-    Family(out, name, "gauge", help);
-    Sample(out, name, "", value);
+    single(name, "gauge", help, value);
   };
   const auto counter = [&](std::string_view name, std::string_view help,
                            uint64_t value) {
-    Family(out, name, "counter", help);
-    Sample(out, name, "", value);
+    single(name, "counter", help, value);
   };
   gauge("rdmarpc_rdma_queue_pairs", "Queue pairs open in this process.",
         rdma::LiveQueuePairs());
