@@ -176,7 +176,30 @@ struct ChannelStats {
   // closed because the server sent nothing, not even a keepalive PONG.
   uint64_t disconnects = 0;
   uint64_t keepalive_timeouts = 0;
+
+  // Adds every field of `other` to this one (a cluster's subchannels, the
+  // channels of one target).
+  void Add(const ChannelStats& other);
 };
+
+inline void ChannelStats::Add(const ChannelStats& other) {
+  static constexpr uint64_t ChannelStats::*kFields[] = {
+      &ChannelStats::outstanding_calls,
+      &ChannelStats::connects,
+      &ChannelStats::connect_failures,
+      &ChannelStats::late_responses_dropped,
+      &ChannelStats::stream_frames_dropped,
+      &ChannelStats::retries,
+      &ChannelStats::hedges,
+      &ChannelStats::retries_throttled,
+      &ChannelStats::calls_held,
+      &ChannelStats::disconnects,
+      &ChannelStats::keepalive_timeouts};
+  // A field added above and not here would be left out of every sum.
+  static_assert(sizeof(kFields) / sizeof(kFields[0]) * sizeof(uint64_t) ==
+                sizeof(ChannelStats));
+  for (auto field : kFields) this->*field += other.*field;
+}
 
 class Channel {
  public:

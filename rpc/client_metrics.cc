@@ -11,19 +11,7 @@ std::vector<ClientTargetMetrics> ReadClientMetrics() {
     ClientTargetMetrics& sum = by_target[channel.target()];
     sum.target = channel.target();
     ++sum.channels;
-    const ChannelStats s = channel.stats();
-    ChannelStats& t = sum.stats;
-    t.outstanding_calls += s.outstanding_calls;
-    t.connects += s.connects;
-    t.connect_failures += s.connect_failures;
-    t.late_responses_dropped += s.late_responses_dropped;
-    t.stream_frames_dropped += s.stream_frames_dropped;
-    t.retries += s.retries;
-    t.hedges += s.hedges;
-    t.retries_throttled += s.retries_throttled;
-    t.calls_held += s.calls_held;
-    t.disconnects += s.disconnects;
-    t.keepalive_timeouts += s.keepalive_timeouts;
+    sum.stats.Add(channel.stats());
     for (const EndpointStats& endpoint : channel.endpoints()) {
       ++sum.endpoints;
       sum.endpoints_ready += endpoint.connected ? 1 : 0;

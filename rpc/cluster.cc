@@ -475,17 +475,7 @@ ChannelStats Channel::Cluster::stats() const {
   std::lock_guard lock(mu_);
   ChannelStats out;
   out.outstanding_calls = pending_.size();
-  for (const auto& sub : subchannels_) {
-    const ChannelStats one = sub->impl->stats();
-    out.outstanding_calls += one.outstanding_calls;
-    out.connects += one.connects;
-    out.connect_failures += one.connect_failures;
-    out.late_responses_dropped += one.late_responses_dropped;
-    out.stream_frames_dropped += one.stream_frames_dropped;
-    out.calls_held += one.calls_held;
-    out.disconnects += one.disconnects;
-    out.keepalive_timeouts += one.keepalive_timeouts;
-  }
+  for (const auto& sub : subchannels_) out.Add(sub->impl->stats());
   return out;
 }
 

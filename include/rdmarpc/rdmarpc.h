@@ -9,12 +9,14 @@
 //   rdmarpc/awaitable.h       C++20 coroutines
 //   rdmarpc/memory.h          MemoryRegistration (zero-copy RDMA sends)
 //   rdmarpc/introspection.h   EnableIntrospection (tools/rpc)
+//   rdmarpc/admin.h           ClientAdmin (metrics and status page, no server)
 //
 // Bazel: depend on @rdmarpc//:rdmarpc. Anything not reachable through these
 // headers is internal and may change.
 #ifndef RDMARPC_RDMARPC_H_
 #define RDMARPC_RDMARPC_H_
 
+#include "rdmarpc/admin.h"          // IWYU pragma: export
 #include "rdmarpc/buffer.h"         // IWYU pragma: export
 #include "rdmarpc/channel.h"        // IWYU pragma: export
 #include "rdmarpc/health.h"         // IWYU pragma: export

@@ -45,6 +45,12 @@ int main() {
       missing.get_future().get().code() == rdmarpc::StatusCode::kUnimplemented,
       "an unknown method is UNIMPLEMENTED");
 
+  // A client's own admin endpoint (rdmarpc/admin.h), on a port it picks.
+  auto admin = rdmarpc::rpc::ClientAdmin::Start("http://127.0.0.1:0");
+  Expect(admin.ok() && (*admin)->uri().rfind("http://127.0.0.1:", 0) == 0 &&
+             (*admin)->uri() != "http://127.0.0.1:0",
+         "a client opens its admin endpoint on a port of its own");
+
   server.Shutdown(std::chrono::seconds(1));
   return failures == 0 ? 0 : 1;
 }
