@@ -14,6 +14,7 @@
 #include "base/process_stats.h"
 #include "rpc/client_metrics.h"
 #include "rpc/metrics.h"
+#include "transport/rdma/cm_channel.h"
 #include "transport/rdma/completion_group.h"
 #include "transport/rdma/device_info.h"
 #include "transport/rdma/grant_memory.h"
@@ -377,6 +378,10 @@ void Rdma(std::string& out) {
         rdma::PooledRegisteredBytes());
   gauge("rdmarpc_rdma_granted_bytes",
         "Bytes granted to peers' large frames now.", rdma::GrantedBytes());
+  gauge("rdmarpc_rdma_parked_ids",
+        "Ids of connections closed on a port that is down, destroyed once it "
+        "is back up.",
+        rdma::CmChannel::ParkedIds());
   if (const std::optional<uint64_t> limit = rdma::LockedMemoryLimit()) {
     gauge("rdmarpc_rdma_memory_lock_limit_bytes",
           "RLIMIT_MEMLOCK, which bounds what this process may register.",

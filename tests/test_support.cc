@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "rpc/introspection.h"
 #include "tests/typed_services.h"
+#include "transport/rdma/cm_channel.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::testing {
@@ -100,6 +101,7 @@ std::string LoopbackListener::uri() const {
 int LoopbackListener::Accept() const { return accept(fd_, nullptr, nullptr); }
 
 uint64_t RegisteredBytes() { return transport::rdma::LiveRegisteredBytes(); }
+uint64_t ParkedCmIds() { return transport::rdma::CmChannel::ParkedIds(); }
 
 bool OverRdma() {
   const char* transport = std::getenv("RDMARPC_TEST_TRANSPORT");

@@ -42,6 +42,8 @@ std::string ListenUri();
 bool OverRdma();
 // Bytes this process has registered with the RDMA device now (0 over tcp).
 uint64_t RegisteredBytes();
+// rdma_cm ids of connections closed on a down port, kept until it is up.
+uint64_t ParkedCmIds();
 
 // A TCP socket listening on 127.0.0.1 at a free port, for a test that plays
 // a raw peer (one that never answers, or speaks another version). Throws

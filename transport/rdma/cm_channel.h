@@ -11,10 +11,13 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <unordered_map>
 
 #include "base/status_or.h"
+#include "transport/rdma/device_events.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::transport::rdma {
@@ -41,9 +44,29 @@ class CmChannel : public std::enable_shared_from_this<CmChannel> {
   // Unless `id` has been registered again since, by another owner.
   void Forget(rdma_cm_id* id, uint64_t owner);
 
+  // Whether `id`'s port is down now: destroying a connected id then would
+  // send the peer a CM message (DREQ, or REJ) on a port that cannot carry
+  // it. On rdma_rxe in Linux 6.1 such a message can be left on the
+  // device's QP1 without ever completing, and rdma_destroy_id then waits in
+  // the kernel, uninterruptibly, forever ("cm_destroy_id_wait_timeout" in
+  // the kernel log): the loop thread, and the process's exit, with it.
+  static bool PortIsDown(const rdma_cm_id* id);
+  // Keeps `id` (its QP destroyed; no one else's) until its port is up
+  // again, its device is removed, or this loop ends, and destroys it then
+  // (on the loop thread).
+  void Park(CmId id);
+  // Ids parked in this process now (tests, metrics).
+  static uint64_t ParkedIds();
+
  private:
   Status Open();
   void Watch();
+  // Destroys the ids parked on `device` whose port is up now.
+  void DestroyParkedOnPortsUp(ibv_context* device);
+  // Destroys one parked id; the last one lets go of this channel.
+  void Unpark(rdma_cm_id* id);
+
+  boost::asio::io_context& context_;
 
   EventChannel events_;
   boost::asio::posix::stream_descriptor fd_;
@@ -52,6 +75,10 @@ class CmChannel : public std::enable_shared_from_this<CmChannel> {
     uint64_t owner = 0;
   };
   std::unordered_map<rdma_cm_id*, Registered> ids_;
+  // Declared after what they need: destroyed first. The watches go before
+  // the ids that keep their devices open.
+  std::unordered_map<rdma_cm_id*, CmId> parked_;
+  std::map<ibv_context*, DeviceEventSubscription> port_watches_;
 };
 
 }  // namespace rdmarpc::transport::rdma

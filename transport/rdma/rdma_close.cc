@@ -109,10 +109,17 @@ void RdmaConnection::ReleaseDevice() {
     bounces.push_back(bounce_held_.front().second);
     bounce_held_.pop_front();
   }
+  // An id whose port is down is not destroyed yet (CmChannel::PortIsDown):
+  // the loop's channel keeps it until the port is back.
+  CmId parked;
+  if (id_ && may_park_ && cm_ && CmChannel::PortIsDown(id_.get())) {
+    parked = std::move(id_);
+  }
+  rdma_cm_id* const id = id_ ? id_.get() : parked.get();
   auto release = [group = std::move(group_), attached = attached_,
                   qp_num = qp_num_, lent = lent_, staging = std::move(staging),
-                  bounces = std::move(bounces), cm = cm_,
-                  id = id_ ? id_.get() : nullptr, owner = id_in_group_] {
+                  bounces = std::move(bounces), cm = cm_, id,
+                  owner = id_in_group_, parked = std::move(parked)]() mutable {
     if (group) {
       if (attached) group->Detach(qp_num, owner);
       for (const uint32_t slot : staging) group->ReleaseSendSlot(slot);
@@ -121,6 +128,7 @@ void RdmaConnection::ReleaseDevice() {
       group->Leave();
     }
     if (cm && id != nullptr) cm->Forget(id, owner);
+    if (parked) cm->Park(std::move(parked));
   };
   attached_ = false;
   lent_ = 0;
@@ -154,7 +162,10 @@ void RdmaConnection::CloseNow(const Status& reason) {
   while (!outgoing_.empty() && outgoing_.back().next_write == 0) {
     outgoing_.pop_back();
   }
-  if (id_ && established_) rdma_disconnect(id_.get());
+  // Not on a port that is down: see CmChannel::PortIsDown.
+  if (id_ && established_ && !CmChannel::PortIsDown(id_.get())) {
+    rdma_disconnect(id_.get());
+  }
   // This call's reference, if the last.
   auto self = LoopState::Of(context_).Release(this);
   if (auto done = std::move(on_established_)) done(reason, shared_from_this());

@@ -153,6 +153,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
       status = ErrnoStatus("rdma_migrate_id", errno);
     }
     self->id_ = std::move(*shared_id);
+    self->may_park_ = true;
     if (status.ok()) {
       self->cm_->Register(self->id_.get(), self, self->id_in_group_);
       self->id_->context = self.get();
@@ -294,6 +295,7 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       ConnParams local = LocalConnParams();
       local.receive_buffer_size = group_->receive_buffer_size();
       rdma_conn_param param = ConnParam(local, options_.rdma_retry_count);
+      may_park_ = true;
       if (rdma_connect(id_.get(), &param) != 0) {
         Established(ErrnoStatus("rdma_connect " + peer_, errno));
       }
@@ -315,6 +317,8 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
       established_ = true;
       return Established(Status());
     case RDMA_CM_EVENT_DEVICE_REMOVAL: {
+      // The removal waits for the id: it goes now, port down or not.
+      may_park_ = false;
       DeviceHold::MarkRemoved(id_->verbs);
       const std::string device = DeviceName(id_->verbs);
       Log().warn("{}: RDMA device {} is being removed: closing", peer_, device);

@@ -347,6 +347,10 @@ class RdmaConnection final
   DeviceHold device_hold_;                  // Once the resources exist.
   DeviceEventSubscription device_events_;
   CmId id_;  // Owns the QP.
+  // A REQ was sent or received on id_, so destroying it sends the peer a
+  // DREQ or a REJ, and its device is not being removed: on a port that is
+  // down, ReleaseDevice parks the id (CmChannel::Park) instead.
+  bool may_park_ = false;
   uint32_t qp_num_ = 0;
   bool attached_ = false;  // group_ delivers the QP's completions to us.
   uint32_t max_inline_ = 0;
