@@ -23,14 +23,23 @@ using namespace std::chrono_literals;
 // This process's CPU time, all threads, user and system. Time the
 // hypervisor stole from this VM is not in it (the kernel's paravirtual
 // steal clock keeps it apart); a vCPU that runs slower while the host is
-// busy still shows, so it swings with the host's load too, if less.
-double ProcessCpuSeconds() {
+// busy still shows, so it swings with the host's load too, if less. Beside
+// it, counts no host load moves: page faults, and the times a thread went
+// to sleep (voluntary context switches: each wait for a socket or a lock).
+struct Usage {
+  double cpu_s = 0;
+  double faults = 0;
+  double sleeps = 0;
+};
+Usage ProcessUsage() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const auto seconds = [](const timeval& t) {
     return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6;
   };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  return {seconds(usage.ru_utime) + seconds(usage.ru_stime),
+          static_cast<double>(usage.ru_minflt + usage.ru_majflt),
+          static_cast<double>(usage.ru_nvcsw)};
 }
 
 // The machine's CPU time so far, and the part of it the hypervisor stole
@@ -55,6 +64,8 @@ CpuTicks MachineTicks() {
 struct LoadResult {
   double calls_per_s = NAN;
   double cpu_us_per_call = NAN;  // Both sides: this process's CPU time.
+  double faults_per_call = NAN;  // Both sides: page faults.
+  double sleeps_per_call = NAN;  // Both sides: voluntary context switches.
   double p50_us = NAN;           // The median round trip, when k is 1.
 };
 
@@ -111,28 +122,34 @@ LoadResult RpcLoad(rpc::Channel& channel,
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
   const uint64_t from = load.completed.load();
   const auto start = Clock::now();
-  const double cpu_from = ProcessCpuSeconds();
+  const Usage usage_from = ProcessUsage();
   load.recording = load.one;
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   load.recording = false;
   const uint64_t to = load.completed.load();
-  const double cpu = ProcessCpuSeconds() - cpu_from;
+  const Usage usage_to = ProcessUsage();
   const double elapsed =
       std::chrono::duration<double>(Clock::now() - start).count();
   load.stop = true;
   load.drained.get_future().wait();
   errors += load.failed.load();
   const double calls = static_cast<double>(to - from);
-  return {calls / elapsed, calls > 0 ? cpu * 1e6 / calls : NAN,
+  const auto per_call = [&](double amount) {
+    return calls > 0 ? amount / calls : NAN;
+  };
+  return {calls / elapsed, per_call((usage_to.cpu_s - usage_from.cpu_s) * 1e6),
+          per_call(usage_to.faults - usage_from.faults),
+          per_call(usage_to.sleeps - usage_from.sleeps),
           load.rtt_us.empty() ? NAN : Median(load.rtt_us)};
 }
 
 struct Cell {
   size_t size = 0;
   int load = 0;
-  std::vector<double> rpc, raw, peer;     // calls/s, one per repetition
-  std::vector<double> rpc_cpu;            // rdmarpc's CPU us per call
-  std::vector<double> rpc_p50, peer_p50;  // One outstanding: round trips.
+  std::vector<double> rpc, raw, peer;          // calls/s, one per repetition
+  std::vector<double> rpc_cpu;                 // rdmarpc's CPU us per call
+  std::vector<double> rpc_faults, rpc_sleeps;  // Per call, both sides.
+  std::vector<double> rpc_p50, peer_p50;       // One outstanding: round trips.
 };
 
 std::string Rate(double calls_per_s) {
@@ -172,15 +189,22 @@ int RunGrid(const Options& options, const GridOptions& grid,
   const CpuTicks ticks_before = MachineTicks();
   // Repetitions interleave the systems and the cells, so that a slow spell
   // of this shared machine falls on one repetition of each, not on all of
-  // one: the medians then agree with each other's conditions.
+  // one: the medians then agree with each other's conditions. Every other
+  // repetition runs the cells in reverse, so that a drift over a repetition
+  // (the host's load, the process's memory) does not always favour the
+  // lower loads, which run first.
   for (int rep = 0; rep < grid.reps; ++rep) {
-    for (size_t i = 0; i < cells.size(); ++i) {
+    for (size_t step = 0; step < cells.size(); ++step) {
+      const size_t i = rep % 2 == 0 ? step : cells.size() - 1 - step;
       Cell& cell = cells[i];
-      Progress("grid repetition " + std::to_string(rep + 1), i, cells.size());
+      Progress("grid repetition " + std::to_string(rep + 1), step,
+               cells.size());
       const LoadResult rpc = RpcLoad(channel, arena, cell.size, cell.load,
                                      grid.warmup, options.seconds, errors);
       cell.rpc.push_back(rpc.calls_per_s);
       cell.rpc_cpu.push_back(rpc.cpu_us_per_call);
+      cell.rpc_faults.push_back(rpc.faults_per_call);
+      cell.rpc_sleeps.push_back(rpc.sleeps_per_call);
       cell.rpc_p50.push_back(rpc.p50_us);
       if (options.raw && tcp) {
         cell.raw.push_back(
@@ -208,9 +232,10 @@ int RunGrid(const Options& options, const GridOptions& grid,
       options.uri.c_str(), grid.reps, options.seconds);
   std::printf(
       "| size | outstanding | rdmarpc | raw socket | rdmarpc/raw | %s "
-      "| rdmarpc/%s | goal met | rdmarpc CPU us/call |\n",
+      "| rdmarpc/%s | goal met | rdmarpc CPU us/call | faults/call | "
+      "sleeps/call |\n",
       peer_name.c_str(), peer_name.c_str());
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> cliffs, cpu_cliffs, missed;
   for (size_t i = 0; i < cells.size(); ++i) {
     const Cell& cell = cells[i];
@@ -228,14 +253,15 @@ int RunGrid(const Options& options, const GridOptions& grid,
         SizeName(cell.size) + " x " + std::to_string(cell.load);
     if (!met) missed.push_back(where);
     const double cpu = Median(cell.rpc_cpu);
-    std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %.2f |\n",
-                SizeName(cell.size).c_str(), cell.load, Rate(rpc).c_str(),
-                Rate(raw).c_str(), Ratio(rpc, raw).c_str(), Rate(other).c_str(),
-                Ratio(rpc, other).c_str(),
-                !std::isfinite(goal) ? "-"
-                : met                ? "yes"
-                                     : "no",
-                cpu);
+    std::printf(
+        "| %s | %d | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n",
+        SizeName(cell.size).c_str(), cell.load, Rate(rpc).c_str(),
+        Rate(raw).c_str(), Ratio(rpc, raw).c_str(), Rate(other).c_str(),
+        Ratio(rpc, other).c_str(),
+        !std::isfinite(goal) ? "-"
+        : met                ? "yes"
+                             : "no",
+        cpu, Median(cell.rpc_faults), Median(cell.rpc_sleeps));
     // A cliff: more load, more than 5% fewer calls/s than the cell to the
     // left (the same size, the next lower load).
     if (i > 0 && cells[i - 1].size == cell.size) {
@@ -330,6 +356,8 @@ int RunGrid(const Options& options, const GridOptions& grid,
       out << "  {\"size\": " << cell.size << ", \"outstanding\": " << cell.load
           << ", \"rdmarpc\": " << list(cell.rpc)
           << ", \"rdmarpc_cpu_us\": " << list(cell.rpc_cpu, "%.2f")
+          << ", \"rdmarpc_faults\": " << list(cell.rpc_faults, "%.2f")
+          << ", \"rdmarpc_sleeps\": " << list(cell.rpc_sleeps, "%.2f")
           << ", \"rdmarpc_p50_us\": " << list(cell.rpc_p50, "%.1f") << ", \""
           << peer_name << "_p50_us\": " << list(cell.peer_p50, "%.1f")
           << ", \"raw\": " << list(cell.raw) << ", \"" << peer_name
