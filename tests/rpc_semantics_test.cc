@@ -356,9 +356,8 @@ TEST_CASE("limits: the channel refuses a request over its own maximum") {
 }
 
 TEST_CASE("malformed: a bad frame closes that connection, others are served") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
+  if (OverRdma())
     SKIP("raw garbage needs a TCP socket; the RDMA suite has its own test");
-  }
   TestServer server;
   LogCapture log;
   Channel healthy(server.uri);

@@ -89,9 +89,7 @@ transport::OutgoingFrame RawFrame(const rpc::CallHeader& header,
 // call fails, the next one succeeds, and no protocol error is counted. A raw
 // socket trickles the header so the server takes that path.
 TEST_CASE("limits: an oversized payload after a large header is discarded") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   rpc::ServerOptions options;
   options.transport.max_payload_size = 64 * 1024;
   TestServer server(options);
@@ -135,9 +133,7 @@ TEST_CASE("limits: an oversized payload after a large header is discarded") {
 // Frames already read when a protocol error closes the connection are not
 // dispatched to handlers.
 TEST_CASE("malformed: nothing after a protocol error is dispatched") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   // A frame whose header does not parse, then a valid request, in one write.
@@ -152,9 +148,7 @@ TEST_CASE("malformed: nothing after a protocol error is dispatched") {
 
 TEST_CASE(
     "malformed: a request reusing a live call's id closes the connection") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   // WaitCancel outlives its handler; the Echo after it takes the same id.
@@ -174,9 +168,7 @@ TEST_CASE(
 }
 
 TEST_CASE("malformed: an attachment larger than the payload") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   rpc::CallHeader header;
@@ -196,9 +188,7 @@ TEST_CASE("malformed: an attachment larger than the payload") {
 }
 
 TEST_CASE("malformed: a request naming its method by id and by name") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   LogCapture log;
@@ -216,9 +206,7 @@ TEST_CASE("malformed: a request naming its method by id and by name") {
 // stream may cross a RESPONSE legitimately: the server drops and counts
 // them, and the connection serves the next call.
 TEST_CASE("streams: frames for no open stream are dropped, the link kept") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   peer.Write(
@@ -238,9 +226,7 @@ TEST_CASE("streams: frames for no open stream are dropped, the link kept") {
 // A method is registered as one stream kind; a request of another is
 // answered INVALID_ARGUMENT naming the method, and the connection goes on.
 TEST_CASE("streams: a streaming request to a unary method is refused") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   peer.Write(
@@ -330,9 +316,7 @@ TEST_CASE("malformed: a server sending HALF_CLOSE loses the connection") {
 // that call (RESOURCE_EXHAUSTED), not the connection: the next call on it
 // is served.
 TEST_CASE("streams: a message beyond the window ends that call only") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   std::string bytes = WireBytes(rpc::MakeStreamRequestFrame(
@@ -360,9 +344,7 @@ TEST_CASE("streams: a message beyond the window ends that call only") {
 }
 
 TEST_CASE("malformed: a WINDOW that opens nothing, a HALF_CLOSE with bytes") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   for (const bool window : {true, false}) {
     CAPTURE(window);
     TestServer server;
@@ -387,9 +369,7 @@ TEST_CASE("malformed: a WINDOW that opens nothing, a HALF_CLOSE with bytes") {
 // parse, or breaks the key rules, fails that call INVALID_ARGUMENT; the
 // connection serves the next call. Trailers on a REQUEST break the protocol.
 TEST_CASE("metadata: a malformed request block fails that call only") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   rpc::Metadata bad_key;
@@ -419,9 +399,7 @@ TEST_CASE("metadata: a malformed request block fails that call only") {
 }
 
 TEST_CASE("metadata: trailers on a request close the connection") {
-  if (transport::ParseUri(ListenUri())->scheme != "tcp") {
-    SKIP("raw bytes need a TCP socket");
-  }
+  if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;
   RawPeer peer(server.uri);
   rpc::CallHeader header;
