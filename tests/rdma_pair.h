@@ -69,21 +69,28 @@ inline OutgoingFrame MakeFrame(size_t payload) {
   return frame;
 }
 
+// How a Pair is set up: both sides' transport options, unless noted.
+struct PairOptions {
+  PollMode mode = PollMode::kEvent;
+  uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes;
+  // What the server's connection reports to (default: the Pair's recorder).
+  std::shared_ptr<ConnectionObserver> server_observer = nullptr;
+  bool pooled_grants = true;
+  std::chrono::milliseconds keepalive_interval = tunables::kKeepaliveInterval;
+  uint64_t max_pool_bytes = tunables::kDefaultRdmaMaxPoolBytes;
+  // The client's own keepalive interval, when set.
+  std::chrono::milliseconds client_keepalive_interval{};
+};
+
 // A connected pair on two loops; the server side records what arrives.
 struct Pair {
-  explicit Pair(PollMode mode,
-                uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes,
-                std::shared_ptr<ConnectionObserver> server_observer = nullptr,
-                bool pooled_grants = true,
-                std::chrono::milliseconds keepalive_interval =
-                    tunables::kKeepaliveInterval,
-                uint64_t max_pool_bytes = tunables::kDefaultRdmaMaxPoolBytes,
-                std::chrono::milliseconds client_keepalive_interval = {}) {
-    options.poll_mode = mode;
-    options.rdma_max_pool_bytes = max_pool_bytes;
-    options.keepalive_interval = keepalive_interval;
-    options.max_grant_bytes = max_grant_bytes;
-    options.rdma_pooled_grants = pooled_grants;
+  explicit Pair(PollMode mode) : Pair(PairOptions{.mode = mode}) {}
+  explicit Pair(const PairOptions& setup) {
+    options.poll_mode = setup.mode;
+    options.rdma_max_pool_bytes = setup.max_pool_bytes;
+    options.keepalive_interval = setup.keepalive_interval;
+    options.max_grant_bytes = setup.max_grant_bytes;
+    options.rdma_pooled_grants = setup.pooled_grants;
     // (Members: see the note on the loops below.)
     auto bound = Listen(
         server_loop.context(), RdmaUri(), options,
@@ -96,8 +103,8 @@ struct Pair {
     listener = std::move(*bound);
     std::promise<StatusOr<std::shared_ptr<Connection>>> connected;
     TransportOptions client_options = options;
-    if (client_keepalive_interval.count() > 0) {
-      client_options.keepalive_interval = client_keepalive_interval;
+    if (setup.client_keepalive_interval.count() > 0) {
+      client_options.keepalive_interval = setup.client_keepalive_interval;
     }
     Connect(client_loop.context(), listener->uri(), client_options,
             [&](StatusOr<std::shared_ptr<Connection>> c) {
@@ -119,8 +126,8 @@ struct Pair {
       REQUIRE(std::chrono::steady_clock::now() < until);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    if (server_observer) {
-      server->Start(std::move(server_observer));
+    if (setup.server_observer) {
+      server->Start(setup.server_observer);
     } else {
       server->Start(recorder);
     }

@@ -51,7 +51,7 @@ TEST_CASE("rdma: large frames pipeline and keep their order") {
 // connection to wait for.
 TEST_CASE("rdma: a pipelined frame over the grant budget waits, not dropped") {
   constexpr size_t kFrame = 2 << 20;
-  Pair pair(PollMode::kEvent, /*max_grant_bytes=*/3 << 20);
+  Pair pair({.max_grant_bytes = 3 << 20});
   for (int i = 0; i < 4; ++i) {
     REQUIRE(pair.client->Send(MakeFrame(kFrame)).ok());
   }
@@ -74,8 +74,7 @@ TEST_CASE("rdma: a pipelined frame over the grant budget waits, not dropped") {
 // Idle for a keepalive interval, the sender gives back the grants it holds,
 // and the receiver's blocks are free again.
 TEST_CASE("rdma: a stream of large frames goes into standing grants") {
-  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr,
-            /*pooled_grants=*/true, /*keepalive_interval=*/300ms);
+  Pair pair({.keepalive_interval = 300ms});
   const uint64_t granted_before = rdma::GrantedBytes();
   constexpr size_t kFrame = 256 << 10;
   constexpr int kFrames = 8;
@@ -144,7 +143,7 @@ TEST_CASE("rdma: standing grants keep the order of mixed frames") {
 TEST_CASE("rdma: a frame over the grant budget arrives in segments") {
   const bool pooled = GENERATE(true, false);
   INFO("pooled grants " << pooled);
-  Pair pair(PollMode::kEvent, /*max_grant_bytes=*/1 << 20, nullptr, pooled);
+  Pair pair({.max_grant_bytes = 1 << 20, .pooled_grants = pooled});
   SendAllInOrder(pair, {(3 << 20) + 7, 100 << 10, 20, (5 << 19) + 1, 10});
   const ConnectionStats& received = pair.server->stats();
   CHECK(received.oversized_frames_dropped == 0);
@@ -231,8 +230,7 @@ TEST_CASE(
   const bool pooled = GENERATE(true, false);
   INFO("pooled grants " << pooled);
   auto recorder = std::make_shared<SampledRecorder>();
-  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, recorder,
-            pooled);
+  Pair pair({.server_observer = recorder, .pooled_grants = pooled});
   // Warm-up: the pools grow to what a burst of 4 rounds needs (grant-pool
   // blocks, the loop's bounce chunks, receives lent to a busy peer), until
   // two bursts in a row register nothing more (at most seven; without the
@@ -312,7 +310,7 @@ TEST_CASE("rdma: a received large frame is sent on without a copy") {
   const bool pooled = GENERATE(true, false);
   INFO("pooled grants " << pooled);
   auto echoer = std::make_shared<Echoer>();
-  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, echoer, pooled);
+  Pair pair({.server_observer = echoer, .pooled_grants = pooled});
   echoer->connection = pair.server;
   constexpr size_t kPayload = 1 << 20;
   REQUIRE(pair.client->Send(MakeFrame(kPayload)).ok());

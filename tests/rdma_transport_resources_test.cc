@@ -205,11 +205,9 @@ TEST_CASE("rdma: a receive pool that could not grow tries again later") {
                                tunables::kRdmaReceiveBufferSize;
   const uint64_t cap = rdma::PooledRegisteredBytes() + 4 * group_bytes +
                        group_bytes / 2;  // Not one more receive chunk.
-  auto a = std::make_unique<Pair>(
-      PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr,
-      /*pooled_grants=*/false, tunables::kKeepaliveInterval, cap);
-  Pair b(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr,
-         /*pooled_grants=*/false, tunables::kKeepaliveInterval, cap);
+  const PairOptions capped{.pooled_grants = false, .max_pool_bytes = cap};
+  auto a = std::make_unique<Pair>(capped);
+  Pair b(capped);
   auto busy = [&b](size_t frames) {
     const size_t before = b.recorder->count();
     for (size_t i = 0; i < frames; ++i) {
@@ -321,7 +319,7 @@ struct Answerer : ConnectionObserver {
 TEST_CASE("rdma: a reply to the last completion polled is posted in Send") {
   for (const PollMode mode : {PollMode::kEvent, PollMode::kBusy}) {
     auto answerer = std::make_shared<Answerer>();
-    Pair pair(mode, tunables::kDefaultMaxGrantBytes, answerer);
+    Pair pair({.mode = mode, .server_observer = answerer});
     {
       std::lock_guard lock(answerer->mu);
       answerer->connection = pair.server;

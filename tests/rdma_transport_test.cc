@@ -143,8 +143,7 @@ uint64_t LendByBurst(Pair& pair, int frames) {
 }
 
 TEST_CASE("rdma: an idle peer gives back the credits it was lent") {
-  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr, true,
-            /*keepalive_interval=*/100ms);
+  Pair pair({.keepalive_interval = 100ms});
   const uint64_t lent = LendByBurst(pair, 2000);
   REQUIRE(pair.server->stats().credits_withheld == 0);
   // Credits still on their way back ride on the PONGs, and are given back
@@ -163,9 +162,7 @@ TEST_CASE("rdma: an idle peer gives back the credits it was lent") {
 // received is keepalive traffic too, and lent credits go back with it.
 // (Before, only a silent interval gave back, so such a peer kept them.)
 TEST_CASE("rdma: a peer kept busy by keepalive PINGs gives back its credits") {
-  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr, true,
-            /*keepalive_interval=*/100ms, tunables::kDefaultRdmaMaxPoolBytes,
-            /*client_keepalive_interval=*/2000ms);
+  Pair pair({.keepalive_interval = 100ms, .client_keepalive_interval = 2000ms});
   const uint64_t lent = LendByBurst(pair, 2000);
   CHECK(WaitUntil(
       [&] { return pair.server->stats().credits_taken_back == lent; }));
@@ -184,7 +181,7 @@ TEST_CASE("rdma: lone small sends are unsignaled; a close still drains") {
   // for an idle send queue, small sends stay unsignaled all the same.
   const bool pooled = GENERATE(true, false);
   INFO("pooled grants " << pooled);
-  Pair pair(PollMode::kEvent, tunables::kDefaultMaxGrantBytes, nullptr, pooled);
+  Pair pair({.pooled_grants = pooled});
   constexpr size_t kFrames = 5;
   static_assert(kFrames < tunables::kRdmaSignalEvery);
   const uint64_t polled = rdma::CompletionsPolled();
