@@ -63,6 +63,15 @@ inline constexpr size_t kTcpCopyOutLimit = 16 * 1024;
 // block becomes the frame's and a fresh one replaces it. The bound keeps a
 // frame from pinning a staging block many times its size.
 inline constexpr size_t kTcpReceiveInPlaceMin = kTcpReceiveChunk / 4;
+// After the prefix of a frame too large to receive in place, the next read
+// into the staging area takes at most this much: the next frame's prefix
+// and header and a little more, when that frame is large too, so that its
+// payload is read straight into its block rather than up to a staging
+// area's worth copied out. (Small frames behind it cost one short read.)
+inline constexpr size_t kTcpLargeFrameHeadRead = 4 * 1024;
+static_assert(kTcpLargeFrameHeadRead >= kFramePrefixSize + 1024 &&
+                  kTcpLargeFrameHeadRead <= kTcpCopyOutLimit,
+              "a head read holds a typical header, and is a small copy");
 
 static_assert(kTcpReceiveChunk >= kFramePrefixSize + kTcpCopyOutLimit,
               "a copied-out frame must fit the staging area");

@@ -161,6 +161,30 @@ TEST_CASE("tcp: a 64 KiB frame is received in place, and stays intact") {
   }
 }
 
+// Frames too large to receive in place are read straight into their own
+// blocks: after the first, the read that brings the next one's prefix is
+// kept short (kTcpLargeFrameHeadRead), so only a few KiB of each are copied
+// out of the staging area, not up to all of it (128 KiB a frame before).
+TEST_CASE("tcp: a stream of large frames is read straight into its blocks") {
+  Pair pair;
+  constexpr size_t kFrames = 8;
+  constexpr size_t kSize = 1 << 20;
+  for (size_t i = 0; i < kFrames; ++i) {  // All at once: they queue up.
+    REQUIRE(pair.client->Send(MakeFrame("large", kSize)).ok());
+  }
+  REQUIRE(pair.client->Send(MakeFrame("small", 100)).ok());
+  AwaitFrames(*pair.recorder, kFrames + 1);
+  {
+    std::lock_guard lock(pair.recorder->mu);
+    CHECK(pair.recorder->payloads_intact);
+    CHECK(pair.recorder->payload_sizes.back() == 100);
+  }
+  const uint64_t copied = pair.server->stats().received_bytes_copied;
+  INFO("bytes copied out of staging: " << copied);
+  CHECK(copied <= tunables::kTcpReceiveChunk +
+                      kFrames * tunables::kTcpLargeFrameHeadRead);
+}
+
 // Frames whose ends straddle full reads of the staging area, and frames
 // large enough to receive in place with others staged behind them.
 TEST_CASE("tcp: frames around the staging area's size arrive whole") {

@@ -160,6 +160,9 @@ struct ConnectionStats {
   std::atomic<uint64_t> keepalive_timeouts{0};
   // TCP only: frames handed over in the block they were read into, uncopied.
   std::atomic<uint64_t> frames_received_in_place{0};
+  // TCP only: bytes copied from the receive staging area into their frame's
+  // own block (small frames whole; a large frame's first bytes).
+  std::atomic<uint64_t> received_bytes_copied{0};
   // Frames written (TCP) or posted (RDMA) as they were sent, without being
   // queued: a reply from the loop thread with nothing else waiting.
   std::atomic<uint64_t> frames_written_directly{0};
@@ -235,6 +238,7 @@ inline void ConnectionStats::Add(const ConnectionStats& other) {
       &ConnectionStats::keepalive_pings,
       &ConnectionStats::keepalive_timeouts,
       &ConnectionStats::frames_received_in_place,
+      &ConnectionStats::received_bytes_copied,
       &ConnectionStats::frames_written_directly,
       &ConnectionStats::frames_waited_for_room,
       &ConnectionStats::read_waits,

@@ -76,6 +76,8 @@ class TcpConnection final : public Connection,
   // OnReadError); kWouldBlock when the socket had nothing.
   enum class ReadOutcome { kHandled, kWouldBlock };
   ReadOutcome ReadStaged();
+  // What the next read into the staging area may take (after_large_frame_).
+  size_t StagingSpace() const;
   // Event mode: once the socket is readable, `on_readable` reads:
   // OnStagingReadable into the staging area, OnBodyReadable the rest of a
   // large frame.
@@ -183,6 +185,9 @@ class TcpConnection final : public Connection,
   // waiting in the socket (loop thread).
   bool read_filled_space_ = false;
   bool read_again_ = false;  // Read again without a wait since the last one.
+  // The last frame begun was too large to receive in place: the next read
+  // into staging takes at most kTcpLargeFrameHeadRead (loop thread).
+  bool after_large_frame_ = false;
   // Busy and hybrid modes (loop thread): a turn is running, so ReadMore only
   // notes that the receive path wants more; bytes arrived since the last
   // turn looked; when a hybrid loop stops spinning.

@@ -66,6 +66,7 @@ void TcpConnection::ConsumeStaged() {
         } else {
           keep += decoded.prefix.payload_size;
         }
+        after_large_frame_ = keep > kTcpReceiveChunk;
         if (keep < tunables::kTcpReceiveInPlaceMin || !ReceiveInPlace(keep)) {
           rx_.block = PooledBuffer(keep);
         }
@@ -75,7 +76,10 @@ void TcpConnection::ConsumeStaged() {
       case Phase::kBody: {
         const size_t need = rx_.block.size() - rx_.filled;
         const size_t take = std::min(need, staged);
-        if (take > 0) std::memcpy(rx_.block.data() + rx_.filled, in, take);
+        if (take > 0) {
+          std::memcpy(rx_.block.data() + rx_.filled, in, take);
+          Bump(stats_.received_bytes_copied, take);
+        }
         rx_.filled += take;
         staged_begin_ += take;
         if (rx_.filled < rx_.block.size()) {
@@ -237,8 +241,7 @@ void TcpConnection::ReadMore() {
   }
   if (!direct_writes_) {  // A blocking socket: let Asio do the reading.
     socket_.async_read_some(
-        asio::buffer(staging_.data() + staged_end_,
-                     kTcpReceiveChunk - staged_end_),
+        asio::buffer(staging_.data() + staged_end_, StagingSpace()),
         Pooled([self = shared_from_this()](
                    const boost::system::error_code& error, size_t bytes) {
           if (self->torn_down_) return;
@@ -313,11 +316,17 @@ void TcpConnection::PollTurn() {
   PostToLoop(Pooled([self = shared_from_this()] { self->PollTurn(); }));
 }
 
+size_t TcpConnection::StagingSpace() const {
+  const size_t space = kTcpReceiveChunk - staged_end_;
+  return after_large_frame_ ? std::min(space, tunables::kTcpLargeFrameHeadRead)
+                            : space;
+}
+
 TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
   // recv itself, not socket_.read_some: the socket is non-blocking, and
   // Asio's wrapper adds about 60 instructions of error-code plumbing to
   // every message.
-  const size_t space = kTcpReceiveChunk - staged_end_;
+  const size_t space = StagingSpace();
   if (space == 0) {  // As read_some: reading nothing is not end-of-file.
     OnRead(0);
     return ReadOutcome::kHandled;
