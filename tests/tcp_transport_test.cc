@@ -106,7 +106,9 @@ TEST_CASE("tcp: a batch larger than the socket waits for room, then leaves") {
   CHECK(pair.recorder->payloads_intact);
   const ConnectionStats& stats = pair.client->stats();
   CHECK(stats.write_waits > 0);
-  CHECK(stats.frames_sent == kFrames);
+  // A slow run (TSan) may also send a keepalive PING: the client hears
+  // nothing from the server for longer than kKeepaliveInterval.
+  CHECK(stats.frames_sent - stats.keepalive_pings == kFrames);
   INFO("write calls " << stats.write_calls << ", waits " << stats.write_waits);
   // Every wait is followed by at least one write that moves bytes.
   CHECK(stats.write_calls > stats.write_waits);
