@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -87,11 +88,12 @@ double SampleValue(const std::string& text, const std::string& series) {
 }
 
 struct AdminServer {
-  AdminServer() {
+  explicit AdminServer(rpc::Service* also = nullptr) {
     rpc::ServerOptions options;
     options.admin_listen = "http://127.0.0.1:0";
     server = std::make_unique<rpc::Server>(options);
     server->RegisterService(&service);
+    if (also != nullptr) server->RegisterService(also);
     const StatusOr<std::string> bound = server->Listen(ListenUri());
     REQUIRE(bound.ok());
     uri = *bound;
@@ -326,10 +328,44 @@ TEST_CASE("admin: /metrics shows RDMA resources and the device's counters") {
   }
 }
 
+// Answers each call with the number of bytes it asks for, all at once when
+// Open() is called: until then the calls wait at the server.
+class GatedBytes : public rpc::Service {
+ public:
+  GatedBytes() : rpc::Service("test.Gated") {
+    AddMethod("Bytes", [this](std::shared_ptr<rpc::ServerCall> call) {
+      std::lock_guard lock(mutex_);
+      waiting_.push_back(std::move(call));
+    });
+  }
+  size_t waiting() {
+    std::lock_guard lock(mutex_);
+    return waiting_.size();
+  }
+  void Open() {
+    std::vector<std::shared_ptr<rpc::ServerCall>> calls;
+    {
+      std::lock_guard lock(mutex_);
+      calls.swap(waiting_);
+    }
+    for (auto& call : calls) {
+      const size_t n = std::stoull(std::string(call->request().view()));
+      call->Finish(Status(), Buffer::Allocate(n));
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<rpc::ServerCall>> waiting_;
+};
+
 // The queue's depth: responses to a client that has stopped reading pile
-// up at the server, and /metrics and the page say how many bytes.
+// up at the server, and /metrics and the page say how many bytes. The
+// order is fixed: every request reaches the server, the client's loop is
+// held, then the server answers them all.
 TEST_CASE("admin: the bytes queued for a client that stopped reading") {
-  AdminServer s;
+  GatedBytes gate;
+  AdminServer s(&gate);
   rpc::Channel channel(s.uri);
   REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
   const std::string queued =
@@ -338,26 +374,49 @@ TEST_CASE("admin: the bytes queued for a client that stopped reading") {
   constexpr size_t kResponse = 1 << 20;  // 32 MiB in all: more than sockets
                                          // and grants hold.
   std::atomic<int> done{0};
-  std::atomic<bool> held{false};
-  double while_held = -1;
+  std::mutex mutex;
+  std::vector<std::string> failures;
   for (int i = 0; i < kCalls; ++i) {
-    channel.Call(
-        "test.Test", "Bytes", Buffer::CopyOf(std::to_string(kResponse)),
-        rpc::CallOptions::WithTimeout(30s), [&](const Status& status, Buffer) {
-          // The first answer holds the client's loop, which then
-          // reads nothing: meanwhile the server queues the rest.
-          if (!held.exchange(true)) {
-            WaitFor([&] {
-              while_held = SampleValue(Get(s.admin, "/metrics").body, queued);
-              return while_held > 0;
-            });
-          }
-          if (status.ok()) done++;
-        });
+    channel.Call("test.Gated", "Bytes",
+                 Buffer::CopyOf(std::to_string(kResponse)),
+                 rpc::CallOptions::WithTimeout(60s),
+                 [&](const Status& status, Buffer response) {
+                   if (status.ok() && response.size() == kResponse) {
+                     done++;
+                   } else {
+                     std::lock_guard lock(mutex);
+                     failures.push_back(status.ToString());
+                   }
+                 });
   }
-  REQUIRE(WaitFor([&] { return done == kCalls; }, 60s));
+  REQUIRE(WaitFor([&] { return gate.waiting() == kCalls; }));
+  // An answered call's callback holds the client's loop, which then reads
+  // nothing until `release`.
+  std::atomic<bool> holding{false}, release{false};
+  channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("hold")),
+               rpc::CallOptions{}, [&](const Status&, Buffer) {
+                 holding = true;
+                 WaitFor([&] { return release.load(); }, 30s);
+               });
+  REQUIRE(WaitFor([&] { return holding.load(); }));
+  gate.Open();
+  double while_held = -1;
+  WaitFor([&] {
+    while_held = SampleValue(Get(s.admin, "/metrics").body, queued);
+    return while_held > 0;
+  });
+  release = true;
+  const bool all_done = WaitFor([&] { return done == kCalls; }, 60s);
+  {
+    std::lock_guard lock(mutex);
+    INFO(failures.size() << " failed; the first: "
+                         << (failures.empty() ? "-" : failures.front()));
+    REQUIRE(all_done);
+  }
   CHECK(while_held > 0);
-  CHECK(SampleValue(Get(s.admin, "/metrics").body, queued) == 0);
+  CHECK(WaitFor(
+      [&] { return SampleValue(Get(s.admin, "/metrics").body, queued) == 0; },
+      5s));
 }
 
 TEST_CASE("admin: /healthz and the status page") {
