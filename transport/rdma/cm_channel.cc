@@ -5,8 +5,10 @@
 #include <cerrno>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
+#include "transport/rdma/device_events.h"
 #include "transport/rdma/loop_state.h"
 #include "transport/rdma/rdma_connection.h"
 
@@ -86,10 +88,10 @@ void CmChannel::Forget(rdma_cm_id* id, uint64_t owner) {
 }
 
 bool CmChannel::PortIsDown(const rdma_cm_id* id) {
-  if (id->verbs == nullptr || id->port_num == 0) return false;
-  ibv_port_attr attr{};
-  return ibv_query_port(id->verbs, id->port_num, &attr) == 0 &&
-         attr.state != IBV_PORT_ACTIVE;
+  // A port that cannot be queried is not taken for down.
+  const std::optional<ibv_port_state> state =
+      PortState(id->verbs, id->port_num);
+  return state && *state != IBV_PORT_ACTIVE;
 }
 
 uint64_t CmChannel::ParkedIds() {

@@ -238,19 +238,25 @@ void DeviceEventSubscription::Reset() {
   }
 }
 
+std::optional<ibv_port_state> PortState(ibv_context* context, uint8_t port) {
+  if (context == nullptr || port == 0) return std::nullopt;
+  ibv_port_attr attr{};
+  if (ibv_query_port(context, port, &attr) != 0) return std::nullopt;
+  return attr.state;
+}
+
 std::string PortDownReason(ibv_context* context, uint8_t port) {
   if (context == nullptr || port == 0) return "";
-  ibv_port_attr attr{};
-  if (ibv_query_port(context, port, &attr) != 0) {
+  const std::optional<ibv_port_state> state = PortState(context, port);
+  if (!state) {
     return "port " + std::to_string(port) + " of " + DeviceName(context) +
            " cannot be queried: " + std::strerror(errno);
   }
-  if (attr.state == IBV_PORT_ACTIVE) return "";
+  if (*state == IBV_PORT_ACTIVE) return "";
   return "port " + std::to_string(port) + " of " + DeviceName(context) +
-         (attr.state == IBV_PORT_DOWN
-              ? std::string(" is down")
-              : std::string(" is not active (") +
-                    ibv_port_state_str(attr.state) + ")");
+         (*state == IBV_PORT_DOWN ? std::string(" is down")
+                                  : std::string(" is not active (") +
+                                        ibv_port_state_str(*state) + ")");
 }
 
 }  // namespace rdmarpc::transport::rdma

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "base/log.h"
+#include "transport/rdma/device_events.h"
 
 namespace rdmarpc::transport::rdma {
 namespace {
@@ -213,11 +214,7 @@ Status CheckRdmaAvailable() {
     ibv_device_attr device{};
     if (ibv_query_device(context, &device) == 0) {
       for (uint8_t port = 1; port <= device.phys_port_cnt; ++port) {
-        ibv_port_attr attr{};
-        if (ibv_query_port(context, port, &attr) == 0 &&
-            attr.state == IBV_PORT_ACTIVE) {
-          usable = true;
-        }
+        if (PortState(context, port) == IBV_PORT_ACTIVE) usable = true;
       }
     }
     if (!usable) inactive += std::string(" ") + ibv_get_device_name(devices[i]);
