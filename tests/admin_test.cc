@@ -88,12 +88,11 @@ double SampleValue(const std::string& text, const std::string& series) {
 }
 
 struct AdminServer {
-  explicit AdminServer(rpc::Service* also = nullptr) {
+  AdminServer() {
     rpc::ServerOptions options;
     options.admin_listen = "http://127.0.0.1:0";
     server = std::make_unique<rpc::Server>(options);
     server->RegisterService(&service);
-    if (also != nullptr) server->RegisterService(also);
     const StatusOr<std::string> bound = server->Listen(ListenUri());
     REQUIRE(bound.ok());
     uri = *bound;
@@ -328,44 +327,12 @@ TEST_CASE("admin: /metrics shows RDMA resources and the device's counters") {
   }
 }
 
-// Answers each call with the number of bytes it asks for, all at once when
-// Open() is called: until then the calls wait at the server.
-class GatedBytes : public rpc::Service {
- public:
-  GatedBytes() : rpc::Service("test.Gated") {
-    AddMethod("Bytes", [this](std::shared_ptr<rpc::ServerCall> call) {
-      std::lock_guard lock(mutex_);
-      waiting_.push_back(std::move(call));
-    });
-  }
-  size_t waiting() {
-    std::lock_guard lock(mutex_);
-    return waiting_.size();
-  }
-  void Open() {
-    std::vector<std::shared_ptr<rpc::ServerCall>> calls;
-    {
-      std::lock_guard lock(mutex_);
-      calls.swap(waiting_);
-    }
-    for (auto& call : calls) {
-      const size_t n = std::stoull(std::string(call->request().view()));
-      call->Finish(Status(), Buffer::Allocate(n));
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::shared_ptr<rpc::ServerCall>> waiting_;
-};
-
 // The queue's depth: responses to a client that has stopped reading pile
 // up at the server, and /metrics and the page say how many bytes. The
 // order is fixed: every request reaches the server, the client's loop is
 // held, then the server answers them all.
 TEST_CASE("admin: the bytes queued for a client that stopped reading") {
-  GatedBytes gate;
-  AdminServer s(&gate);
+  AdminServer s;
   rpc::Channel channel(s.uri);
   REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
   const std::string queued =
@@ -377,7 +344,7 @@ TEST_CASE("admin: the bytes queued for a client that stopped reading") {
   std::mutex mutex;
   std::vector<std::string> failures;
   for (int i = 0; i < kCalls; ++i) {
-    channel.Call("test.Gated", "Bytes",
+    channel.Call("test.Test", "GatedBytes",
                  Buffer::CopyOf(std::to_string(kResponse)),
                  rpc::CallOptions::WithTimeout(60s),
                  [&](const Status& status, Buffer response) {
@@ -389,7 +356,7 @@ TEST_CASE("admin: the bytes queued for a client that stopped reading") {
                    }
                  });
   }
-  REQUIRE(WaitFor([&] { return gate.waiting() == kCalls; }));
+  REQUIRE(WaitFor([&] { return s.service.gated_calls() == size_t{kCalls}; }));
   // An answered call's callback holds the client's loop, which then reads
   // nothing until `release`.
   std::atomic<bool> holding{false}, release{false};
@@ -399,7 +366,7 @@ TEST_CASE("admin: the bytes queued for a client that stopped reading") {
                  WaitFor([&] { return release.load(); }, 30s);
                });
   REQUIRE(WaitFor([&] { return holding.load(); }));
-  gate.Open();
+  s.service.OpenGate();
   double while_held = -1;
   WaitFor([&] {
     while_held = SampleValue(Get(s.admin, "/metrics").body, queued);

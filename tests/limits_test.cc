@@ -400,20 +400,16 @@ TEST_CASE("limits: a response refused by a full send queue fails its call") {
   TestServer server(options);
   Channel channel(server.uri);
   REQUIRE(CallSync(channel, "Echo", "warm").status.ok());
-  // Small requests, all sent at once; 64 MiB of responses, far more than
-  // the sockets' buffers hold.
+  // Small requests, all at the server before it answers any; 64 MiB of
+  // responses, far more than the sockets' buffers hold.
   constexpr int kCalls = 64;
   constexpr size_t kResponse = 1 << 20;
   std::atomic<int> ok{0}, refused{0}, other{0};
-  std::atomic<bool> held{false};
   for (int i = 0; i < kCalls; ++i) {
-    channel.Call("test.Test", "Bytes",
+    channel.Call("test.Test", "GatedBytes",
                  Buffer::CopyOf(std::to_string(kResponse)),
-                 rpc::CallOptions::WithTimeout(10s),
+                 rpc::CallOptions::WithTimeout(30s),
                  [&](const Status& s, Buffer response) {
-                   // The first answer holds the client's loop: it reads
-                   // nothing more, and the responses pile up at the server.
-                   if (!held.exchange(true)) std::this_thread::sleep_for(1s);
                    if (s.ok() && response.size() == kResponse) {
                      ok++;
                    } else if (s.code() == StatusCode::kResourceExhausted) {
@@ -423,6 +419,21 @@ TEST_CASE("limits: a response refused by a full send queue fails its call") {
                    }
                  });
   }
+  REQUIRE(
+      WaitFor([&] { return server.service.gated_calls() == size_t{kCalls}; }));
+  // An answered call's callback holds the client's loop: it reads nothing
+  // more, and the responses pile up at the server until it refuses one
+  // (or 5 s pass, less than the server's keepalive).
+  std::atomic<bool> holding{false}, release{false};
+  channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("hold")),
+               rpc::CallOptions{}, [&](const Status&, Buffer) {
+                 holding = true;
+                 WaitFor([&] { return release.load(); }, 30s);
+               });
+  REQUIRE(WaitFor([&] { return holding.load(); }));
+  server.service.OpenGate();
+  WaitFor([&] { return server.stats().responses_refused > 0; }, 5s);
+  release = true;
   REQUIRE(WaitFor([&] { return ok + refused + other == kCalls; }, 30s));
   CHECK(other == 0);  // None lost to its deadline.
   CHECK(refused > 0);

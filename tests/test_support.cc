@@ -187,10 +187,34 @@ TestService::TestService() : rpc::Service("test.Test") {
     for (size_t i = 0; i < n; ++i) out.data()[i] = std::byte(i * 7);
     call->Finish(Status(), std::move(out));
   });
+  AddMethod("GatedBytes", [this, count](std::shared_ptr<ServerCall> call) {
+    count();
+    std::lock_guard lock(gate_mutex_);
+    gated_.push_back(std::move(call));
+  });
   AddMethod("Drop", [count](std::shared_ptr<ServerCall>) { count(); });
 }
 
 TestService::~TestService() { timers_.Stop(); }
+
+size_t TestService::gated_calls() {
+  std::lock_guard lock(gate_mutex_);
+  return gated_.size();
+}
+
+void TestService::OpenGate() {
+  std::vector<std::shared_ptr<rpc::ServerCall>> calls;
+  {
+    std::lock_guard lock(gate_mutex_);
+    calls.swap(gated_);
+  }
+  for (auto& call : calls) {
+    const size_t n = std::stoull(std::string(call->request().view()));
+    Buffer out = Buffer::Allocate(n);
+    for (size_t i = 0; i < n; ++i) out.data()[i] = std::byte(i * 7);
+    call->Finish(Status(), std::move(out));
+  }
+}
 
 CallResult CallSync(rpc::Channel& channel, std::string_view method,
                     std::string request, rpc::CallOptions options,

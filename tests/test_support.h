@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -72,6 +73,7 @@ class LoopbackListener {
 //   Deadline    returns "none" or the remaining milliseconds
 //   WaitCancel  never finishes on its own; finishes CANCELLED when cancelled
 //   Bytes       request "N": returns N bytes
+//   GatedBytes  request "N": returns N bytes once OpenGate() is called
 //   Drop        drops the call without finishing it
 class TestService : public rpc::Service {
  public:
@@ -81,8 +83,15 @@ class TestService : public rpc::Service {
   std::atomic<int> cancels_observed{0};
   std::atomic<int> calls_started{0};
 
+  // The GatedBytes calls waiting for OpenGate().
+  size_t gated_calls();
+  // Answers every GatedBytes call waiting, one after the other.
+  void OpenGate();
+
  private:
   rpc::EventLoop timers_;
+  std::mutex gate_mutex_;
+  std::vector<std::shared_ptr<rpc::ServerCall>> gated_;
 };
 
 struct CallResult {
