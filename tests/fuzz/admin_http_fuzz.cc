@@ -16,7 +16,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,38 +104,69 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ++data;
     --size;
   }
+  // Asynchronous, on this thread: a blocking read or write here would fail
+  // with EINTR whenever libFuzzer's timer signal lands (it did), and would
+  // not honour the stream's timeout.
   asio::io_context context;
   beast::tcp_stream stream(context);
-  stream.connect(target.endpoint);
-  // The endpoint may answer and close before it has read everything: a
-  // write that fails then is not an error.
-  beast::error_code error;
-  for (size_t at = 0; at < size && !error; at += piece) {
-    asio::write(stream.socket(),
-                asio::buffer(data + at, std::min(piece, size - at)), error);
-  }
-  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, error);
-
-  // Responses until the endpoint closes; it must close well before its
-  // 10 s idle timeout, since the client has said it is done.
+  // The endpoint must answer and close well before its 10 s idle timeout,
+  // since the client says it is done.
   stream.expires_after(std::chrono::seconds(5));
-  beast::flat_buffer buffer;
-  for (size_t answered = 0;; ++answered) {
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    parser.skip(answered < heads.size() && heads[answered]);
-    http::read(stream, buffer, parser, error);
-    if (error == http::error::end_of_stream || error == asio::error::eof ||
-        error == asio::error::connection_reset) {
-      break;  // Closed between responses.
+
+  // Writes the input piece by piece, then half-closes. The endpoint may
+  // answer and close before it has read everything: a write that fails
+  // then is not an error.
+  size_t at = 0;
+  std::function<void()> write_next = [&] {
+    if (at >= size) {
+      beast::error_code ignored;
+      stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+      return;
     }
-    FUZZ_CHECK(error != beast::error::timeout);
-    FUZZ_CHECK(!error);  // Else a malformed response.
-    const auto& response = parser.get();
-    FUZZ_CHECK(response.version() == 11);
-    FUZZ_CHECK(Documented(response.result_int()));
-    if (!response.keep_alive()) break;
-  }
+    stream.async_write_some(
+        asio::buffer(data + at, std::min(piece, size - at)),
+        [&](beast::error_code written_error, size_t written) {
+          if (written_error) return;
+          at += written;
+          write_next();
+        });
+  };
+
+  // Meanwhile reads responses until the endpoint closes.
+  beast::flat_buffer buffer;
+  std::optional<http::response_parser<http::string_body>> parser;
+  size_t answered = 0;
+  std::function<void()> read_next = [&] {
+    parser.emplace();
+    parser->body_limit(64 << 20);
+    parser->skip(answered < heads.size() && heads[answered]);
+    http::async_read(stream, buffer, *parser,
+                     [&](beast::error_code read_error, size_t) {
+                       if (read_error == http::error::end_of_stream ||
+                           read_error == asio::error::eof ||
+                           read_error == asio::error::connection_reset) {
+                         return;  // Closed between responses.
+                       }
+                       if (read_error) {
+                         std::fprintf(stderr, "response %zu: %s\n", answered,
+                                      read_error.message().c_str());
+                       }
+                       FUZZ_CHECK(read_error != beast::error::timeout);
+                       FUZZ_CHECK(!read_error);  // Else a malformed response.
+                       const auto& response = parser->get();
+                       FUZZ_CHECK(response.version() == 11);
+                       FUZZ_CHECK(Documented(response.result_int()));
+                       if (!response.keep_alive()) return;
+                       ++answered;
+                       read_next();
+                     });
+  };
+  stream.async_connect(target.endpoint, [&](beast::error_code connected) {
+    FUZZ_CHECK(!connected);
+    write_next();
+    read_next();
+  });
+  context.run();
 
   // The RPC side is untouched.
   const auto result = rdmarpc::testing::CallSync(*target.channel, "Echo", "x");

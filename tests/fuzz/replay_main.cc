@@ -3,6 +3,14 @@
 // The same targets link against libFuzzer in tools/fuzz (clang); this
 // driver lets the ordinary test suites (and the sanitizer builds) replay
 // the corpus on every run, so a fixed crash stays fixed.
+//
+// Signals interrupt the replay as libFuzzer's timer interrupts the fuzzer
+// (-timeout sends SIGALRM every few seconds): here every millisecond, with
+// a handler that does nothing and without SA_RESTART, so each blocking call
+// a target makes on its thread must cope with EINTR.
+#include <signal.h>
+#include <sys/time.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -30,6 +38,14 @@ bool Replay(const std::filesystem::path& file) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  struct sigaction action {};
+  action.sa_handler = [](int) {};
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // No SA_RESTART.
+  sigaction(SIGALRM, &action, nullptr);
+  const itimerval every_ms{{0, 1000}, {0, 1000}};
+  setitimer(ITIMER_REAL, &every_ms, nullptr);
+
   int inputs = 0;
   for (int i = 1; i < argc; ++i) {
     const std::filesystem::path arg(argv[i]);
@@ -49,6 +65,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no inputs\n");
     return 1;
   }
+  const itimerval off{};
+  setitimer(ITIMER_REAL, &off, nullptr);
   std::printf("replayed %d inputs\n", inputs);
   return 0;
 }
