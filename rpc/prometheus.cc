@@ -7,6 +7,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <vector>
@@ -191,41 +192,20 @@ void Transports(std::string& out, const Server& server) {
   struct Sums {
     uint64_t connections = 0;
     uint64_t queued_bytes = 0;
-    std::array<uint64_t, 15> values{};
+    std::array<uint64_t, std::size(transport::kConnectionCounters)> values{};
   };
-  static constexpr std::array<std::pair<const char*, const char*>, 15> kNames =
-      {{
-          {"frames_sent", "Frames sent."},
-          {"frames_received", "Frames received."},
-          {"sent_bytes", "Bytes sent, framing included."},
-          {"received_bytes", "Bytes received, framing included."},
-          {"write_calls", "sendmsg calls (TCP) or ibv_post_send calls (RDMA)."},
-          {"read_calls", "recv calls (TCP)."},
-          {"write_waits", "Waits for a full socket to take more (TCP)."},
-          {"inline_sends", "SENDs with their data inline (RDMA)."},
-          {"rdma_writes", "WRITE WITH IMMEDIATE transfers (RDMA)."},
-          {"credit_stalls", "Flushes held back for lack of credits (RDMA)."},
-          {"registrations", "ibv_reg_mr calls for user memory (RDMA)."},
-          {"protocol_errors", "Connections closed for a protocol error."},
-          {"rnr_errors", "Receiver-not-ready errors (RDMA; never expected)."},
-          {"keepalive_timeouts",
-           "Connections closed because the peer sent nothing, not even a "
-           "keepalive PONG."},
-          {"cq_events", "Completion-channel wake-ups (RDMA)."},
-      }};
   std::map<std::string, Sums> by_transport;
-  server.ForEachTransport([&](const std::string& transport,
-                              const Server::TransportTotals& totals) {
-    Sums& sums = by_transport[transport];
-    sums.connections = totals.open;
-    sums.queued_bytes = totals.queued_bytes;
-    const transport::ConnectionStats& s = totals.counters;
-    sums.values = {s.frames_sent,    s.frames_received,    s.bytes_sent,
-                   s.bytes_received, s.write_calls,        s.read_calls,
-                   s.write_waits,    s.inline_sends,       s.rdma_writes,
-                   s.credit_stalls,  s.registrations,      s.protocol_errors,
-                   s.rnr_errors,     s.keepalive_timeouts, s.cq_events};
-  });
+  server.ForEachTransport(
+      [&](const std::string& transport, const Server::TransportTotals& totals) {
+        Sums& sums = by_transport[transport];
+        sums.connections = totals.open;
+        sums.queued_bytes = totals.queued_bytes;
+        for (size_t i = 0; i < std::size(transport::kConnectionCounters); ++i) {
+          sums.values[i] =
+              (totals.counters.*transport::kConnectionCounters[i].member)
+                  .load(std::memory_order_relaxed);
+        }
+      });
   Family(out, "rdmarpc_transport_queued_bytes", "gauge",
          "Bytes of frames queued on the open connections, not yet handed to "
          "the socket or the send queue.");
@@ -241,11 +221,13 @@ void Transports(std::string& out, const Server& server) {
            "transport=\"" + PrometheusLabelValue(transport) + "\"",
            sums.connections);
   }
-  for (size_t i = 0; i < kNames.size(); ++i) {
+  for (size_t i = 0; i < std::size(transport::kConnectionCounters); ++i) {
+    const transport::ConnectionCounter& counter =
+        transport::kConnectionCounters[i];
     const std::string name =
-        std::string("rdmarpc_transport_") + kNames[i].first + "_total";
+        std::string("rdmarpc_transport_") + counter.name + "_total";
     Family(out, name, "counter",
-           std::string(kNames[i].second) +
+           std::string(counter.help) +
                " Summed over every connection the server has had.");
     for (const auto& [transport, sums] : by_transport) {
       Sample(out, name, "transport=\"" + PrometheusLabelValue(transport) + "\"",

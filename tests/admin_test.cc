@@ -207,6 +207,39 @@ TEST_CASE("admin: transport counters keep closed connections' counts") {
   CHECK(SampleValue(text, frames) >= before_close + 1);
 }
 
+// Every counter a connection keeps (transport::kConnectionCounters) is in
+// /metrics under its name, between the server's sums read before and after.
+TEST_CASE("admin: every transport counter is exported") {
+  AdminServer s;
+  rpc::Channel channel(s.uri);
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(CallSync(channel, "Echo", std::string(100000, 'x')).status.ok());
+  }
+  const auto totals = [&](transport::ConnectionStats& sum) {
+    s.server->ForEachTransport([&](const std::string& transport,
+                                   const rpc::Server::TransportTotals& t) {
+      if (transport == s.transport) sum.Add(t.counters);
+    });
+  };
+  transport::ConnectionStats before, after;
+  totals(before);
+  const std::string text = Get(s.admin, "/metrics").body;
+  totals(after);
+  for (const transport::ConnectionCounter& counter :
+       transport::kConnectionCounters) {
+    const std::string name =
+        std::string("rdmarpc_transport_") + counter.name + "_total";
+    INFO(name);
+    CHECK(text.find("# TYPE " + name + " counter\n") != std::string::npos);
+    const double value =
+        SampleValue(text, name + "{transport=\"" + s.transport + "\"}");
+    CHECK(value >= double((before.*counter.member).load()));
+    CHECK(value <= double((after.*counter.member).load()));
+  }
+  CHECK(SampleValue(text, "rdmarpc_transport_sent_bytes_total{transport=\"" +
+                              s.transport + "\"}") >= 5 * 100000);
+}
+
 // A process's channels, summed per target, on the server's endpoint too.
 TEST_CASE("admin: /metrics shows this process's channels") {
   AdminServer s;

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -225,56 +226,108 @@ struct ConnectionStats {
   void Add(const ConnectionStats& other);
 };
 
+// Every counter of ConnectionStats, with the name and help an exporter
+// shows it under (rpc/prometheus.cc: rdmarpc_transport_NAME_total; base
+// units last, as Prometheus names go).
+struct ConnectionCounter {
+  std::atomic<uint64_t> ConnectionStats::*member;
+  const char* name;
+  const char* help;
+};
+inline constexpr ConnectionCounter kConnectionCounters[] = {
+    {&ConnectionStats::frames_sent, "frames_sent", "Frames sent."},
+    {&ConnectionStats::frames_received, "frames_received", "Frames received."},
+    {&ConnectionStats::bytes_sent, "sent_bytes",
+     "Bytes sent, framing included."},
+    {&ConnectionStats::bytes_received, "received_bytes",
+     "Bytes received, framing included."},
+    {&ConnectionStats::write_calls, "write_calls",
+     "sendmsg calls (TCP) or ibv_post_send calls (RDMA)."},
+    {&ConnectionStats::read_calls, "read_calls", "recv calls (TCP)."},
+    {&ConnectionStats::oversized_frames_dropped, "oversized_frames_dropped",
+     "Frames over the size limit, dropped."},
+    {&ConnectionStats::protocol_errors, "protocol_errors",
+     "Connections closed for a protocol error."},
+    {&ConnectionStats::keepalive_pings, "keepalive_pings",
+     "Keepalive PINGs sent (nothing received for an interval)."},
+    {&ConnectionStats::keepalive_timeouts, "keepalive_timeouts",
+     "Connections closed because the peer sent nothing, not even a keepalive "
+     "PONG."},
+    {&ConnectionStats::frames_received_in_place, "frames_received_in_place",
+     "Frames handed over in the block they were read into (TCP)."},
+    {&ConnectionStats::received_bytes_copied, "received_copied_bytes",
+     "Bytes copied from the receive staging area into their frame's block "
+     "(TCP)."},
+    {&ConnectionStats::frames_written_directly, "frames_written_directly",
+     "Frames sent at once, without being queued."},
+    {&ConnectionStats::frames_waited_for_room, "frames_waited_for_room",
+     "Frames queued past the queue's limit because they may wait."},
+    {&ConnectionStats::read_waits, "read_waits",
+     "Waits for the socket to become readable (TCP)."},
+    {&ConnectionStats::empty_reads, "empty_reads",
+     "Reads that found the socket empty (TCP, busy or hybrid polling)."},
+    {&ConnectionStats::write_waits, "write_waits",
+     "Waits for a full socket to take more (TCP)."},
+    {&ConnectionStats::inline_sends, "inline_sends",
+     "SENDs with their data inline (RDMA)."},
+    {&ConnectionStats::rdma_writes, "rdma_writes",
+     "WRITE WITH IMMEDIATE transfers (RDMA)."},
+    {&ConnectionStats::pipelined_transfers, "pipelined_transfers",
+     "Transfers asked for while an earlier one was under way (RDMA)."},
+    {&ConnectionStats::standing_grants, "standing_grants",
+     "Standing grants offered to the peer (RDMA)."},
+    {&ConnectionStats::standing_transfers, "standing_transfers",
+     "Transfers written into a standing grant, with no round trip (RDMA)."},
+    {&ConnectionStats::standing_grants_released, "standing_grants_released",
+     "Standing grants given back unused once idle (RDMA)."},
+    {&ConnectionStats::zero_copy_bytes, "zero_copy_bytes",
+     "Bytes written straight from registered user memory (RDMA)."},
+    {&ConnectionStats::staged_bytes, "staged_bytes",
+     "Bytes copied into registered staging memory before a transfer (RDMA)."},
+    {&ConnectionStats::registrations, "registrations",
+     "ibv_reg_mr calls for user memory (RDMA)."},
+    {&ConnectionStats::pooled_grants, "pooled_grants",
+     "Grants from the device's grant pool (RDMA)."},
+    {&ConnectionStats::registered_grants, "registered_grants",
+     "Grants registered for themselves: too large for a pool block, or the "
+     "pool full (RDMA)."},
+    {&ConnectionStats::segmented_frames, "segmented_frames",
+     "Frames received in segments (RDMA)."},
+    {&ConnectionStats::segments_received, "segments_received",
+     "Segments received (RDMA)."},
+    {&ConnectionStats::segments_sent, "segments_sent",
+     "Segments sent before each segmented frame's last (RDMA)."},
+    {&ConnectionStats::credit_stalls, "credit_stalls",
+     "Flushes held back for lack of credits (RDMA)."},
+    {&ConnectionStats::credit_messages, "credit_messages",
+     "Explicit CREDIT messages sent (RDMA)."},
+    {&ConnectionStats::credits_lent, "credits_lent",
+     "Receive credits lent a busy peer beyond its initial ones (RDMA)."},
+    {&ConnectionStats::credits_withheld, "credits_withheld",
+     "Receive credits kept back, the shared receive pool short (RDMA)."},
+    {&ConnectionStats::credits_given_back, "credits_given_back",
+     "Credits given back unused, the connection idle (RDMA)."},
+    {&ConnectionStats::credits_taken_back, "credits_taken_back",
+     "Credits an idle peer gave back to the shared receive pool (RDMA)."},
+    {&ConnectionStats::rnr_errors, "rnr_errors",
+     "Receiver-not-ready errors (RDMA; never expected)."},
+    {&ConnectionStats::completion_probes, "completion_probes",
+     "Signaled zero-length WRITEs that tell when the send queue is idle (RDMA, "
+     "rxe)."},
+    {&ConnectionStats::cq_events, "cq_events",
+     "Completion-channel wake-ups (RDMA)."},
+    {&ConnectionStats::cq_polls, "cq_polls",
+     "Batches of completions drained (RDMA)."},
+};
+// A counter added to ConnectionStats and not here would be left out of
+// every sum and every export.
+static_assert(std::size(kConnectionCounters) * sizeof(std::atomic<uint64_t>) ==
+              sizeof(ConnectionStats));
+
 inline void ConnectionStats::Add(const ConnectionStats& other) {
-  static constexpr std::atomic<uint64_t> ConnectionStats::*kCounters[] = {
-      &ConnectionStats::frames_sent,
-      &ConnectionStats::frames_received,
-      &ConnectionStats::bytes_sent,
-      &ConnectionStats::bytes_received,
-      &ConnectionStats::write_calls,
-      &ConnectionStats::read_calls,
-      &ConnectionStats::oversized_frames_dropped,
-      &ConnectionStats::protocol_errors,
-      &ConnectionStats::keepalive_pings,
-      &ConnectionStats::keepalive_timeouts,
-      &ConnectionStats::frames_received_in_place,
-      &ConnectionStats::received_bytes_copied,
-      &ConnectionStats::frames_written_directly,
-      &ConnectionStats::frames_waited_for_room,
-      &ConnectionStats::read_waits,
-      &ConnectionStats::empty_reads,
-      &ConnectionStats::write_waits,
-      &ConnectionStats::inline_sends,
-      &ConnectionStats::rdma_writes,
-      &ConnectionStats::pipelined_transfers,
-      &ConnectionStats::standing_grants,
-      &ConnectionStats::standing_transfers,
-      &ConnectionStats::standing_grants_released,
-      &ConnectionStats::zero_copy_bytes,
-      &ConnectionStats::staged_bytes,
-      &ConnectionStats::registrations,
-      &ConnectionStats::pooled_grants,
-      &ConnectionStats::registered_grants,
-      &ConnectionStats::segmented_frames,
-      &ConnectionStats::segments_received,
-      &ConnectionStats::segments_sent,
-      &ConnectionStats::credit_stalls,
-      &ConnectionStats::credit_messages,
-      &ConnectionStats::credits_lent,
-      &ConnectionStats::credits_withheld,
-      &ConnectionStats::credits_given_back,
-      &ConnectionStats::credits_taken_back,
-      &ConnectionStats::rnr_errors,
-      &ConnectionStats::completion_probes,
-      &ConnectionStats::cq_events,
-      &ConnectionStats::cq_polls};
-  // A counter added above and not here would be left out of every sum.
-  static_assert(sizeof(kCounters) / sizeof(kCounters[0]) *
-                    sizeof(std::atomic<uint64_t>) ==
-                sizeof(ConnectionStats));
-  for (auto counter : kCounters) {
-    (this->*counter)
-        .fetch_add((other.*counter).load(std::memory_order_relaxed),
+  for (const ConnectionCounter& counter : kConnectionCounters) {
+    (this->*counter.member)
+        .fetch_add((other.*counter.member).load(std::memory_order_relaxed),
                    std::memory_order_relaxed);
   }
 }
