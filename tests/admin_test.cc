@@ -390,22 +390,16 @@ TEST_CASE("admin: the bytes queued for a client that stopped reading") {
                  });
   }
   REQUIRE(WaitFor([&] { return s.service.gated_calls() == size_t{kCalls}; }));
-  // An answered call's callback holds the client's loop, which then reads
-  // nothing until `release`.
-  std::atomic<bool> holding{false}, release{false};
-  channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("hold")),
-               rpc::CallOptions{}, [&](const Status&, Buffer) {
-                 holding = true;
-                 WaitFor([&] { return release.load(); }, 30s);
-               });
-  REQUIRE(WaitFor([&] { return holding.load(); }));
+  // The client's loop, held, reads nothing until released.
+  LoopHold hold(channel);
+  REQUIRE(hold.WaitHeld());
   s.service.OpenGate();
   double while_held = -1;
   WaitFor([&] {
     while_held = SampleValue(Get(s.admin, "/metrics").body, queued);
     return while_held > 0;
   });
-  release = true;
+  hold.Release();
   const bool all_done = WaitFor([&] { return done == kCalls; }, 60s);
   {
     std::lock_guard lock(mutex);

@@ -421,19 +421,14 @@ TEST_CASE("limits: a response refused by a full send queue fails its call") {
   }
   REQUIRE(
       WaitFor([&] { return server.service.gated_calls() == size_t{kCalls}; }));
-  // An answered call's callback holds the client's loop: it reads nothing
-  // more, and the responses pile up at the server until it refuses one
-  // (or 5 s pass, less than the server's keepalive).
-  std::atomic<bool> holding{false}, release{false};
-  channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("hold")),
-               rpc::CallOptions{}, [&](const Status&, Buffer) {
-                 holding = true;
-                 WaitFor([&] { return release.load(); }, 30s);
-               });
-  REQUIRE(WaitFor([&] { return holding.load(); }));
+  // The client's loop, held, reads nothing more, and the responses pile
+  // up at the server until it refuses one (or 5 s pass, less than the
+  // server's keepalive).
+  LoopHold hold(channel);
+  REQUIRE(hold.WaitHeld());
   server.service.OpenGate();
   WaitFor([&] { return server.stats().responses_refused > 0; }, 5s);
-  release = true;
+  hold.Release();
   REQUIRE(WaitFor([&] { return ok + refused + other == kCalls; }, 30s));
   CHECK(other == 0);  // None lost to its deadline.
   CHECK(refused > 0);

@@ -216,6 +216,21 @@ void TestService::OpenGate() {
   }
 }
 
+LoopHold::LoopHold(rpc::Channel& channel, std::chrono::milliseconds limit) {
+  channel.Call("test.Test", "Echo", Buffer::CopyOf(std::string_view("hold")),
+               rpc::CallOptions{},
+               [state = state_, limit](const Status&, Buffer) {
+                 state->holding = true;
+                 WaitFor([&] { return state->released.load(); }, limit);
+               });
+}
+
+bool LoopHold::WaitHeld() {
+  return WaitFor([&] { return state_->holding.load(); });
+}
+
+void LoopHold::Release() { state_->released = true; }
+
 CallResult CallSync(rpc::Channel& channel, std::string_view method,
                     std::string request, rpc::CallOptions options,
                     std::string_view service) {

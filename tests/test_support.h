@@ -94,6 +94,30 @@ class TestService : public rpc::Service {
   std::vector<std::shared_ptr<rpc::ServerCall>> gated_;
 };
 
+// Holds a channel's event loop: the callback of an Echo call (made on a
+// TestService) blocks until Release(), destruction, or `limit`, so the
+// client reads nothing meanwhile. Keep the hold shorter than the server's
+// keepalive timeout, or the server takes the client for dead.
+class LoopHold {
+ public:
+  explicit LoopHold(rpc::Channel& channel,
+                    std::chrono::milliseconds limit = std::chrono::seconds(30));
+  ~LoopHold() { Release(); }
+  LoopHold(const LoopHold&) = delete;
+  LoopHold& operator=(const LoopHold&) = delete;
+
+  // Waits until the loop is held; false if it was not within 10 s.
+  bool WaitHeld();
+  void Release();
+
+ private:
+  struct State {
+    std::atomic<bool> holding{false};
+    std::atomic<bool> released{false};
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
 struct CallResult {
   Status status;
   std::string response;
