@@ -7,7 +7,6 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <vector>
@@ -192,7 +191,7 @@ void Transports(std::string& out, const Server& server) {
   struct Sums {
     uint64_t connections = 0;
     uint64_t queued_bytes = 0;
-    std::array<uint64_t, std::size(transport::kConnectionCounters)> values{};
+    transport::ConnectionStats counters;
   };
   std::map<std::string, Sums> by_transport;
   server.ForEachTransport(
@@ -200,11 +199,7 @@ void Transports(std::string& out, const Server& server) {
         Sums& sums = by_transport[transport];
         sums.connections = totals.open;
         sums.queued_bytes = totals.queued_bytes;
-        for (size_t i = 0; i < std::size(transport::kConnectionCounters); ++i) {
-          sums.values[i] =
-              (totals.counters.*transport::kConnectionCounters[i].member)
-                  .load(std::memory_order_relaxed);
-        }
+        sums.counters.Add(totals.counters);
       });
   Family(out, "rdmarpc_transport_queued_bytes", "gauge",
          "Bytes of frames queued on the open connections, not yet handed to "
@@ -221,9 +216,8 @@ void Transports(std::string& out, const Server& server) {
            "transport=\"" + PrometheusLabelValue(transport) + "\"",
            sums.connections);
   }
-  for (size_t i = 0; i < std::size(transport::kConnectionCounters); ++i) {
-    const transport::ConnectionCounter& counter =
-        transport::kConnectionCounters[i];
+  for (const transport::ConnectionCounter& counter :
+       transport::kConnectionCounters) {
     const std::string name =
         std::string("rdmarpc_transport_") + counter.name + "_total";
     Family(out, name, "counter",
@@ -231,7 +225,7 @@ void Transports(std::string& out, const Server& server) {
                " Summed over every connection the server has had.");
     for (const auto& [transport, sums] : by_transport) {
       Sample(out, name, "transport=\"" + PrometheusLabelValue(transport) + "\"",
-             sums.values[i]);
+             (sums.counters.*counter.member).load(std::memory_order_relaxed));
     }
   }
 }

@@ -122,6 +122,19 @@ std::string ListenUri() {
   return std::string(transport) + "://" + ip + ":0";
 }
 
+namespace {
+
+// The answer of Bytes and GatedBytes: as many bytes as the request's decimal
+// number says, in a pattern.
+Buffer BytesAsked(const rpc::ServerCall& call) {
+  const size_t n = std::stoull(std::string(call.request().view()));
+  Buffer out = Buffer::Allocate(n);
+  for (size_t i = 0; i < n; ++i) out.data()[i] = std::byte(i * 7);
+  return out;
+}
+
+}  // namespace
+
 TestService::TestService() : rpc::Service("test.Test") {
   using rpc::ServerCall;
   auto count = [this] { calls_started++; };
@@ -182,10 +195,7 @@ TestService::TestService() : rpc::Service("test.Test") {
   });
   AddMethod("Bytes", [count](std::shared_ptr<ServerCall> call) {
     count();
-    const size_t n = std::stoull(std::string(call->request().view()));
-    Buffer out = Buffer::Allocate(n);
-    for (size_t i = 0; i < n; ++i) out.data()[i] = std::byte(i * 7);
-    call->Finish(Status(), std::move(out));
+    call->Finish(Status(), BytesAsked(*call));
   });
   AddMethod("GatedBytes", [this, count](std::shared_ptr<ServerCall> call) {
     count();
@@ -208,12 +218,7 @@ void TestService::OpenGate() {
     std::lock_guard lock(gate_mutex_);
     calls.swap(gated_);
   }
-  for (auto& call : calls) {
-    const size_t n = std::stoull(std::string(call->request().view()));
-    Buffer out = Buffer::Allocate(n);
-    for (size_t i = 0; i < n; ++i) out.data()[i] = std::byte(i * 7);
-    call->Finish(Status(), std::move(out));
-  }
+  for (auto& call : calls) call->Finish(Status(), BytesAsked(*call));
 }
 
 LoopHold::LoopHold(rpc::Channel& channel, std::chrono::milliseconds limit) {
