@@ -249,8 +249,9 @@ std::string PortDownReason(ibv_context* context, uint8_t port) {
   if (context == nullptr || port == 0) return "";
   const std::optional<ibv_port_state> state = PortState(context, port);
   if (!state) {
+    const int error = errno;  // Before building the message can change it.
     return "port " + std::to_string(port) + " of " + DeviceName(context) +
-           " cannot be queried: " + std::strerror(errno);
+           " cannot be queried: " + std::strerror(error);
   }
   if (*state == IBV_PORT_ACTIVE) return "";
   return "port " + std::to_string(port) + " of " + DeviceName(context) +
