@@ -10,10 +10,12 @@
 //   bench --serve URI [--poll event|busy|hybrid]
 //         a standalone server for another machine's bench
 //   bench --cpu-window N --uri URI [--outstanding K] [--size B]
+//         [--path generic|typed] [--extra-per-call N]
 //         warm up, then N echo calls with K outstanding inside a measurement
 //         window: callgrind instrumentation on in both processes (the server
 //         is told by a Window call) and marker syscalls for strace
-//         (tools/bench-cpu runs both sides under valgrind or strace)
+//         (tools/bench-cpu runs both sides under valgrind or strace;
+//         cpu_window.cc)
 //
 // A URI whose port is 0 (the default, tcp://127.0.0.1:0) starts a server in
 // this process; any other URI targets a running `bench --serve`. The raw
@@ -71,6 +73,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "examples/echo/echo_service.h"
 #include "examples/common/flags.h"
 #include "tools/benchmarks/poll_flag.h"
 #include "transport/uri.h"
@@ -88,6 +91,8 @@ int Serve(const std::string& uri, transport::PollMode poll) {
   rpc::Server server(server_options);
   BenchService service;
   server.RegisterService(&service);
+  examples::EchoImpl echo;  // The typed path of tools/bench-cpu.
+  server.RegisterService(&echo);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -103,35 +108,6 @@ int Serve(const std::string& uri, transport::PollMode poll) {
   int signal = 0;
   sigwait(&signals, &signal);
   return 0;
-}
-
-// The client side of tools/bench-cpu.
-int CpuWindow(const examples::Flags& flags) {
-  const long long calls = flags.GetInt("cpu-window", 10000);
-  const int outstanding = static_cast<int>(flags.GetInt("outstanding", 1));
-  const size_t size = static_cast<size_t>(flags.GetInt("size", 16));
-  Options options;
-  options.uri = flags.Get("uri", "");
-  options.poll = PollModeOrExit(flags.Get("poll", "event"), "bench");
-  rpc::Channel channel(options.uri, ChannelOptionsFor(options));
-  auto arena = Arena(size);
-  const auto echo = [&] { return Payload(*arena, size); };
-  auto control = [](const char* word) {
-    return [word] {
-      return Buffer::Borrow(std::as_bytes(std::span(word, std::strlen(word))));
-    };
-  };
-  uint64_t failed = RunCalls(channel, std::max<long long>(calls / 5, 1000),
-                             outstanding, kEcho, echo);
-  failed += RunCalls(channel, 1, 1, kWindow, control("start"));
-  Window(true);
-  failed += RunCalls(channel, calls, outstanding, kEcho, echo);
-  Window(false);
-  failed += RunCalls(channel, 1, 1, kWindow, control("stop"));
-  std::printf("cpu window: %lld calls of %zu B, %d outstanding, %llu failed\n",
-              calls, size, outstanding,
-              static_cast<unsigned long long>(failed));
-  return failed == 0 ? 0 : 1;
 }
 
 int Run(int argc, char** argv) {

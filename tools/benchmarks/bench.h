@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/buffer.h"
+#include "examples/common/flags.h"
 #include "rpc/channel.h"
 #include "rpc/method_ref.h"
 #include "rpc/server.h"
@@ -149,6 +150,10 @@ double RawVerbs(const std::string& self, const std::string& ip,
                 const std::string& key);
 
 // ---- The RPC side (rpc_harness.cc).
+
+// The client of tools/bench-cpu (cpu_window.cc): --cpu-window N calls inside
+// the measurement window. Returns the process's exit code.
+int CpuWindow(const examples::Flags& flags);
 
 rpc::ChannelOptions ChannelOptionsFor(const Options& options);
 // Closed loop, one call outstanding: round trips in µs, sorted.
