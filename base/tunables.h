@@ -320,7 +320,7 @@ inline constexpr size_t kMaxMethodNameSize = 16 * 1024;
 // now + timeout from overflowing the clock's range).
 inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
 
-// Metadata (rpc/metadata.h), each block as limits count it (keys, values
+// Metadata (rpc/common/metadata.h), each block as limits count it (keys, values
 // and 32 bytes an entry): what a sender refuses to send above, and what a
 // receiver accepts by default (gRPC's default too). The count bounds the
 // encoded block, whose framing is at most 12 bytes an entry.
@@ -371,8 +371,9 @@ static_assert(kInitialStreamWindowBytes >= 64 * 1024);
 inline constexpr std::chrono::milliseconds kInitialReconnectBackoff{100};
 inline constexpr std::chrono::milliseconds kMaxReconnectBackoff{5000};
 inline constexpr double kReconnectBackoffMultiplier = 1.6;
-// Event-loop threads all of a process's Channels share (rpc/client_loops.h):
-// at most this many, and no more than the machine has hardware threads.
+// Event-loop threads all of a process's Channels share
+// (rpc/client/client_loops.h): at most this many, and no more than the machine
+// has hardware threads.
 inline constexpr size_t kMaxClientLoops = 4;
 static_assert(kMaxClientLoops >= 1);
 // A whole connect: TCP's, or rdma_cm's address and route resolution and

@@ -1,6 +1,6 @@
 // Channel (rpc/channel.h): the public facade over Channel::Impl
-// (rpc/channel_impl.h, rpc/channel_impl.cc): its event loop, its life, and
-// interceptors run before a call reaches the Impl.
+// (rpc/client/channel_impl.h, rpc/client/channel_impl.cc): its event loop, its
+// life, and interceptors run before a call reaches the Impl.
 #include "rpc/channel.h"
 
 #include <boost/asio/post.hpp>
@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "naming/resolver.h"
-#include "rpc/channel_impl.h"
-#include "rpc/client_loops.h"
-#include "rpc/cluster.h"
-#include "rpc/event_loop.h"
-#include "rpc/retry.h"
+#include "rpc/client/channel_impl.h"
+#include "rpc/client/client_loops.h"
+#include "rpc/cluster/cluster.h"
+#include "rpc/cluster/retry.h"
+#include "rpc/common/event_loop.h"
 
 namespace rdmarpc::rpc {
 

@@ -11,8 +11,8 @@
 //                rpc::CallOptions::WithTimeout(100ms),
 //                [](const Status& status, Buffer response) { ... });
 //
-// A call with an attachment (rpc/payload.h) passes a Payload, and a callback
-// that takes a Payload gets the response's attachment too:
+// A call with an attachment (rpc/common/payload.h) passes a Payload, and a
+// callback that takes a Payload gets the response's attachment too:
 //   channel.Call(kPut, rpc::Payload(std::move(message), std::move(bulk)),
 //                options, [](const Status& status, rpc::Payload response) {
 //                  ... response.message, response.attachment ...
@@ -26,8 +26,8 @@
 // it runs on a loop thread or inside one of the channel's callbacks).
 //
 // Threads: a Channel owns none. The channels of a process share a few
-// event-loop threads (rpc/client_loops.h); a channel whose transport busy-
-// or hybrid-polls gets a loop of its own.
+// event-loop threads (rpc/client/client_loops.h); a channel whose transport
+// busy- or hybrid-polls gets a loop of its own.
 #ifndef RDMARPC_RPC_CHANNEL_H_
 #define RDMARPC_RPC_CHANNEL_H_
 
@@ -44,14 +44,14 @@
 #include "base/buffer.h"
 #include "base/status.h"
 #include "base/tunables.h"
-#include "rpc/call_options.h"
-#include "rpc/call_table.h"
-#include "rpc/cluster_options.h"
-#include "rpc/executor.h"
-#include "rpc/interceptor.h"
-#include "rpc/method_ref.h"
-#include "rpc/retry_options.h"
-#include "rpc/stream.h"
+#include "rpc/client/call_table.h"
+#include "rpc/common/call_options.h"
+#include "rpc/common/cluster_options.h"
+#include "rpc/common/executor.h"
+#include "rpc/common/interceptor.h"
+#include "rpc/common/method_ref.h"
+#include "rpc/common/retry_options.h"
+#include "rpc/common/stream.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
@@ -124,13 +124,13 @@ struct ChannelOptions {
   uint64_t max_request_bytes_in_flight =
       tunables::kDefaultMaxRequestBytesInFlight;
   // A response whose metadata (headers and trailers each, as
-  // rpc/metadata.h counts them) is larger fails RESOURCE_EXHAUSTED.
+  // rpc/common/metadata.h counts them) is larger fails RESOURCE_EXHAUSTED.
   size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;
   std::chrono::milliseconds initial_backoff =
       tunables::kInitialReconnectBackoff;
   std::chrono::milliseconds max_backoff = tunables::kMaxReconnectBackoff;
   double backoff_multiplier = tunables::kReconnectBackoffMultiplier;
-  // Where completion callbacks run (rpc/executor.h). By default (0, no
+  // Where completion callbacks run (rpc/common/executor.h). By default (0, no
   // executor) on the channel's event-loop thread: the fastest, but a
   // callback that blocks holds up every connection on that loop. With
   // callback_threads > 0, on a pool of that many threads the channel owns;
@@ -139,14 +139,14 @@ struct ChannelOptions {
   int callback_threads = 0;
   Executor callback_executor;
   // Run, in order, on each call before it is sent and at its end
-  // (rpc/interceptor.h): a token, logging, metrics.
+  // (rpc/common/interceptor.h): a token, logging, metrics.
   std::vector<std::shared_ptr<ClientInterceptor>> interceptors;
   // For a target that names a cluster (list://, dns://, etcd://): how the
   // channel finds its servers and spreads calls over them
-  // (rpc/cluster_options.h). Each server's connection has the options
+  // (rpc/common/cluster_options.h). Each server's connection has the options
   // above.
   ClusterOptions cluster;
-  // Retries and hedging (rpc/retry_options.h): `retry` for every method,
+  // Retries and hedging (rpc/common/retry_options.h): `retry` for every method,
   // unless method_retry has a policy for it ("pkg.Service/Method"). By
   // default none: max_attempts 1.
   RetryPolicy retry;
@@ -164,8 +164,8 @@ struct ChannelStats {
   uint64_t late_responses_dropped = 0;
   // MESSAGE and WINDOW frames for a call that is not an open stream.
   uint64_t stream_frames_dropped = 0;
-  // Retry policies (rpc/retry_options.h): attempts sent again, hedges, and
-  // retries or hedges the budget refused.
+  // Retry policies (rpc/common/retry_options.h): attempts sent again, hedges,
+  // and retries or hedges the budget refused.
   uint64_t retries = 0;
   uint64_t hedges = 0;
   uint64_t retries_throttled = 0;
@@ -215,7 +215,7 @@ class Channel {
 
   // Starts a call; callable from any thread. `done` gets the status and, when
   // it is OK, the response payload. The request names the method by its id
-  // (rpc/method_ref.h): fewer bytes on the wire than the names.
+  // (rpc/common/method_ref.h): fewer bytes on the wire than the names.
   CallId Call(const MethodRef& method, Payload request,
               const CallOptions& options, ResponseCallback done);
   // The same, naming the method by service and method names: for callers
@@ -240,8 +240,8 @@ class Channel {
   // The channel's event loop.
   boost::asio::any_io_executor executor() const;
   // Where a typed call's completion handler without an executor of its own
-  // runs (rpc/typed.h): the event loop, or, when the channel has a callback
-  // executor, at once on the thread that runs the callback.
+  // runs (rpc/typed/typed.h): the event loop, or, when the channel has a
+  // callback executor, at once on the thread that runs the callback.
   boost::asio::any_io_executor completion_executor() const;
 
   // For a cluster: kReady while any endpoint is connected. Stats add up
@@ -281,7 +281,7 @@ class Channel {
 };
 
 // Calls `visit` with every Channel alive in this process (for metrics:
-// rpc/prometheus.h), under a lock that Channels' constructors and
+// rpc/builtin/prometheus.h), under a lock that Channels' constructors and
 // destructors take too: each is alive while visited. `visit` must not make
 // or destroy a Channel.
 void ForEachChannel(const std::function<void(const Channel&)>& visit);

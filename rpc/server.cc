@@ -10,12 +10,12 @@
 
 #include "base/log.h"
 #include "naming/registration.h"
-#include "rpc/admin.h"
-#include "rpc/event_loop.h"
-#include "rpc/method_ref.h"
-#include "rpc/prometheus.h"
-#include "rpc/server_session.h"
-#include "rpc/status_page.h"
+#include "rpc/builtin/admin.h"
+#include "rpc/builtin/prometheus.h"
+#include "rpc/builtin/status_page.h"
+#include "rpc/common/event_loop.h"
+#include "rpc/common/method_ref.h"
+#include "rpc/server/server_session.h"
 #include "transport/factory/factory.h"
 #include "transport/uri.h"
 

@@ -28,10 +28,10 @@
 #include "base/status_or.h"
 #include "base/tunables.h"
 #include "naming/options.h"
-#include "rpc/executor.h"
-#include "rpc/interceptor.h"
-#include "rpc/metrics.h"
-#include "rpc/service.h"
+#include "rpc/common/executor.h"
+#include "rpc/common/interceptor.h"
+#include "rpc/common/service.h"
+#include "rpc/server/metrics.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
@@ -42,10 +42,10 @@ struct ServerOptions {
   transport::TransportOptions transport;
   // Larger responses are replaced by RESOURCE_EXHAUSTED.
   uint64_t max_response_size = tunables::kDefaultMaxPayloadSize;
-  // A request whose metadata is larger, as rpc/metadata.h counts it, is
+  // A request whose metadata is larger, as rpc/common/metadata.h counts it, is
   // answered RESOURCE_EXHAUSTED without running its handler.
   size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;
-  // Per-method metrics (rpc/metrics.h); cheap enough to leave on.
+  // Per-method metrics (rpc/server/metrics.h); cheap enough to leave on.
   bool enable_metrics = true;
   // Calls one connection may have running at once; more are answered
   // RESOURCE_EXHAUSTED at once (0: no limit).
@@ -61,7 +61,7 @@ struct ServerOptions {
   // say no, and clients can go elsewhere. 0 or absent: no limit.
   uint32_t max_concurrency = 0;
   std::map<std::string, uint32_t, std::less<>> method_max_concurrency;
-  // Where handlers run (rpc/executor.h). By default (0, no executor) on
+  // Where handlers run (rpc/common/executor.h). By default (0, no executor) on
   // the connection's worker thread: the fastest, but a handler that blocks
   // holds up that worker's other connections. With handler_threads > 0, on
   // a pool of that many threads the server owns (its destructor runs the
@@ -71,7 +71,7 @@ struct ServerOptions {
   int handler_threads = 0;
   Executor handler_executor;
   // Run, in order, before each call's handler and at its end
-  // (rpc/interceptor.h): a token check, logging, metrics.
+  // (rpc/common/interceptor.h): a token check, logging, metrics.
   std::vector<std::shared_ptr<ServerInterceptor>> interceptors;
   // Registers the server in etcd while it serves, for clients whose target
   // is "etcd://.../prefix" (naming/registration.h): register_at is
@@ -81,7 +81,7 @@ struct ServerOptions {
   // no client can dial); Shutdown deregisters before it stops serving.
   std::string register_at;
   std::string advertise_uri;
-  // The admin endpoint (rpc/admin.h): with "http://127.0.0.1:9464" the
+  // The admin endpoint (rpc/builtin/admin.h): with "http://127.0.0.1:9464" the
   // first Listen also serves /metrics (Prometheus), /healthz and a status
   // page over HTTP there, on the server's first event loop, until Shutdown;
   // port 0 picks one (admin_uri()). Empty, the default: none. It shows every
@@ -140,7 +140,7 @@ class Server {
       std::chrono::milliseconds grace = tunables::kDefaultShutdownGrace);
 
   // Runs `hook` first thing in Shutdown (before deregistering): a health
-  // service turns NOT_SERVING (rpc/health.h). Before Listen.
+  // service turns NOT_SERVING (rpc/builtin/health.h). Before Listen.
   void OnShutdown(std::function<void()> hook);
 
   ServerStats stats() const;

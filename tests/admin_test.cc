@@ -1,6 +1,6 @@
-// The admin endpoint (ServerOptions::admin_listen, rpc/admin.h): /metrics in
-// Prometheus's text format with exact counts, /healthz, the status page, and
-// 4xx for everything else without touching the RPC side.
+// The admin endpoint (ServerOptions::admin_listen, rpc/builtin/admin.h):
+// /metrics in Prometheus's text format with exact counts, /healthz, the status
+// page, and 4xx for everything else without touching the RPC side.
 #include <unistd.h>
 
 #include <atomic>
@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "rpc/builtin/client_admin.h"
+#include "rpc/builtin/prometheus.h"
 #include "rpc/channel.h"
-#include "rpc/client_admin.h"
-#include "rpc/prometheus.h"
 #include "rpc/server.h"
 #include "tests/test_support.h"
 #include "transport/rdma/device_info.h"

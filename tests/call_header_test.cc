@@ -1,6 +1,6 @@
 // The hand-written CallHeader codec against protobuf's own, both ways, and
 // the pool that header and frame buffers come from.
-#include "rpc/call_header.h"
+#include "rpc/wire/call_header.h"
 
 #include <algorithm>
 #include <catch2/catch_test_macros.hpp>

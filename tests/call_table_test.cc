@@ -1,4 +1,4 @@
-#include "rpc/call_table.h"
+#include "rpc/client/call_table.h"
 
 #include <catch2/catch_test_macros.hpp>
 #include <set>

@@ -1,7 +1,7 @@
-// Channels share the process's event-loop threads (rpc/client_loops.h): a
-// Channel is a connection, not a thread. Runs over tcp:// here and over
+// Channels share the process's event-loop threads (rpc/client/client_loops.h):
+// a Channel is a connection, not a thread. Runs over tcp:// here and over
 // rdma:// in the Soft-RoCE VM (tools/softroce/suite).
-#include "rpc/client_loops.h"
+#include "rpc/client/client_loops.h"
 
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/post.hpp>

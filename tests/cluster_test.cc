@@ -1,6 +1,6 @@
-// A Channel whose target names a cluster (rpc/cluster_options.h): picking
-// (round robin, least loaded, hash ring with bounded load), calls that wait
-// for a first connection, endpoints that die, outlier ejection; and the
+// A Channel whose target names a cluster (rpc/common/cluster_options.h):
+// picking (round robin, least loaded, hash ring with bounded load), calls that
+// wait for a first connection, endpoints that die, outlier ejection; and the
 // same over a real etcd (tests/etcd_process.h) whose membership changes.
 // With cluster_lifecycle_test.cc it makes one binary, cluster_test.
 #include <signal.h>
@@ -13,7 +13,7 @@
 
 #include "naming/etcd_client.h"
 #include "naming/registration.h"
-#include "rpc/event_loop.h"
+#include "rpc/common/event_loop.h"
 #include "tests/cluster_support.h"
 #include "tests/etcd_process.h"
 #include "tests/test_support.h"

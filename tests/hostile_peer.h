@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "base/tunables.h"
-#include "rpc/call_header.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
-#include "rpc/wire_codec.h"
+#include "rpc/wire/call_header.h"
+#include "rpc/wire/wire_codec.h"
 #include "tests/test_support.h"
 #include "transport/frame.h"
 #include "transport/rdma/completion_group.h"

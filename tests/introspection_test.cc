@@ -1,6 +1,6 @@
 // Metrics (histogram, per-method counts by status, per-connection counters)
 // and the rdmarpc.Introspection service, over the configured transport.
-#include "rpc/introspection.h"
+#include "rpc/builtin/introspection.h"
 
 #include <google/protobuf/descriptor.h>
 
@@ -12,7 +12,7 @@
 
 #include "base/log.h"
 #include "proto/introspection.rdmarpc.h"
-#include "rpc/metrics.h"
+#include "rpc/server/metrics.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/test_support.h"
 #include "transport/memory.h"
@@ -257,8 +257,8 @@ TEST_CASE("metrics: no registration per large call") {
   CHECK(after.rdma().registrations() == before.rdma().registrations());
 }
 
-// The same with the bulk as typed attachments (rpc/payload.h): sent from a
-// MemoryRegistration (registered once), bounced back by the handler from the
+// The same with the bulk as typed attachments (rpc/common/payload.h): sent from
+// a MemoryRegistration (registered once), bounced back by the handler from the
 // grant block it landed in, 200 calls register nothing.
 TEST_CASE("metrics: no registration per call with large attachments") {
   Fixture f(/*pooled_grants=*/true);

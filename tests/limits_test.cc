@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "rpc/channel.h"
+#include "rpc/common/service.h"
 #include "rpc/server.h"
-#include "rpc/service.h"
 #include "tests/test_support.h"
 
 namespace rdmarpc::testing {

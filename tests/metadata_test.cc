@@ -1,4 +1,4 @@
-// Call metadata (rpc/metadata.h): request headers, response headers and
+// Call metadata (rpc/common/metadata.h): request headers, response headers and
 // trailers, text and binary, on unary and streaming calls, generic and
 // typed; the limits at both ends. Over tcp:// natively; over rdma:// in the
 // VM suite (RDMARPC_TEST_TRANSPORT). Raw frames a Channel would never send
@@ -14,7 +14,7 @@
 #include "base/tunables.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
-#include "rpc/typed_stream.h"
+#include "rpc/typed/typed_stream.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/proto/stream.rdmarpc.h"
 #include "tests/test_support.h"

@@ -1,10 +1,10 @@
 // MethodId, the id a request can name its method by, and MethodIndex, the
 // server's table of methods by id.
-#include "rpc/method_ref.h"
+#include "rpc/common/method_ref.h"
 
 #include <catch2/catch_test_macros.hpp>
 
-#include "rpc/method_index.h"
+#include "rpc/wire/method_index.h"
 
 namespace rdmarpc::rpc {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "base/tunables.h"
-#include "rpc/event_loop.h"
+#include "rpc/common/event_loop.h"
 #include "transport/connection.h"
 #include "transport/factory/factory.h"
 

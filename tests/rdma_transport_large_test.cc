@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/event_loop.h"
+#include "rpc/common/event_loop.h"
 #include "tests/rdma_pair.h"
 #include "transport/factory/factory.h"
 #include "transport/memory.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "rpc/wire_codec.h"
+#include "rpc/wire/wire_codec.h"
 #include "tests/test_support.h"
 #include "transport/factory/factory.h"
 #include "transport/memory.h"

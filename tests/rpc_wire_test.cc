@@ -13,7 +13,7 @@
 
 #include "base/log.h"
 #include "base/tunables.h"
-#include "rpc/wire_codec.h"
+#include "rpc/wire/wire_codec.h"
 #include "tests/rpc_semantics.h"
 #include "tests/test_support.h"
 #include "transport/uri.h"
@@ -365,8 +365,8 @@ TEST_CASE("malformed: a WINDOW that opens nothing, a HALF_CLOSE with bytes") {
   }
 }
 
-// Metadata blocks no Channel sends (rpc/metadata.h): a block that does not
-// parse, or breaks the key rules, fails that call INVALID_ARGUMENT; the
+// Metadata blocks no Channel sends (rpc/common/metadata.h): a block that does
+// not parse, or breaks the key rules, fails that call INVALID_ARGUMENT; the
 // connection serves the next call. Trailers on a REQUEST break the protocol.
 TEST_CASE("metadata: a malformed request block fails that call only") {
   if (OverRdma()) SKIP("raw bytes need a TCP socket");

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "proto/introspection.rdmarpc.h"
-#include "rpc/awaitable.h"
+#include "rpc/builtin/introspection.h"
 #include "rpc/channel.h"
-#include "rpc/introspection.h"
 #include "rpc/server.h"
+#include "rpc/typed/awaitable.h"
 #include "tests/proto/stream.rdmarpc.h"
 #include "tests/test_support.h"
 

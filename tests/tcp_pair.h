@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/large_block.h"
-#include "rpc/event_loop.h"
+#include "rpc/common/event_loop.h"
 #include "transport/connection.h"
 #include "transport/factory/factory.h"
 

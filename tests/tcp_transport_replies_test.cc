@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "rpc/event_loop.h"
+#include "rpc/common/event_loop.h"
 #include "tests/tcp_pair.h"
 #include "transport/factory/factory.h"
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "rpc/introspection.h"
+#include "rpc/builtin/introspection.h"
 #include "tests/typed_services.h"
 #include "transport/rdma/cm_channel.h"
 #include "transport/rdma/verbs.h"

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "rpc/channel.h"
-#include "rpc/event_loop.h"
+#include "rpc/common/event_loop.h"
+#include "rpc/common/service.h"
 #include "rpc/server.h"
-#include "rpc/service.h"
 
 namespace rdmarpc::testing {
 
@@ -135,10 +135,11 @@ CallResult CallSync(rpc::Channel& channel, const rpc::MethodRef& method,
 
 // Services a TestServer may host besides test.Test.
 enum TestServerHosts : unsigned {
-  kHostCalculator = 1,     // rdmarpc.test.Calculator (typed_services.h)
-  kHostClock = 2,          // rdmarpc.test.Clock (typed_services.h)
-  kHostIntrospection = 4,  // rdmarpc.Introspection (rpc/introspection.h)
-  kHostBlob = 8,           // rdmarpc.test.Blob (typed_services.h)
+  kHostCalculator = 1,  // rdmarpc.test.Calculator (typed_services.h)
+  kHostClock = 2,       // rdmarpc.test.Clock (typed_services.h)
+  kHostIntrospection =
+      4,          // rdmarpc.Introspection (rpc/builtin/introspection.h)
+  kHostBlob = 8,  // rdmarpc.test.Blob (typed_services.h)
 };
 // Registers `service` and what `hosts` names with `server`, before it
 // listens; the services it makes are kept in `keep`.

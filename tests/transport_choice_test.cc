@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "rpc/event_loop.h"
+#include "rpc/common/event_loop.h"
 #include "tests/test_support.h"
 #include "transport/factory/factory.h"
 #include "transport/rdma/verbs.h"

@@ -11,7 +11,7 @@
 #include <span>
 #include <thread>
 
-#include "rpc/awaitable.h"
+#include "rpc/typed/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/test_support.h"
 

@@ -16,7 +16,7 @@
 
 #include <memory>
 
-#include "rpc/service.h"
+#include "rpc/common/service.h"
 
 namespace rdmarpc::testing {
 

@@ -6,7 +6,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <future>
 
-#include "rpc/event_loop.h"
+#include "rpc/common/event_loop.h"
 #include "transport/factory/factory.h"
 
 namespace rdmarpc::transport {

@@ -227,7 +227,7 @@ struct ConnectionStats {
 };
 
 // Every counter of ConnectionStats, with the name and help an exporter
-// shows it under (rpc/prometheus.cc: rdmarpc_transport_NAME_total; base
+// shows it under (rpc/builtin/prometheus.cc: rdmarpc_transport_NAME_total; base
 // units last, as Prometheus names go).
 struct ConnectionCounter {
   std::atomic<uint64_t> ConnectionStats::*member;

@@ -8,7 +8,7 @@
 #ifndef RDMARPC_ADMIN_H_
 #define RDMARPC_ADMIN_H_
 
-#include "rdmarpc/status.h"    // IWYU pragma: export
-#include "rpc/client_admin.h"  // IWYU pragma: export
+#include "rdmarpc/status.h"            // IWYU pragma: export
+#include "rpc/builtin/client_admin.h"  // IWYU pragma: export
 
 #endif  // RDMARPC_ADMIN_H_

@@ -5,6 +5,6 @@
 #ifndef RDMARPC_AWAITABLE_H_
 #define RDMARPC_AWAITABLE_H_
 
-#include "rpc/awaitable.h"  // IWYU pragma: export
+#include "rpc/typed/awaitable.h"  // IWYU pragma: export
 
 #endif  // RDMARPC_AWAITABLE_H_

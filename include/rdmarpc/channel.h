@@ -14,7 +14,8 @@
 //   rdmarpc::rpc::Metadata         headers or trailers: (key, value) pairs.
 //   rdmarpc::rpc::ClientInterceptor, TokenClientInterceptor
 //                                  code that sees every call before it is
-//                                  sent and at its end (rpc/interceptor.h).
+//                                  sent and at its end
+//                                  (rpc/common/interceptor.h).
 //   rdmarpc::rpc::MethodRef        names a method ("pkg.Service", "Method")
 //                                  by a 64-bit id computed at compile time;
 //                                  generated classes have one per method.
@@ -31,19 +32,19 @@
 // its callback pool or executor, ChannelOptions::callback_threads), or, for a
 // call still outstanding when the channel is destroyed (CANCELLED), on the
 // destroying thread. Channels own no thread: a process's channels share a few
-// event loops (rpc/client_loops.h), so a callback that blocks on the loop
-// holds up the other channels of that loop; give such callbacks a pool.
+// event loops (rpc/client/client_loops.h), so a callback that blocks on the
+// loop holds up the other channels of that loop; give such callbacks a pool.
 #ifndef RDMARPC_CHANNEL_H_
 #define RDMARPC_CHANNEL_H_
 
-#include "rdmarpc/buffer.h"    // IWYU pragma: export
-#include "rdmarpc/status.h"    // IWYU pragma: export
-#include "rpc/call_options.h"  // IWYU pragma: export
-#include "rpc/channel.h"       // IWYU pragma: export
-#include "rpc/executor.h"      // IWYU pragma: export
-#include "rpc/interceptor.h"   // IWYU pragma: export
-#include "rpc/metadata.h"      // IWYU pragma: export
-#include "rpc/method_ref.h"    // IWYU pragma: export
-#include "rpc/payload.h"       // IWYU pragma: export
+#include "rdmarpc/buffer.h"           // IWYU pragma: export
+#include "rdmarpc/status.h"           // IWYU pragma: export
+#include "rpc/channel.h"              // IWYU pragma: export
+#include "rpc/common/call_options.h"  // IWYU pragma: export
+#include "rpc/common/executor.h"      // IWYU pragma: export
+#include "rpc/common/interceptor.h"   // IWYU pragma: export
+#include "rpc/common/metadata.h"      // IWYU pragma: export
+#include "rpc/common/method_ref.h"    // IWYU pragma: export
+#include "rpc/common/payload.h"       // IWYU pragma: export
 
 #endif  // RDMARPC_CHANNEL_H_

@@ -1,5 +1,5 @@
 // The health service, shaped like gRPC's grpc.health.v1.Health
-// (rpc/health.h, proto/health.proto):
+// (rpc/builtin/health.h, proto/health.proto):
 //
 //   rdmarpc::rpc::HealthStatus* health = rdmarpc::rpc::EnableHealth(server);
 //   health->Set("pkg.Service", rdmarpc::rpc::ServingStatus::NOT_SERVING);
@@ -10,6 +10,6 @@
 
 #include "proto/health.rdmarpc.h"  // IWYU pragma: export
 #include "rdmarpc/server.h"        // IWYU pragma: export
-#include "rpc/health.h"            // IWYU pragma: export
+#include "rpc/builtin/health.h"    // IWYU pragma: export
 
 #endif  // RDMARPC_HEALTH_H_

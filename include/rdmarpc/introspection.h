@@ -9,6 +9,6 @@
 
 #include "proto/introspection.rdmarpc.h"  // IWYU pragma: export
 #include "rdmarpc/server.h"               // IWYU pragma: export
-#include "rpc/introspection.h"            // IWYU pragma: export
+#include "rpc/builtin/introspection.h"    // IWYU pragma: export
 
 #endif  // RDMARPC_INTROSPECTION_H_

@@ -7,8 +7,8 @@
 //   rdmarpc::rpc::ServerOptions   worker threads, transport options (poll
 //                                 mode, payload and memory limits), calls
 //                                 and connections allowed, where handlers
-//                                 run (rpc/executor.h), interceptors, and
-//                                 admin_listen: an HTTP endpoint with
+//                                 run (rpc/common/executor.h), interceptors,
+//                                 and admin_listen: an HTTP endpoint with
 //                                 /metrics for Prometheus and a status page
 //                                 (docs/admin.md).
 //   rdmarpc::rpc::Service         a service: generated ones derive from it
@@ -23,7 +23,7 @@
 //   rdmarpc::rpc::ServerInterceptor, TokenServerInterceptor,
 //   LoggingServerInterceptor      code that sees every call before its
 //                                 handler and at its end
-//                                 (rpc/interceptor.h).
+//                                 (rpc/common/interceptor.h).
 //   rdmarpc::transport::TransportOptions, PollMode
 //                                 in ServerOptions::transport.
 //
@@ -39,12 +39,12 @@
 #ifndef RDMARPC_SERVER_H_
 #define RDMARPC_SERVER_H_
 
-#include "rdmarpc/buffer.h"   // IWYU pragma: export
-#include "rdmarpc/status.h"   // IWYU pragma: export
-#include "rpc/executor.h"     // IWYU pragma: export
-#include "rpc/interceptor.h"  // IWYU pragma: export
-#include "rpc/server.h"       // IWYU pragma: export
-#include "rpc/server_call.h"  // IWYU pragma: export
-#include "rpc/service.h"      // IWYU pragma: export
+#include "rdmarpc/buffer.h"          // IWYU pragma: export
+#include "rdmarpc/status.h"          // IWYU pragma: export
+#include "rpc/common/executor.h"     // IWYU pragma: export
+#include "rpc/common/interceptor.h"  // IWYU pragma: export
+#include "rpc/common/server_call.h"  // IWYU pragma: export
+#include "rpc/common/service.h"      // IWYU pragma: export
+#include "rpc/server.h"              // IWYU pragma: export
 
 #endif  // RDMARPC_SERVER_H_

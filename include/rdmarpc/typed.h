@@ -12,14 +12,14 @@
 //   callback, boost::asio::use_future, or boost::asio::use_awaitable (include
 //   rdmarpc/awaitable.h).
 //   rdmarpc::rpc::TypedServerStream, TypedClientStream   streaming methods
-//                                                (rpc/typed_stream.h): a
+//                                                (rpc/typed/typed_stream.h): a
 //                                                stub's Open<Method>(...).
 #ifndef RDMARPC_TYPED_H_
 #define RDMARPC_TYPED_H_
 
-#include "rdmarpc/channel.h"   // IWYU pragma: export
-#include "rdmarpc/server.h"    // IWYU pragma: export
-#include "rpc/typed.h"         // IWYU pragma: export
-#include "rpc/typed_stream.h"  // IWYU pragma: export
+#include "rdmarpc/channel.h"         // IWYU pragma: export
+#include "rdmarpc/server.h"          // IWYU pragma: export
+#include "rpc/typed/typed.h"         // IWYU pragma: export
+#include "rpc/typed/typed_stream.h"  // IWYU pragma: export
 
 #endif  // RDMARPC_TYPED_H_

@@ -1,6 +1,6 @@
-// Fuzzes the admin endpoint (rpc/admin.h) with what an HTTP client can send:
-// the input is the byte stream of one admin connection, sent in pieces (the
-// first byte picks the piece size) and then half-closed. A real server
+// Fuzzes the admin endpoint (rpc/builtin/admin.h) with what an HTTP client can
+// send: the input is the byte stream of one admin connection, sent in pieces
+// (the first byte picks the piece size) and then half-closed. A real server
 // (ServerOptions::admin_listen) serves it. Every response the endpoint
 // writes must parse as HTTP/1.1 with a status it documents, the endpoint
 // must close the connection once the client has finished, and a call on the
@@ -73,8 +73,8 @@ bool Documented(unsigned status) {
 
 // Whether each request in `bytes`, in order, is a HEAD (its response has
 // no body to read), as far as they parse: with the parser and limits the
-// endpoint uses (rpc/admin.cc), which answers the first that does not and
-// closes.
+// endpoint uses (rpc/builtin/admin.cc), which answers the first that does not
+// and closes.
 std::vector<bool> HeadRequests(const uint8_t* data, size_t size) {
   std::vector<bool> heads;
   asio::const_buffer rest(data, size);

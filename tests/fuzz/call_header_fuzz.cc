@@ -8,7 +8,7 @@
 #include <string>
 
 #include "proto/wire.pb.h"
-#include "rpc/call_header.h"
+#include "rpc/wire/call_header.h"
 #include "tests/fuzz/fuzz_check.h"
 
 using rdmarpc::rpc::CallHeader;

@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "base/log.h"
-#include "rpc/wire_codec.h"
+#include "rpc/wire/wire_codec.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "transport/tcp/tcp_connection.h"
 

@@ -17,9 +17,9 @@
 #include "base/buffer.h"
 #include "examples/common/flags.h"
 #include "rpc/channel.h"
-#include "rpc/method_ref.h"
+#include "rpc/common/method_ref.h"
+#include "rpc/common/service.h"
 #include "rpc/server.h"
-#include "rpc/service.h"
 #include "transport/memory.h"
 
 namespace rdmarpc::bench {

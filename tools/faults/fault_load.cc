@@ -37,8 +37,8 @@
 
 #include "examples/common/flags.h"
 #include "rpc/channel.h"
+#include "rpc/common/service.h"
 #include "rpc/server.h"
-#include "rpc/service.h"
 #include "tools/faults/checked_payload.h"
 
 namespace rdmarpc::tools {

@@ -50,8 +50,8 @@
 #include "base/process_stats.h"
 #include "examples/common/flags.h"
 #include "rpc/channel.h"
+#include "rpc/common/service.h"
 #include "rpc/server.h"
-#include "rpc/service.h"
 #include "tools/faults/checked_payload.h"
 #include "transport/rdma/verbs.h"
 

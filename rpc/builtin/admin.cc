@@ -1,0 +1,221 @@
+// rpc/builtin/admin.h: the admin endpoint's HTTP server, on Boost.Beast.
+#include "rpc/builtin/admin.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <list>
+#include <mutex>
+#include <optional>
+
+#include "base/log.h"
+#include "transport/uri.h"
+
+namespace rdmarpc::rpc {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+
+namespace {
+constexpr uint32_t kHeaderLimit = 8 * 1024;
+constexpr uint64_t kBodyLimit = 0;  // GET and HEAD carry none.
+constexpr std::chrono::seconds kIdleTimeout{10};
+}  // namespace
+
+struct AdminEndpoint::State {
+  explicit State(asio::io_context& loop) : acceptor(loop) {}
+  std::mutex mu;  // Held while a page is made, so none outlives Stop.
+  bool stopped = false;
+  Pages pages;
+  tcp::acceptor acceptor;  // The loop's thread only.
+  // The open connections' sockets, to close on stop (the loop's thread).
+  std::list<std::weak_ptr<beast::tcp_stream>> streams;
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<AdminEndpoint::State> state, tcp::socket socket)
+      : state_(std::move(state)),
+        stream_(std::make_shared<beast::tcp_stream>(std::move(socket))) {}
+
+  void Start() {
+    state_->streams.push_back(stream_);
+    Read();
+  }
+
+ private:
+  void Read() {
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(kBodyLimit);
+    stream_->expires_after(kIdleTimeout);
+    http::async_read(
+        *stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code error, size_t) {
+          self->OnRead(error);
+        });
+  }
+
+  void OnRead(beast::error_code error) {
+    if (error == http::error::end_of_stream || error == beast::error::timeout ||
+        error == asio::error::operation_aborted ||
+        error == asio::error::connection_reset || error == asio::error::eof) {
+      return Close();
+    }
+    if (error == http::error::header_limit) {
+      return Reply(http::status::request_header_fields_too_large,
+                   "request header over 8 KiB\n", false);
+    }
+    if (error == http::error::body_limit) {
+      return Reply(http::status::payload_too_large,
+                   "the admin endpoint takes no request body\n", false);
+    }
+    if (error) {
+      return Reply(http::status::bad_request,
+                   "bad request: " + error.message() + "\n", false);
+    }
+    const auto& request = parser_->get();
+    const bool head = request.method() == http::verb::head;
+    if (request.method() != http::verb::get && !head) {
+      return Reply(http::status::method_not_allowed, "GET or HEAD only\n",
+                   false);
+    }
+    std::string_view target(request.target().data(), request.target().size());
+    target = target.substr(0, target.find('?'));
+    std::string body;
+    const char* type = "text/plain; charset=utf-8";
+    http::status status = http::status::ok;
+    {
+      std::lock_guard lock(state_->mu);
+      if (state_->stopped) return Close();
+      if (target == "/metrics") {
+        body = state_->pages.metrics();
+        type = "text/plain; version=0.0.4; charset=utf-8";
+      } else if (target == "/healthz") {
+        const bool healthy = state_->pages.healthy();
+        status = healthy ? http::status::ok : http::status::service_unavailable;
+        body = healthy ? "ok\n" : "shutting down\n";
+      } else if (target == "/") {
+        body = state_->pages.status_html();
+        type = "text/html; charset=utf-8";
+      } else {
+        status = http::status::not_found;
+        body = "not found: try /, /metrics or /healthz\n";
+      }
+    }
+    Reply(status, std::move(body), request.keep_alive(), type, head);
+  }
+
+  void Reply(http::status status, std::string body, bool keep_alive,
+             const char* type = "text/plain; charset=utf-8",
+             bool head = false) {
+    response_ = {status, 11};
+    response_.set(http::field::server, "rdmarpc-admin");
+    response_.set(http::field::content_type, type);
+    response_.body() = std::move(body);
+    response_.keep_alive(keep_alive);
+    response_.prepare_payload();
+    if (head) response_.body().clear();  // Content-Length stays.
+    http::async_write(
+        *stream_, response_,
+        [self = shared_from_this()](beast::error_code error, size_t) {
+          if (error || !self->response_.keep_alive()) {
+            return self->Close();
+          }
+          self->Read();
+        });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_->close();
+  }
+
+  std::shared_ptr<AdminEndpoint::State> state_;
+  std::shared_ptr<beast::tcp_stream> stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::empty_body>> parser_;
+  http::response<http::string_body> response_;
+};
+
+void Accept(std::shared_ptr<AdminEndpoint::State> state) {
+  state->acceptor.async_accept([state](beast::error_code error,
+                                       tcp::socket socket) {
+    if (error == asio::error::operation_aborted || !state->acceptor.is_open())
+      return;
+    if (!error) {
+      std::erase_if(state->streams,
+                    [](const auto& stream) { return stream.expired(); });
+      std::make_shared<Session>(state, std::move(socket))->Start();
+    }
+    Accept(state);
+  });
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
+    asio::io_context& loop, std::string_view uri, Pages pages) {
+  StatusOr<transport::Uri> parsed = transport::ParseUri(uri);
+  if (!parsed.ok() || parsed->scheme != "http") {
+    return Status(StatusCode::kInvalidArgument,
+                  "admin endpoint: expected http://HOST:PORT, got \"" +
+                      std::string(uri) + "\"");
+  }
+  beast::error_code error;
+  const auto address = asio::ip::make_address(parsed->host, error);
+  if (error) {
+    return Status(StatusCode::kInvalidArgument,
+                  "admin endpoint: \"" + parsed->host +
+                      "\" is not an IP address: " + error.message());
+  }
+  auto endpoint = std::unique_ptr<AdminEndpoint>(new AdminEndpoint);
+  endpoint->state_ = std::make_shared<State>(loop);
+  State& state = *endpoint->state_;
+  state.pages = std::move(pages);
+  const tcp::endpoint where(address, parsed->port);
+  state.acceptor.open(where.protocol(), error);
+  if (!error) state.acceptor.set_option(tcp::acceptor::reuse_address(true));
+  if (!error) state.acceptor.bind(where, error);
+  if (!error)
+    state.acceptor.listen(asio::socket_base::max_listen_connections, error);
+  if (error) {
+    return Status(StatusCode::kUnavailable,
+                  "admin endpoint: cannot listen on " + std::string(uri) +
+                      ": " + error.message());
+  }
+  const tcp::endpoint bound = state.acceptor.local_endpoint();
+  const std::string host = bound.address().is_v6()
+                               ? "[" + bound.address().to_string() + "]"
+                               : bound.address().to_string();
+  endpoint->uri_ = "http://" + host + ":" + std::to_string(bound.port());
+  asio::post(loop, [state = endpoint->state_] { Accept(state); });
+  Log().info("admin endpoint on {}", endpoint->uri_);
+  return endpoint;
+}
+
+AdminEndpoint::~AdminEndpoint() {
+  if (!state_) return;
+  {
+    std::lock_guard lock(state_->mu);  // Waits out a page being made.
+    state_->stopped = true;
+  }
+  // The acceptor and the sockets belong to the loop's thread.
+  asio::post(state_->acceptor.get_executor(), [state = state_] {
+    beast::error_code ignored;
+    state->acceptor.close(ignored);
+    for (const auto& weak : state->streams) {
+      if (const auto stream = weak.lock()) stream->close();
+    }
+    state->streams.clear();
+  });
+}
+
+}  // namespace rdmarpc::rpc

@@ -1,0 +1,33 @@
+// What the admin endpoint shows of this process's clients: every Channel
+// alive (rpc/channel.h, ForEachChannel), summed per target, since two
+// channels to one target must not give Prometheus two series of one name and
+// labels. A channel's counts leave the sums when it is destroyed.
+#ifndef RDMARPC_RPC_BUILTIN_CLIENT_METRICS_H_
+#define RDMARPC_RPC_BUILTIN_CLIENT_METRICS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rpc/channel.h"
+
+namespace rdmarpc::rpc {
+
+struct ClientTargetMetrics {
+  std::string target;
+  uint64_t channels = 0;
+  ChannelStats stats;  // Summed over the channels.
+  // A cluster's membership: endpoints now, connected, ejected; and
+  // ejections over the endpoints now.
+  uint64_t endpoints = 0;
+  uint64_t endpoints_ready = 0;
+  uint64_t endpoints_ejected = 0;
+  uint64_t ejections = 0;
+};
+
+// One per target, in target order.
+std::vector<ClientTargetMetrics> ReadClientMetrics();
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_BUILTIN_CLIENT_METRICS_H_

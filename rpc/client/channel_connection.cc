@@ -1,0 +1,210 @@
+// Channel::Impl (rpc/client/channel_impl.h): the connection's life. Connecting,
+// backing off and reconnecting, a subchannel kept connected, the server's
+// GOAWAY and the connection's close. rpc/client/channel_impl.cc has the call
+// path.
+#include <boost/asio/post.hpp>
+#include <mutex>
+#include <vector>
+
+#include "base/log.h"
+#include "rpc/client/channel_impl.h"
+#include "rpc/wire/wire_codec.h"
+#include "transport/factory/factory.h"
+
+namespace rdmarpc::rpc {
+
+namespace asio = boost::asio;
+using transport::Connection;
+
+void Channel::Impl::KeepConnected(std::function<void(ChannelState)> on_state) {
+  {
+    std::lock_guard lock(mu_);
+    keep_connected_ = true;
+    on_state_ = std::move(on_state);
+    if (shut_down_ || state_ != ChannelState::kIdle) return;
+    state_ = ChannelState::kConnecting;
+  }
+  asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
+}
+
+void Channel::Impl::StartConnect() {
+  Log().debug("{}: connecting", target_);
+  transport::Connect(context_, target_, options_.transport,
+                     [self = shared_from_this()](
+                         StatusOr<std::shared_ptr<Connection>> result) {
+                       self->OnConnected(std::move(result));
+                     });
+}
+
+void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
+  std::vector<CallTable::Entry> failed;
+  Status failure;
+  std::optional<ChannelState> notify;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) {
+      if (result.ok()) {
+        (*result)->Close(Status(StatusCode::kCancelled, "channel shut down"));
+      }
+      return;
+    }
+    if (result.ok()) {
+      ++stats_.connects;
+      connection_ = std::move(*result);
+      state_ = ChannelState::kReady;
+      backoff_ = options_.initial_backoff;
+      Log().info("{}: connected ({})", target_, connection_->peer());
+      connection_->Start(shared_from_this());
+      notify = ChannelState::kReady;
+      for (auto& [id, frame, wait_for_ready, window_bytes] : waiting_) {
+        // Calls that timed out or were cancelled while waiting stay unsent.
+        if (!calls_.Contains(id)) continue;
+        if (window_bytes != 0 && (!held_.empty() || !WindowAdmits())) {
+          Hold({id, std::move(frame), wait_for_ready, window_bytes});
+          continue;
+        }
+        calls_.Charge(id, window_bytes);
+        const Status sent = connection_->Send(std::move(frame));
+        // (UNAVAILABLE: the connection is closing; OnClose fails the call.)
+        if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+          if (auto done = calls_.Take(id)) {
+            failed.emplace_back(id, std::move(*done));
+            failure = sent;  // RESOURCE_EXHAUSTED: the send queue is full.
+          }
+        }
+      }
+      waiting_.clear();
+    } else {
+      ++stats_.connect_failures;
+      connect_error_ = result.status();
+      state_ = ChannelState::kTransientFailure;
+      backoff_until_ = Clock::now() + backoff_;
+      Log().info("{}: {}; backing off {} ms", target_, connect_error_.message(),
+                 backoff_.count());
+      backoff_ = std::min(options_.max_backoff,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              backoff_ * options_.backoff_multiplier));
+      // Wait-for-ready calls still open stay for the next attempt; the
+      // others fail now.
+      std::erase_if(waiting_, [&](Waiting& waiting) {
+        if (waiting.wait_for_ready && calls_.Contains(waiting.id)) {
+          return false;
+        }
+        ResponseCallback done;
+        std::shared_ptr<ResponseMetadata> sink;
+        if (calls_.Take(waiting.id, &done, &sink)) {
+          MarkNotRun(sink);  // It never left.
+          failed.emplace_back(waiting.id, std::move(done));
+        }
+        return true;
+      });
+      if (!waiting_.empty() || keep_connected_) {
+        asio::post(context_, [self = shared_from_this()] {
+          self->ReconnectAfterBackoff();
+        });
+      }
+      failure = Status(StatusCode::kUnavailable, connect_error_.message());
+      notify = ChannelState::kTransientFailure;
+    }
+  }
+  if (notify) NotifyState(*notify);
+  FailAll(failed, failure);  // Outside the lock: a callback may call again.
+}
+
+void Channel::Impl::ReconnectAfterBackoff() {
+  Clock::time_point when;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_ || state_ != ChannelState::kTransientFailure ||
+        (waiting_.empty() && !keep_connected_)) {
+      return;
+    }
+    when = backoff_until_;
+  }
+  reconnect_timer_.expires_at(when);
+  reconnect_timer_.async_wait([self = shared_from_this()](
+                                  const boost::system::error_code& error) {
+    if (error) return;
+    {
+      std::lock_guard lock(self->mu_);
+      if (self->shut_down_ || self->state_ != ChannelState::kTransientFailure) {
+        return;
+      }
+      // Only calls still waiting are worth a connect.
+      std::erase_if(self->waiting_, [&](const Waiting& waiting) {
+        return !self->calls_.Contains(waiting.id);
+      });
+      if (self->waiting_.empty() && !self->keep_connected_) return;
+      self->state_ = ChannelState::kConnecting;
+    }
+    self->StartConnect();
+  });
+}
+
+void Channel::Impl::OnGoAway() {
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard lock(mu_);
+    if (goaway_ || !connection_) return;
+    goaway_ = true;
+    connection = connection_;
+  }
+  Log().info("{}: the server is going away; new calls wait for it to close",
+             target_);
+  NotifyState(ChannelState::kIdle);  // A cluster stops picking it.
+  AnswerGoAway(std::move(connection));
+}
+
+void Channel::Impl::AnswerGoAway(std::shared_ptr<Connection> connection) {
+  if (sending_.load(std::memory_order_acquire) != 0) {
+    // A Start took the connection before GOAWAY and sends any moment.
+    asio::post(context_, [self = shared_from_this(),
+                          connection = std::move(connection)]() mutable {
+      self->AnswerGoAway(std::move(connection));
+    });
+    return;
+  }
+  connection->Send(MakeGoAwayFrame()).IgnoreError();
+}
+
+void Channel::Impl::OnClose(const Status& reason) {
+  std::vector<CallTable::Entry> failed;
+  bool reconnect = false;
+  {
+    std::lock_guard lock(mu_);
+    if (connection_) {
+      ++stats_.disconnects;
+      stats_.keepalive_timeouts += connection_->stats().keepalive_timeouts;
+    }
+    connection_.reset();
+    if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
+    // Calls made after a GOAWAY, and requests the window held back, never
+    // left: they go on the next connection, as a call made while connecting
+    // does. The rest fail.
+    goaway_ = false;
+    RequeueHeld();
+    std::vector<uint64_t> unsent;
+    for (const Waiting& waiting : waiting_) unsent.push_back(waiting.id);
+    calls_.TakeAllExcept(unsent, &failed);
+    std::erase_if(waiting_, [this](const Waiting& waiting) {
+      return !calls_.Contains(waiting.id);
+    });
+    if (!shut_down_ && state_ == ChannelState::kIdle &&
+        (keep_connected_ || !waiting_.empty())) {
+      state_ = ChannelState::kConnecting;
+      reconnect = true;
+    }
+  }
+  NotifyState(ChannelState::kIdle);
+  if (reconnect) {
+    asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
+  }
+  if (!failed.empty() || reason.code() != StatusCode::kCancelled) {
+    Log().info("{}: connection closed: {}; failing {} calls", target_,
+               reason.message(), failed.size());
+  }
+  FailAll(failed, Status(StatusCode::kUnavailable,
+                         "connection lost: " + reason.message()));
+}
+
+}  // namespace rdmarpc::rpc

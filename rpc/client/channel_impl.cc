@@ -1,0 +1,519 @@
+// Channel::Impl (rpc/client/channel_impl.h): the call path, the frames that
+// come back and the deadline timer, on the channel's event loop.
+// rpc/client/channel_connection.cc has the connection's life; rpc/channel.cc is
+// the public Channel over it.
+#include "rpc/client/channel_impl.h"
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/latency_trace.h"
+#include "base/log.h"
+#include "base/tunables.h"
+#include "rpc/common/retry_options.h"
+#include "rpc/wire/wire_codec.h"
+
+namespace rdmarpc::rpc {
+
+namespace asio = boost::asio;
+using transport::Connection;
+using transport::OutgoingFrame;
+using transport::ReceivedFrame;
+
+// ----------------------------------------------------------- Channel::Impl --
+
+void MarkNotRun(const std::shared_ptr<ResponseMetadata>& sink) {
+  if (sink) sink->trailers.Add(kNotRunTrailer, "1");
+}
+
+Channel::CallId Channel::Impl::Start(
+    std::string_view service, std::string_view method, uint64_t method_id,
+    Payload request, const CallOptions& options, ResponseCallback done,
+    StreamKind kind, std::shared_ptr<ClientStream::State> stream) {
+  // In this function, not a second one behind it: each hop would move the
+  // request and the callback once more (about 100 instructions a call).
+  std::optional<CallOptions> intercepted;  // Empty: nothing to construct.
+  if (interceptors_) [[unlikely]] {
+    intercepted.emplace(options);
+    if (!Intercept(service, method, kind, *intercepted, done)) return 0;
+  }
+  const CallOptions& call_options = intercepted ? *intercepted : options;
+  if (method_id != 0) service = method = {};
+  RDMARPC_TRACE(0, "call");
+  // Read the clock only for a deadline: on some machines (a VM on an HPET
+  // clock source) a read costs microseconds.
+  const auto now = call_options.deadline ? Clock::now() : Clock::time_point();
+  if (request.size() > options_.max_request_size) {
+    Complete(std::move(done),
+             Status(StatusCode::kResourceExhausted,
+                    "request of " + std::to_string(request.size()) +
+                        " bytes exceeds the channel's maximum of " +
+                        std::to_string(options_.max_request_size)),
+             Buffer());
+    return 0;
+  }
+  if (service.size() + method.size() > tunables::kMaxMethodNameSize) {
+    Complete(
+        std::move(done),
+        Status(StatusCode::kInvalidArgument,
+               "service and method names exceed " +
+                   std::to_string(tunables::kMaxMethodNameSize) + " bytes"),
+        Buffer());
+    return 0;
+  }
+  if (call_options.deadline && *call_options.deadline <= now) {
+    Complete(std::move(done),
+             Status(StatusCode::kDeadlineExceeded,
+                    "deadline passed before the call started"),
+             Buffer());
+    return 0;
+  }
+  std::string metadata;  // Encoded; none on most calls.
+  if (!call_options.metadata.empty()) [[unlikely]] {
+    StatusOr<std::string> encoded =
+        EncodeOutgoingMetadata(call_options.metadata, "request metadata");
+    if (!encoded.ok()) {
+      Complete(std::move(done), encoded.status(), Buffer());
+      return 0;
+    }
+    metadata = std::move(*encoded);
+  }
+  uint64_t timeout_us = 0;  // 0: no deadline for the server.
+  if (call_options.deadline &&
+      *call_options.deadline - now <= tunables::kMaxTimeout) {
+    timeout_us = std::max<int64_t>(
+        1, std::chrono::duration_cast<std::chrono::microseconds>(
+               *call_options.deadline - now)
+               .count());
+  }
+
+  std::unique_lock lock(mu_);
+  if (shut_down_) {
+    const Status refused = shutdown_status_;
+    lock.unlock();
+    Complete(std::move(done), refused, Buffer());
+    return 0;
+  }
+  if (state_ == ChannelState::kTransientFailure &&
+      !call_options.wait_for_ready) {
+    if (const auto when = Clock::now(); when < backoff_until_) {
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+          backoff_until_ - when);
+      Status error(StatusCode::kUnavailable,
+                   connect_error_.message() + " (next attempt in " +
+                       std::to_string(wait.count()) + " ms)");
+      lock.unlock();
+      MarkNotRun(call_options.response_metadata);
+      Complete(std::move(done), error, Buffer());
+      return 0;
+    }
+    state_ = ChannelState::kIdle;
+  }
+  const CallId id = calls_.Add(std::move(done), call_options.deadline,
+                               call_options.response_metadata);
+  if (stream) {
+    stream->id = id;
+    streams_.emplace(id, std::move(stream));
+  }
+  const auto request_frame = [&] {
+    OutgoingFrame frame =
+        kind != StreamKind::kUnary
+            ? MakeStreamRequestFrame(
+                  id, method_id, timeout_us,
+                  static_cast<CallHeader::StreamKind>(static_cast<int>(kind)),
+                  0, 0, std::move(request), metadata)
+            : MakeRequestFrame(id, service, method, method_id, timeout_us,
+                               std::move(request), metadata);
+    frame.may_wait = options_.wait_for_room;
+    return frame;
+  };
+  // Encoded and sent outside the lock: a Send on the connection's own thread
+  // may write at once, and other callers need not wait out that system
+  // call. Built straight into Send's parameter, the frame is never moved.
+  // A unary request counts in the request window; a stream's does not (its
+  // messages follow its REQUEST at once, and have their own flow control).
+  const uint64_t window_bytes =
+      kind == StreamKind::kUnary && options_.max_request_bytes_in_flight != 0
+          ? request.size()
+          : 0;
+  std::shared_ptr<Connection> ready;
+  if (state_ == ChannelState::kReady && !goaway_ &&
+      (window_bytes == 0 || (held_.empty() && WindowAdmits()))) [[likely]] {
+    calls_.Charge(id, window_bytes);
+    ready = connection_;
+    sending_.fetch_add(1, std::memory_order_relaxed);
+  } else if (state_ == ChannelState::kReady && !goaway_) {
+    // Past the request window: the call waits its turn here.
+    if (!options_.wait_for_room && !held_.empty() &&
+        held_bytes_ + window_bytes > options_.transport.max_queued_bytes) {
+      std::optional<ResponseCallback> refused = calls_.Take(id);
+      Status full(StatusCode::kResourceExhausted,
+                  "send queue to " + target_ + " is full (" +
+                      std::to_string(held_bytes_) +
+                      " bytes of requests wait for the request window, "
+                      "limit transport.max_queued_bytes " +
+                      std::to_string(options_.transport.max_queued_bytes) +
+                      "): the server is not keeping up");
+      lock.unlock();
+      Complete(std::move(*refused), std::move(full), Buffer());
+      return 0;
+    }
+    Hold({id, request_frame(), call_options.wait_for_ready, window_bytes});
+  } else {
+    waiting_.push_back(
+        {id, request_frame(), call_options.wait_for_ready, window_bytes});
+    // Backing off, a wait-for-ready call waits for the next attempt.
+    if (state_ == ChannelState::kTransientFailure) {
+      asio::post(context_, [self = shared_from_this()] {
+        self->ReconnectAfterBackoff();
+      });
+    }
+    if (state_ == ChannelState::kIdle && !goaway_) {
+      state_ = ChannelState::kConnecting;
+      asio::post(context_,
+                 [self = shared_from_this()] { self->StartConnect(); });
+    }
+  }
+  if (call_options.deadline && (!armed_ || *call_options.deadline < *armed_)) {
+    armed_ = call_options.deadline;
+    asio::post(context_, [self = shared_from_this()] { self->ArmTimer(); });
+  }
+  lock.unlock();
+  if (ready) {
+    RDMARPC_TRACE(0, "encode");
+    const Status sent = ready->Send(request_frame());
+    sending_.fetch_sub(1, std::memory_order_release);
+    // UNAVAILABLE: the connection is closing and OnClose fails the call.
+    if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+      std::optional<ResponseCallback> failed;
+      {
+        std::lock_guard relock(mu_);
+        failed = calls_.Take(id);
+      }
+      if (failed) Complete(std::move(*failed), sent, Buffer());
+      return id;
+    }
+  }
+  if (call_options.cancellation) {
+    // Outside the lock: an already cancelled token cancels at once.
+    call_options.cancellation->Attach([weak = weak_from_this(), id] {
+      if (auto self = weak.lock()) self->Cancel(id);
+    });
+  }
+  return id;
+}
+
+bool Channel::Impl::Intercept(std::string_view service, std::string_view method,
+                              StreamKind kind, CallOptions& options,
+                              ResponseCallback& done) {
+  const ClientCallInfo call{target_, service, method, kind};
+  Status verdict;
+  size_t passed = 0;
+  for (const auto& interceptor : *interceptors_) {
+    try {
+      verdict = interceptor->OnCall(call, options);
+    } catch (const std::exception& e) {
+      verdict = Status(StatusCode::kInternal,
+                       std::string("an interceptor threw: ") + e.what());
+    }
+    if (!verdict.ok()) break;
+    ++passed;
+  }
+  // The call's names may not outlive it: its OnEnd gets copies.
+  ResponseCallback wrapped =
+      [chain = interceptors_, passed, start = Clock::now(), target = target_,
+       service = std::string(service), method = std::string(method), kind,
+       done = std::move(done)](const Status& status, Payload response) mutable {
+        const ClientCallInfo ended{target, service, method, kind};
+        const auto elapsed = Clock::now() - start;
+        for (size_t i = 0; i < passed; ++i) {
+          try {
+            (*chain)[i]->OnEnd(ended, status, elapsed);
+          } catch (const std::exception& e) {
+            Log().error("an interceptor's OnEnd threw: {}", e.what());
+          }
+        }
+        done(status, std::move(response));
+      };
+  if (!verdict.ok()) {
+    Complete(std::move(wrapped), verdict, Buffer());
+    return false;
+  }
+  done = std::move(wrapped);
+  return true;
+}
+
+OutgoingFrame Channel::Impl::CancelFrame(uint64_t id) const {
+  OutgoingFrame frame = MakeCancelFrame(id);
+  frame.may_wait = options_.wait_for_room;  // Not lost to a full queue.
+  return frame;
+}
+
+void Channel::Impl::Cancel(CallId id) {
+  EndCall(id, Status(StatusCode::kCancelled, "call cancelled by the client"));
+}
+
+void Channel::Impl::EndCall(uint64_t id, const Status& why) {
+  std::unique_lock lock(mu_);
+  auto done = calls_.Take(id);
+  if (!done) return;  // Already complete.
+  std::shared_ptr<Connection> ready;
+  if (state_ == ChannelState::kReady) ready = connection_;
+  std::vector<Waiting> released;
+  if (!held_.empty()) ReleaseHeld(&released);
+  lock.unlock();
+  if (ready) ready->Send(CancelFrame(id)).IgnoreError();
+  if (!released.empty()) SendReleased(std::move(ready), released);
+  Log().debug("{}: call {} ended by the client: {}", target_, id,
+              why.ToString());
+  Complete(std::move(*done), why, Buffer());
+}
+
+bool Channel::Impl::SendStreamFrame(uint64_t id, OutgoingFrame frame) {
+  frame.may_wait = options_.wait_for_room;
+  std::unique_lock lock(mu_);
+  if (!calls_.Contains(id)) return false;
+  if (state_ != ChannelState::kReady) {
+    // Still connecting: queued behind the call's REQUEST, sent with it.
+    const auto request =
+        std::find_if(waiting_.begin(), waiting_.end(),
+                     [id](const Waiting& waiting) { return waiting.id == id; });
+    if (request == waiting_.end()) return false;  // Lost with a connection.
+    const bool wait_for_ready = request->wait_for_ready;
+    waiting_.push_back({id, std::move(frame), wait_for_ready});
+    return true;
+  }
+  std::shared_ptr<Connection> ready = connection_;
+  lock.unlock();
+  const Status sent = ready->Send(std::move(frame));
+  // UNAVAILABLE: the connection is closing, and OnClose ends the call.
+  if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+    // Ended from the loop, not here: the caller holds its stream's lock,
+    // which ending the call may take on this thread.
+    asio::post(context_, [self = shared_from_this(), id, sent] {
+      self->EndCall(id, sent);
+    });
+    return false;
+  }
+  return true;
+}
+
+void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard lock(mu_);
+    shut_down_ = true;
+    calls_.TakeAll(orphans);
+    waiting_.clear();
+    held_.clear();
+    held_bytes_ = 0;
+    connection = std::move(connection_);
+    state_ = ChannelState::kIdle;
+  }
+  // On the loop, which may be shared and stay up: the timers' waits hold
+  // this Impl, and must not keep it until a far deadline.
+  asio::post(context_, [self = shared_from_this()] {
+    self->reconnect_timer_.cancel();
+    self->timer_.cancel();
+  });
+  // Breaks the connection <-> observer cycle even if the loop never runs again.
+  if (connection) {
+    connection->Close(Status(StatusCode::kCancelled, "channel shut down"));
+  }
+}
+
+void Channel::Impl::OnFrame(ReceivedFrame frame) {
+  RDMARPC_TRACE(0, "channel_on_frame");
+  StatusOr<CallHeader> header = DecodeCallHeader(frame);
+  if (header.ok() && (header->kind() == CallHeader::kMessage ||
+                      header->kind() == CallHeader::kWindow)) {
+    std::shared_ptr<ClientStream::State> stream;
+    {
+      std::lock_guard lock(mu_);
+      if (const auto it = streams_.find(header->call_id());
+          it != streams_.end() && calls_.Contains(header->call_id())) {
+        stream = it->second;
+      } else {
+        // The call has ended (its frames may cross its end) or never
+        // streamed. Dropped; the connection goes on.
+        ++stats_.stream_frames_dropped;
+        return;
+      }
+    }
+    if (header->kind() == CallHeader::kWindow) {
+      return stream->OnWindow(header->window_messages(),
+                              header->window_bytes());
+    }
+    if (!header->metadata().empty()) [[unlikely]] {
+      // The server's response headers, with its first message.
+      ResponseMetadata* sink = stream->response_metadata.get();
+      const Status read =
+          ReadMetadata(header->metadata(), options_.max_metadata_size,
+                       "response headers", "channel", StatusCode::kInternal,
+                       sink != nullptr ? &sink->headers : nullptr);
+      if (!read.ok()) return EndCall(header->call_id(), read);
+    }
+    if (frame.dropped_payload_size() > 0) {
+      return EndCall(
+          header->call_id(),
+          DroppedPayloadStatus(
+              frame, "stream message", "channel",
+              " of " + std::to_string(options_.transport.max_payload_size)));
+    }
+    return stream->OnMessage(SplitPayload(std::move(frame).TakePayload(),
+                                          header->attachment_size()));
+  }
+  if (header.ok() && header->kind() == CallHeader::kGoAway) [[unlikely]] {
+    return OnGoAway();
+  }
+  if (header.ok() && header->kind() != CallHeader::kResponse) {
+    header = Status(StatusCode::kInternal,
+                    "protocol error: server sent a frame of kind " +
+                        std::to_string(header->kind()) +
+                        ", which only a client sends");
+  }
+  if (!header.ok()) {
+    Log().warn("{}: closing connection: {}", target_,
+               header.status().message());
+    std::lock_guard lock(mu_);
+    if (connection_) connection_->Close(header.status());
+    return;
+  }
+  ResponseCallback done;
+  std::shared_ptr<ResponseMetadata> sink;
+  bool found;
+  std::vector<Waiting> released;  // Allocates nothing while empty.
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard lock(mu_);
+    found = calls_.Take(header->call_id(), &done, &sink);
+    if (!found) ++stats_.late_responses_dropped;
+    if (!held_.empty()) [[unlikely]]
+      connection = ReleaseHeld(&released);
+  }
+  // The next requests leave before this call's callback runs.
+  if (!released.empty()) SendReleased(std::move(connection), released);
+  if (!found) {
+    Log().debug("{}: dropped late response to call {}", target_,
+                header->call_id());
+    return;
+  }
+  Status status = StatusFromHeader(*header);
+  if (frame.dropped_payload_size() > 0) {
+    status = DroppedPayloadStatus(
+        frame, "response", "channel",
+        " of " + std::to_string(options_.transport.max_payload_size));
+  }
+  if (!header->metadata().empty() || !header->trailers().empty()) [[unlikely]] {
+    Status read = ReadMetadata(
+        header->metadata(), options_.max_metadata_size, "response headers",
+        "channel", StatusCode::kInternal, sink ? &sink->headers : nullptr);
+    if (read.ok()) {
+      read = ReadMetadata(header->trailers(), options_.max_metadata_size,
+                          "response trailers", "channel", StatusCode::kInternal,
+                          sink ? &sink->trailers : nullptr);
+    }
+    // The server's own error says more than what came with it.
+    if (!read.ok() && status.ok()) status = std::move(read);
+  }
+  RDMARPC_TRACE(0, "callback");
+  Deliver(done, status,
+          status.ok() ? SplitPayload(std::move(frame).TakePayload(),
+                                     header->attachment_size())
+                      : Payload());
+}
+
+void Channel::Impl::ArmTimer() {
+  std::optional<Clock::time_point> next;
+  {
+    std::lock_guard lock(mu_);
+    next = calls_.NextDeadline();
+    armed_ = next;
+  }
+  if (!next) return;
+  timer_.expires_at(*next);
+  timer_.async_wait(
+      [self = shared_from_this()](const boost::system::error_code& error) {
+        self->OnTimer(error);
+      });
+}
+
+void Channel::Impl::OnTimer(const boost::system::error_code& error) {
+  if (error == asio::error::operation_aborted) return;  // Re-armed.
+  std::vector<CallTable::Entry> expired;
+  std::vector<Waiting> released;
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard lock(mu_);
+    calls_.TakeExpired(Clock::now(), &expired);
+    if (state_ == ChannelState::kReady) {
+      for (const auto& entry : expired) {
+        connection_->Send(CancelFrame(entry.first)).IgnoreError();
+      }
+    }
+    if (!held_.empty()) connection = ReleaseHeld(&released);
+  }
+  if (!released.empty()) SendReleased(std::move(connection), released);
+  ArmTimer();
+  FailAll(expired, Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+}
+
+std::shared_ptr<Connection> Channel::Impl::ReleaseHeld(
+    std::vector<Waiting>* out) {
+  if (state_ != ChannelState::kReady || goaway_ || !connection_) {
+    return nullptr;
+  }
+  while (!held_.empty()) {
+    Waiting& next = held_.front();
+    if (calls_.Contains(next.id)) {  // Else cancelled or timed out: skipped.
+      if (!WindowAdmits()) break;
+      calls_.Charge(next.id, next.window_bytes);
+      out->push_back(std::move(next));
+    }
+    held_bytes_ -= next.window_bytes;
+    held_.pop_front();
+  }
+  // Counted under mu_, as Start counts: no REQUEST follows the answer to a
+  // GOAWAY (AnswerGoAway).
+  if (!out->empty()) sending_.fetch_add(1, std::memory_order_relaxed);
+  return connection_;
+}
+
+void Channel::Impl::Hold(Waiting waiting) {
+  held_bytes_ += waiting.window_bytes;
+  ++stats_.calls_held;
+  held_.push_back(std::move(waiting));
+}
+
+void Channel::Impl::SendReleased(std::shared_ptr<Connection> connection,
+                                 std::vector<Waiting>& released) {
+  Status failure;
+  std::vector<CallTable::Entry> failed;
+  for (Waiting& waiting : released) {
+    const Status sent = connection->Send(std::move(waiting.frame));
+    // (UNAVAILABLE: the connection is closing; OnClose fails the call.)
+    if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
+      std::lock_guard lock(mu_);
+      if (auto done = calls_.Take(waiting.id)) {
+        failed.emplace_back(waiting.id, std::move(*done));
+        failure = sent;
+      }
+    }
+  }
+  sending_.fetch_sub(1, std::memory_order_release);
+  for (auto& [id, done] : failed) Complete(std::move(done), failure, Buffer());
+}
+
+void Channel::Impl::RequeueHeld() {
+  waiting_.insert(waiting_.begin(), std::make_move_iterator(held_.begin()),
+                  std::make_move_iterator(held_.end()));
+  held_.clear();
+  held_bytes_ = 0;
+}
+
+}  // namespace rdmarpc::rpc

@@ -1,0 +1,131 @@
+// Interceptors: code that sees every call (unary or streaming) of a server
+// or a channel, with its metadata, in one place instead of in each handler:
+// a token check, logging, metrics, tracing.
+//
+// A chain is ServerOptions::interceptors or ChannelOptions::interceptors, run
+// in order. Each interceptor may
+//   - reject the call: OnCall returns an error, the call ends with it, and
+//     neither the later interceptors nor (on a server) the handler run;
+//   - read and rewrite its metadata: a server's the request headers and the
+//     response headers and trailers (through the ServerCall), a channel's
+//     the request headers (in the CallOptions it is given);
+//   - observe its end: OnEnd, with the status the call ended with, for every
+//     call OnCall let through (on the interceptors that let it through).
+// Interceptors run on the thread that makes the call (channel) or runs the
+// handler (server), OnEnd where the call ends: they must be thread-safe and
+// quick, and must not throw.
+//
+//   rpc::ServerOptions options;
+//   options.interceptors.push_back(
+//       std::make_shared<rpc::TokenServerInterceptor>("s3cret"));
+//   options.interceptors.push_back(
+//       std::make_shared<rpc::LoggingServerInterceptor>());
+//
+//   rpc::ChannelOptions channel_options;
+//   channel_options.interceptors.push_back(
+//       std::make_shared<rpc::TokenClientInterceptor>("s3cret"));
+//
+// A token travels in the clear: on tcp:// (no TLS yet) it protects only a
+// trusted network (docs/security.md).
+#ifndef RDMARPC_RPC_COMMON_INTERCEPTOR_H_
+#define RDMARPC_RPC_COMMON_INTERCEPTOR_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "rpc/common/call_options.h"
+#include "rpc/common/stream.h"
+
+namespace rdmarpc::rpc {
+
+class ServerCall;
+
+// What a channel's interceptor learns of a call.
+struct ClientCallInfo {
+  std::string_view target;   // The channel's URI.
+  std::string_view service;  // Empty if the call names its method by id
+  std::string_view method;   // only (a MethodRef carries its names).
+  StreamKind kind = StreamKind::kUnary;
+};
+
+class ServerInterceptor {
+ public:
+  virtual ~ServerInterceptor() = default;
+  // Before the handler, on the thread that runs it. An error answers the
+  // call with it instead. `call` gives the method, the deadline, the
+  // request headers (mutable_request_metadata) and the response's
+  // metadata.
+  virtual Status OnCall(ServerCall& call) {
+    (void)call;
+    return Status();
+  }
+  // Once the call has ended: `status` is what the client was sent (or why
+  // it was not: CANCELLED, DEADLINE_EXCEEDED), `elapsed` the time since the
+  // request arrived.
+  virtual void OnEnd(const ServerCall& call, const Status& status,
+                     std::chrono::nanoseconds elapsed) {
+    (void)call, (void)status, (void)elapsed;
+  }
+};
+
+class ClientInterceptor {
+ public:
+  virtual ~ClientInterceptor() = default;
+  // Before the call is sent, on the caller's thread: may change `options`
+  // (its metadata, say). An error fails the call locally with it.
+  virtual Status OnCall(const ClientCallInfo& call, CallOptions& options) {
+    (void)call, (void)options;
+    return Status();
+  }
+  // When the call completes, before its callback, where the callback runs.
+  virtual void OnEnd(const ClientCallInfo& call, const Status& status,
+                     std::chrono::nanoseconds elapsed) {
+    (void)call, (void)status, (void)elapsed;
+  }
+};
+
+// The header a token travels in, as "Bearer <token>" (as HTTP and gRPC).
+inline constexpr std::string_view kAuthorizationKey = "authorization";
+
+// Refuses, UNAUTHENTICATED, every call whose "authorization" header is not
+// "Bearer <token>"; the header is taken off the call before its handler
+// sees it. The comparison takes the same time wherever the tokens differ.
+class TokenServerInterceptor : public ServerInterceptor {
+ public:
+  explicit TokenServerInterceptor(std::string token)
+      : expected_("Bearer " + std::move(token)) {}
+  Status OnCall(ServerCall& call) override;
+  // Calls refused so far.
+  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+
+ private:
+  const std::string expected_;
+  std::atomic<uint64_t> refused_{0};
+};
+
+// Adds "authorization: Bearer <token>" to every call.
+class TokenClientInterceptor : public ClientInterceptor {
+ public:
+  explicit TokenClientInterceptor(std::string token)
+      : value_("Bearer " + std::move(token)) {}
+  Status OnCall(const ClientCallInfo& call, CallOptions& options) override;
+
+ private:
+  const std::string value_;
+};
+
+// Logs each call's end at info through the rdmarpc logger (base/log.h):
+// "<service>/<method> <kind> -> <CODE> in <us> us (request <n> bytes)".
+class LoggingServerInterceptor : public ServerInterceptor {
+ public:
+  void OnEnd(const ServerCall& call, const Status& status,
+             std::chrono::nanoseconds elapsed) override;
+};
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_COMMON_INTERCEPTOR_H_

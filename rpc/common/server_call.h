@@ -1,0 +1,200 @@
+// ServerCall: one incoming call as its handler sees it.
+//
+// The handler reads the request, deadline and cancellation, and finishes the
+// call exactly once with Finish(), from any thread, now or later. A call
+// dropped without Finish() is answered INTERNAL, so a client never waits on a
+// handler that forgot it.
+//
+// A streaming call (Service::AddStreamingMethod) also reads the client's
+// messages with Read and sends its own with Write, one of each outstanding
+// at a time, from any thread. Their callbacks run on the connection's event
+// loop (or the server's handler executor, ServerOptions::handler_threads),
+// never inside Read or Write. Flow control is per call and per direction
+// (docs/protocol.md, "Streams"): a Write completes once the client's window
+// lets the message go, so a writer that outruns its reader waits; messages
+// read are given back to the client's window as they are consumed.
+#ifndef RDMARPC_RPC_COMMON_SERVER_CALL_H_
+#define RDMARPC_RPC_COMMON_SERVER_CALL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "base/buffer.h"
+#include "base/status.h"
+#include "base/status_or.h"
+#include "base/unique_function.h"
+#include "rpc/common/call_options.h"
+#include "rpc/common/metadata.h"
+#include "rpc/common/payload.h"
+#include "rpc/common/stream.h"
+#include "transport/connection.h"
+
+namespace rdmarpc::rpc {
+
+class ServerSession;
+struct MethodMetrics;
+
+class ServerCall {
+ public:
+  // `service` and `method` live as long as the session (the server's
+  // registry of services).
+  ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
+             const std::string& service, const std::string& method,
+             Payload request, std::optional<Clock::time_point> deadline,
+             MethodMetrics* metrics = nullptr);
+  ~ServerCall();
+  ServerCall(const ServerCall&) = delete;
+  ServerCall& operator=(const ServerCall&) = delete;
+
+  const std::string& service() const { return *service_; }
+  const std::string& method() const { return *method_; }
+  // The request's message. With an attachment, a window on the same block
+  // as it (rpc/common/payload.h).
+  const Buffer& request() const { return request_; }
+  // The request's attachment; empty if it has none. The handler may take it
+  // to keep its bytes beyond the call (into a store, say) without a copy.
+  const Buffer& request_attachment() const { return request_attachment_; }
+  Buffer TakeRequestAttachment() { return std::move(request_attachment_); }
+  // The request's bytes, message and attachment.
+  uint64_t request_size() const { return request_size_; }
+  // When the client stops waiting, if it set a deadline.
+  std::optional<Clock::time_point> deadline() const { return deadline_; }
+
+  // Metadata (rpc/common/metadata.h). The client's request headers.
+  const Metadata& request_metadata() const {
+    return metadata_ ? metadata_->request : EmptyMetadata();
+  }
+  // For interceptors (rpc/common/interceptor.h): they may rewrite the headers
+  // before the handler sees them.
+  Metadata& mutable_request_metadata() { return Meta().request; }
+  // Response headers go with the call's first frame to the client: a
+  // streaming call's first Write, else Finish's. Trailers go with Finish.
+  // Set them from the handler before then, not beside a Write on another
+  // thread; changes after they went are not sent. Keys or values the rules
+  // refuse, or a block above kMaxMetadataSize, end the call INTERNAL.
+  Metadata& response_headers() { return Meta().headers; }
+  Metadata& response_trailers() { return Meta().trailers; }
+
+  // True once the client cancelled, the connection was lost, or the deadline
+  // passed. Work on a cancelled call is wasted: its response is dropped.
+  bool IsCancelled() const;
+
+  // Runs `on_cancel` once when the client cancels or the connection is lost
+  // (at once if that already happened). Any thread; replaces a previous one.
+  void OnCancel(std::function<void()> on_cancel);
+
+  // Sends the response (only when `status` is OK) or the error status. The
+  // first call counts; later ones are logged and ignored. A Buffer is a
+  // response without an attachment. A server- or bidi-streaming call's
+  // response carries no message: its messages went by Write.
+  void Finish(const Status& status, Payload response = Payload());
+
+  // Streaming calls only (kind() says which way).
+  StreamKind kind() const {
+    return stream_ ? stream_->kind : StreamKind::kUnary;
+  }
+  // The client's next message (client- and bidi-streaming).
+  void Read(StreamReadCallback done);
+  // Sends `message` to the client (server- and bidi-streaming).
+  void Write(Payload message, StreamWriteCallback done);
+
+ private:
+  friend class ServerSession;
+  // Called by the session; false if the call was cancelled already.
+  bool MarkCancelled();
+  // The session ends a streaming call with `why` (a broken window, a frame
+  // it could not send): cancelled, and answered `why` once.
+  void EndWith(const Status& why);
+
+  // What a streaming call adds; guarded by mu_.
+  struct Stream {
+    Stream(StreamKind stream_kind, uint64_t window_messages,
+           uint64_t window_bytes)
+        : kind(stream_kind), send(window_messages, window_bytes) {}
+    const StreamKind kind;
+    // Messages from the client not yet read, and a Read waiting for one.
+    std::deque<Payload> inbox;
+    StreamReadCallback reader;
+    bool half_closed = false;
+    // Flow control: what the client may send us, and we it.
+    ReceiveWindow receive;
+    SendWindow send;
+    // A Write waiting for the client's room.
+    std::optional<Payload> pending;
+    StreamWriteCallback writer;
+    // Set when the call ends: every later Read or Write gets it.
+    Status ended;
+    bool over = false;
+  };
+  // Session side, on the connection's thread.
+  void StartStream(StreamKind kind, uint64_t window_messages,
+                   uint64_t window_bytes);
+  // False: the message broke the window we granted.
+  bool OnStreamMessage(Payload message);
+  void OnHalfClose();
+  void OnWindow(uint64_t messages, uint64_t bytes);
+  // Fails a waiting Read and Write with `why`; later ones too.
+  void EndStream(const Status& why);
+  // Runs a stream callback off the caller's stack.
+  void Post(UniqueFunction<void()> task);
+  // A MESSAGE frame of this call, with the response headers if it is the
+  // first; an error if they break the rules. Under mu_.
+  StatusOr<transport::OutgoingFrame> MessageFrameLocked(Payload message);
+
+  const std::shared_ptr<ServerSession> session_;
+  const uint64_t id_;
+  const std::string* const service_;
+  const std::string* const method_;
+  const uint64_t request_size_;  // Message and attachment.
+  const Buffer request_;
+  Buffer request_attachment_;
+  const std::optional<Clock::time_point> deadline_;
+  // A call's metadata, made on first use: most calls have none, and pay a
+  // null pointer for it.
+  struct CallMetadata {
+    Metadata request;  // Set by the session before the handler runs.
+    Metadata headers;
+    Metadata trailers;
+  };
+  CallMetadata& Meta() {
+    if (!metadata_) metadata_ = std::make_unique<CallMetadata>();
+    return *metadata_;
+  }
+  static const Metadata& EmptyMetadata();
+  std::unique_ptr<CallMetadata> metadata_;
+  // How many of the server's interceptors let the call through (their
+  // OnEnd runs), and when the first saw it. Set before the handler runs.
+  uint32_t intercepted_ = 0;
+  Clock::time_point intercepted_at_;
+  bool headers_sent_ = false;     // With a MESSAGE; guarded by mu_.
+  MethodMetrics* const metrics_;  // Lives in the server's core.
+  // Its method's count of running calls, when the method has a limit
+  // (ServerOptions::method_max_concurrency), and the server's, when it has
+  // one (max_concurrency): given back as the call's response goes.
+  std::atomic<int64_t>* method_running_ = nullptr;
+  std::atomic<int64_t>* server_running_ = nullptr;
+  // For the metrics' latency only: a clock read is not free everywhere
+  // (3.3 us in the emulated test VM).
+  const Clock::time_point started_ =
+      metrics_ != nullptr ? Clock::now() : Clock::time_point();
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> cancelled_{false};
+  // Whether the session's table of live calls holds this call. Most calls
+  // finish inside their handler and are never entered: the table is for
+  // calls that outlive it (see ServerSession::OnFrame).
+  enum Tracking : uint8_t { kNotYet, kTracked, kNever };
+  std::atomic<uint8_t> tracking_{kNotYet};
+  std::mutex mu_;
+  std::function<void()> on_cancel_;  // Guarded by mu_.
+  std::unique_ptr<Stream> stream_;   // Streaming calls only.
+};
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_COMMON_SERVER_CALL_H_

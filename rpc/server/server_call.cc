@@ -1,0 +1,289 @@
+#include "rpc/common/server_call.h"
+
+#include <exception>
+
+#include "base/log.h"
+#include "base/tunables.h"
+#include "rpc/server/server_session.h"
+#include "rpc/wire/wire_codec.h"
+
+namespace rdmarpc::rpc {
+
+// ------------------------------------------------------------- ServerCall --
+
+ServerCall::ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
+                       const std::string& service, const std::string& method,
+                       Payload request,
+                       std::optional<Clock::time_point> deadline,
+                       MethodMetrics* metrics)
+    : session_(std::move(session)),
+      id_(id),
+      service_(&service),
+      method_(&method),
+      request_size_(request.size()),
+      request_(std::move(request.message)),
+      request_attachment_(std::move(request.attachment)),
+      deadline_(deadline),
+      metrics_(metrics) {}
+
+ServerCall::~ServerCall() {
+  if (!finished_) {
+    Log().warn("{}/{}: handler dropped call {} without finishing it", *service_,
+               *method_, id_);
+    Finish(Status(StatusCode::kInternal,
+                  "the server's handler dropped the call without a response"));
+  }
+}
+
+const Metadata& ServerCall::EmptyMetadata() {
+  static const Metadata empty;
+  return empty;
+}
+
+bool ServerCall::IsCancelled() const {
+  return cancelled_ || (deadline_ && Clock::now() >= *deadline_);
+}
+
+void ServerCall::OnCancel(std::function<void()> on_cancel) {
+  {
+    std::lock_guard lock(mu_);
+    if (!cancelled_) {
+      on_cancel_ = std::move(on_cancel);
+      return;
+    }
+  }
+  on_cancel();
+}
+
+bool ServerCall::MarkCancelled() {
+  std::function<void()> on_cancel;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_.exchange(true)) return false;
+    on_cancel = std::move(on_cancel_);
+  }
+  if (stream_) EndStream(Status(StatusCode::kCancelled, "call cancelled"));
+  if (!on_cancel) return true;
+  try {
+    on_cancel();
+  } catch (const std::exception& e) {
+    Log().error("{}/{}: OnCancel callback threw: {}", *service_, *method_,
+                e.what());
+  }
+  return true;
+}
+
+void ServerCall::EndWith(const Status& why) {
+  // Cancelled first: the stream is over, so no MESSAGE follows the answer,
+  // and the handler's own Finish sends nothing.
+  if (MarkCancelled()) session_->Reply(id_, why);
+}
+
+void ServerCall::Finish(const Status& status, Payload response) {
+  if (finished_.exchange(true)) {
+    Log().error("{}/{}: call {} finished twice; ignoring {}", *service_,
+                *method_, id_, status.ToString());
+    return;
+  }
+  if (stream_) {
+    EndStream(Status(StatusCode::kCancelled, "the call has finished"));
+    // Its messages went by Write.
+    if (ServerSends(stream_->kind)) response = Payload();
+  }
+  session_->Complete(*this, status, std::move(response));
+}
+
+// ------------------------------------------------- ServerCall, streaming --
+
+void ServerCall::StartStream(StreamKind kind, uint64_t window_messages,
+                             uint64_t window_bytes) {
+  stream_ = std::make_unique<Stream>(kind, window_messages, window_bytes);
+}
+
+void ServerCall::Post(UniqueFunction<void()> task) {
+  session_->Post(std::move(task));
+}
+
+void ServerCall::Read(StreamReadCallback done) {
+  std::unique_lock lock(mu_);
+  Status refused;
+  if (!stream_ || !ClientSends(stream_->kind)) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Read on a call whose client sends no stream");
+  } else if (stream_->reader) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Read while another Read is outstanding");
+  }
+  if (!refused.ok()) {
+    lock.unlock();
+    return Post([done = std::move(done), refused]() mutable {
+      done(refused, std::nullopt);
+    });
+  }
+  Stream& stream = *stream_;
+  if (stream.inbox.empty()) {
+    if (!stream.over && !stream.half_closed) {
+      stream.reader = std::move(done);  // OnStreamMessage hands it one.
+      return;
+    }
+    const Status end = stream.over ? stream.ended : Status();
+    lock.unlock();
+    return Post(
+        [done = std::move(done), end]() mutable { done(end, std::nullopt); });
+  }
+  Payload message = std::move(stream.inbox.front());
+  stream.inbox.pop_front();
+  // Read, its room goes back to the client.
+  Status window_sent;
+  if (const auto room = stream.receive.Consume(message.size());
+      room && !stream.over && !stream.half_closed) {
+    window_sent = session_->SendStreamFrame(
+        MakeWindowFrame(id_, room->first, room->second));
+  }
+  lock.unlock();
+  if (!window_sent.ok()) EndWith(window_sent);
+  Post([done = std::move(done), message = std::move(message)]() mutable {
+    done(Status(), std::move(message));
+  });
+}
+
+void ServerCall::Write(Payload message, StreamWriteCallback done) {
+  std::unique_lock lock(mu_);
+  Status refused;
+  if (!stream_ || !ServerSends(stream_->kind)) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Write on a call that sends no stream");
+  } else if (stream_->over) {
+    refused = stream_->ended;
+  } else if (stream_->writer) {
+    refused = Status(StatusCode::kFailedPrecondition,
+                     "Write while another Write is outstanding");
+  } else if (message.size() > session_->max_response_size()) {
+    refused = Status(StatusCode::kResourceExhausted,
+                     "stream message of " + std::to_string(message.size()) +
+                         " bytes exceeds the server's maximum of " +
+                         std::to_string(session_->max_response_size()));
+  }
+  if (!refused.ok()) {
+    lock.unlock();
+    return Post([done = std::move(done), refused]() mutable { done(refused); });
+  }
+  Stream& stream = *stream_;
+  if (!stream.send.HasRoom()) {
+    stream.pending = std::move(message);  // Until the client's WINDOW.
+    stream.writer = std::move(done);
+    return;
+  }
+  stream.send.Take(message.size());
+  // Under mu_: messages leave in the order written, ahead of the RESPONSE.
+  StatusOr<transport::OutgoingFrame> frame =
+      MessageFrameLocked(std::move(message));
+  const Status sent = frame.ok() ? session_->SendStreamFrame(std::move(*frame))
+                                 : frame.status();
+  lock.unlock();
+  if (sent.ok() && metrics_ != nullptr) {
+    metrics_->messages_sent.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Not sent (the send queue is full, the connection closing): the call
+  // cannot go on without the message.
+  if (!sent.ok()) EndWith(sent);
+  Post([done = std::move(done), sent]() mutable { done(sent); });
+}
+
+bool ServerCall::OnStreamMessage(Payload message) {
+  std::unique_lock lock(mu_);
+  Stream& stream = *stream_;
+  if (stream.over) return true;  // Crossed the call's end: dropped.
+  if (!ClientSends(stream.kind) || stream.half_closed ||
+      !stream.receive.Admit(message.size())) {
+    return false;
+  }
+  stream.inbox.push_back(std::move(message));
+  if (metrics_ != nullptr) {
+    metrics_->messages_received.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!stream.reader) return true;
+  StreamReadCallback reader = std::move(stream.reader);
+  lock.unlock();
+  Read(std::move(reader));  // Takes the message just queued.
+  return true;
+}
+
+void ServerCall::OnHalfClose() {
+  StreamReadCallback reader;
+  {
+    std::lock_guard lock(mu_);
+    if (stream_->over) return;
+    stream_->half_closed = true;
+    if (!stream_->inbox.empty() || !stream_->reader) return;
+    reader = std::move(stream_->reader);
+  }
+  Post([reader = std::move(reader)]() mutable {
+    reader(Status(), std::nullopt);
+  });
+}
+
+void ServerCall::OnWindow(uint64_t messages, uint64_t bytes) {
+  StreamWriteCallback writer;
+  Status sent;
+  {
+    std::lock_guard lock(mu_);
+    Stream& stream = *stream_;
+    stream.send.Open(messages, bytes);
+    if (!stream.pending || !stream.send.HasRoom()) return;
+    stream.send.Take(stream.pending->size());
+    StatusOr<transport::OutgoingFrame> frame =
+        MessageFrameLocked(std::move(*stream.pending));
+    sent = frame.ok() ? session_->SendStreamFrame(std::move(*frame))
+                      : frame.status();
+    stream.pending.reset();
+    if (sent.ok() && metrics_ != nullptr) {
+      metrics_->messages_sent.fetch_add(1, std::memory_order_relaxed);
+    }
+    writer = std::move(stream.writer);
+  }
+  if (!sent.ok()) EndWith(sent);
+  Post([writer = std::move(writer), sent]() mutable { writer(sent); });
+}
+
+StatusOr<transport::OutgoingFrame> ServerCall::MessageFrameLocked(
+    Payload message) {
+  if (std::exchange(headers_sent_, true) || !metadata_ ||
+      metadata_->headers.empty()) {
+    return MakeMessageFrame(id_, std::move(message));
+  }
+  StatusOr<std::string> headers =
+      EncodeOutgoingMetadata(metadata_->headers, "response headers");
+  if (!headers.ok()) {
+    Log().error("{}/{}: call {}: {}", *service_, *method_, id_,
+                headers.status().message());
+    return Status(StatusCode::kInternal,
+                  "the server's " + headers.status().message());
+  }
+  return MakeMessageFrame(id_, std::move(message), *headers);
+}
+
+void ServerCall::EndStream(const Status& why) {
+  StreamReadCallback reader;
+  StreamWriteCallback writer;
+  {
+    std::lock_guard lock(mu_);
+    if (stream_->over) return;
+    stream_->over = true;
+    stream_->ended = why;
+    stream_->inbox.clear();
+    stream_->pending.reset();
+    reader = std::move(stream_->reader);
+    writer = std::move(stream_->writer);
+  }
+  if (reader) {
+    Post([reader = std::move(reader), why]() mutable {
+      reader(why, std::nullopt);
+    });
+  }
+  if (writer) {
+    Post([writer = std::move(writer), why]() mutable { writer(why); });
+  }
+}
+
+}  // namespace rdmarpc::rpc

@@ -1,0 +1,225 @@
+// The typed layer under the code protoc-gen-rdmarpc generates: protobuf
+// requests and responses over the generic Channel and Server.
+//
+// Server side: a generated service's handler gets a TypedCall: the parsed
+// request, a response to fill, the deadline and cancellation, and Finish(),
+// callable once from any thread, now or later.
+//
+// Client side: AsyncUnaryCall takes any Asio completion token. The completion
+// signature is void(rdmarpc::Status, Response):
+//   - a callback:            [](Status status, Response response) { ... }
+//   - asio::use_future:      std::future<std::tuple<Status, Response>>
+//   - asio::use_awaitable:   auto [status, response] = co_await ...;
+// The handler runs on its associated executor (a coroutine's own), or,
+// when it has none, where the channel runs callbacks: on its event loop or
+// its callback executor (ChannelOptions::callback_threads).
+//
+// Metadata (rpc/common/metadata.h): a handler reads request_metadata() and
+// fills response_headers() and response_trailers(); a client sets and reads
+// them through a ClientContext.
+//
+// Attachments (rpc/common/payload.h): a handler reads the request's with
+// request_attachment() and sends one with set_response_attachment(); a
+// client passes a ClientContext (rpc/typed/client_context.h) to the stub's
+// overload that takes one.
+#ifndef RDMARPC_RPC_TYPED_TYPED_H_
+#define RDMARPC_RPC_TYPED_TYPED_H_
+
+#include <google/protobuf/message_lite.h>
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/prefer.hpp>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "base/buffer.h"
+#include "base/status.h"
+#include "rpc/channel.h"
+#include "rpc/common/payload.h"
+#include "rpc/common/server_call.h"
+#include "rpc/common/service.h"
+#include "rpc/typed/client_context.h"
+
+namespace rdmarpc::rpc {
+
+// The message's wire bytes in a new Buffer.
+Buffer SerializeMessage(const google::protobuf::MessageLite& message);
+// Parses `bytes` into `message`; an error names the expected type.
+Status ParseMessage(const Buffer& bytes,
+                    google::protobuf::MessageLite& message);
+
+template <typename Request, typename Response>
+class TypedCall {
+ public:
+  explicit TypedCall(std::shared_ptr<ServerCall> call)
+      : call_(std::move(call)) {}
+
+  const Request& request() const { return request_; }
+  // The request is the handler's: it may move large fields out of it.
+  Request& mutable_request() { return request_; }
+  Response& response() { return response_; }
+  std::optional<Clock::time_point> deadline() const {
+    return call_->deadline();
+  }
+  bool IsCancelled() const { return call_->IsCancelled(); }
+  // The generic call underneath: the method's names, the request's bytes.
+  const ServerCall& server_call() const { return *call_; }
+  void OnCancel(std::function<void()> on_cancel) {
+    call_->OnCancel(std::move(on_cancel));
+  }
+  // Metadata: the client's request headers, and what goes back
+  // (ServerCall::response_headers, response_trailers).
+  const Metadata& request_metadata() const { return call_->request_metadata(); }
+  Metadata& response_headers() { return call_->response_headers(); }
+  Metadata& response_trailers() { return call_->response_trailers(); }
+  // The request's attachment; empty if it has none. Take it to keep its
+  // bytes beyond the call without a copy.
+  const Buffer& request_attachment() const {
+    return call_->request_attachment();
+  }
+  Buffer TakeRequestAttachment() { return call_->TakeRequestAttachment(); }
+  // Sent beside response() by a Finish that is OK.
+  void set_response_attachment(Buffer attachment) {
+    response_attachment_ = std::move(attachment);
+  }
+  // Sends response() (and the attachment) when `status` is OK, else the
+  // error alone.
+  void Finish(const Status& status = Status()) {
+    if (!status.ok()) return call_->Finish(status);
+    call_->Finish(status, Payload(SerializeMessage(response_),
+                                  std::move(response_attachment_)));
+  }
+
+ private:
+  template <typename Rq, typename Rs, typename F>
+  friend MethodHandler MakeUnaryHandler(F handle);
+
+  std::shared_ptr<ServerCall> call_;
+  Request request_;
+  Response response_;
+  Buffer response_attachment_;
+};
+
+// A generic handler that parses the request and hands a TypedCall to
+// `handle`. A request that does not parse is answered INVALID_ARGUMENT.
+template <typename Request, typename Response, typename F>
+MethodHandler MakeUnaryHandler(F handle) {
+  return [handle = std::move(handle)](std::shared_ptr<ServerCall> raw) {
+    auto call = std::make_shared<TypedCall<Request, Response>>(raw);
+    const Status parsed = ParseMessage(raw->request(), call->request_);
+    if (!parsed.ok()) return raw->Finish(parsed);
+    handle(std::move(call));
+  };
+}
+
+// UNIMPLEMENTED from a call by id names the id only (the server never saw
+// the names): this puts the names in front, "<service>/<method>: ...",
+// unless the message names them already. Other statuses pass unchanged.
+Status NameMethodInError(const MethodRef& method, Status status);
+
+namespace internal {
+
+struct ClientContextAccess {
+  static Buffer& request_attachment(ClientContext& context) {
+    return context.request_attachment_;
+  }
+  static Buffer& response_attachment(ClientContext& context) {
+    return context.response_attachment_;
+  }
+  // The context's options, with the response's metadata going into the
+  // context (which outlives the call: no ownership is shared).
+  static CallOptions OptionsFor(ClientContext& context) {
+    context.response_metadata_ = ResponseMetadata();
+    CallOptions options = context.options;
+    options.response_metadata = std::shared_ptr<ResponseMetadata>(
+        std::shared_ptr<void>(), &context.response_metadata_);
+    return options;
+  }
+};
+
+// The unary call behind both AsyncUnaryCall overloads. `response_attachment`,
+// unless null, receives the response's attachment before the completion
+// handler is dispatched.
+template <typename Response, typename CompletionToken>
+auto StartUnaryCall(Channel& channel, const MethodRef& method,
+                    const google::protobuf::MessageLite& request,
+                    const CallOptions& options, Buffer request_attachment,
+                    Buffer* response_attachment, CompletionToken&& token) {
+  // `options` by value: use_awaitable initiates later, at the co_await.
+  auto initiate = [&channel, &method, options, response_attachment](
+                      auto handler, Payload payload) {
+    // Keeps the handler's executor (e.g. a coroutine's io_context) busy
+    // until the call completes, so its run() does not return early.
+    auto executor =
+        boost::asio::prefer(boost::asio::get_associated_executor(
+                                handler, channel.completion_executor()),
+                            boost::asio::execution::outstanding_work.tracked);
+    channel.Call(method, std::move(payload), options,
+                 [handler = std::move(handler), executor = std::move(executor),
+                  named = &method, response_attachment](
+                     const Status& status, Payload payload) mutable {
+                   Response response;
+                   Status result = status;
+                   if (!result.ok()) {
+                     result = NameMethodInError(*named, std::move(result));
+                   } else {
+                     result = ParseMessage(payload.message, response);
+                     // Not the response type: a server bug, INTERNAL as in
+                     // gRPC.
+                     if (!result.ok()) {
+                       result = Status(StatusCode::kInternal, result.message());
+                     }
+                   }
+                   if (response_attachment != nullptr && result.ok()) {
+                     *response_attachment = std::move(payload.attachment);
+                   }
+                   boost::asio::dispatch(
+                       executor, [handler = std::move(handler), result,
+                                  response = std::move(response)]() mutable {
+                         std::move(handler)(result, std::move(response));
+                       });
+                 });
+  };
+  return boost::asio::async_initiate<CompletionToken, void(Status, Response)>(
+      std::move(initiate), token,
+      Payload(SerializeMessage(request), std::move(request_attachment)));
+}
+
+}  // namespace internal
+
+// Calls `method` (by its id: rpc/common/method_ref.h) with `request`. Generated
+// stubs call this with their static MethodRefs: `method` must outlive the
+// call.
+template <typename Response, typename CompletionToken>
+auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
+                    const google::protobuf::MessageLite& request,
+                    const CallOptions& options, CompletionToken&& token) {
+  return internal::StartUnaryCall<Response>(
+      channel, method, request, options, Buffer(), nullptr,
+      std::forward<CompletionToken>(token));
+}
+
+// The same with a ClientContext: its request attachment and metadata go
+// with the call, and the response's land in it. `context` must outlive the
+// call.
+template <typename Response, typename CompletionToken>
+auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
+                    const google::protobuf::MessageLite& request,
+                    ClientContext& context, CompletionToken&& token) {
+  using Access = internal::ClientContextAccess;
+  Buffer& response_attachment = Access::response_attachment(context);
+  response_attachment.Reset();
+  return internal::StartUnaryCall<Response>(
+      channel, method, request, Access::OptionsFor(context),
+      std::move(Access::request_attachment(context)), &response_attachment,
+      std::forward<CompletionToken>(token));
+}
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_TYPED_TYPED_H_

@@ -1,0 +1,253 @@
+// Protobuf-typed streaming calls: what protoc-gen-rdmarpc generates for a
+// method with `stream` in its request, its response or both, over the
+// generic ServerCall::Read/Write and Channel::OpenStream (rpc/common/stream.h).
+//
+// Server side, the generated service's method gets a TypedServerStream:
+//   void Scan(std::shared_ptr<TypedServerStream<ScanRequest, Row>> stream)
+//   stream->request()                             server-streaming: the request
+//   stream->async_Read(token)     void(Status, std::optional<Request>)
+//   stream->async_Write(message, token)           void(Status)
+//   stream->Finish(status[, response])
+//
+// Client side, the stub's Open<Method>(...) returns a TypedClientStream:
+//   stream->async_Write(message, token)           void(Status)
+//   stream->WritesDone()
+//   stream->async_Read(token)     void(Status, std::optional<Response>)
+//   stream->async_Finish(token)   void(Status, Response)
+//
+// Every operation takes any Asio completion token (a callback,
+// boost::asio::use_future, boost::asio::use_awaitable), one Read and one
+// Write outstanding at a time. A read without a message is the end: OK once
+// the writer finished, else how the call ended. The completion handler runs
+// on its associated executor (a coroutine's own), or where the stream's
+// callbacks run when it has none.
+#ifndef RDMARPC_RPC_TYPED_TYPED_STREAM_H_
+#define RDMARPC_RPC_TYPED_TYPED_STREAM_H_
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "rpc/channel.h"
+#include "rpc/common/service.h"
+#include "rpc/typed/typed.h"
+
+namespace rdmarpc::rpc {
+namespace internal {
+
+// Starts an asynchronous operation: `start(deliver)` begins it, and
+// `deliver(args...)` completes it, once. The token's handler then runs on
+// its associated executor, or on `fallback`.
+template <typename... Args, typename Token, typename Start>
+auto AsyncOperation(const boost::asio::any_io_executor& fallback, Token&& token,
+                    Start start) {
+  return boost::asio::async_initiate<Token, void(Args...)>(
+      [fallback, start = std::move(start)](auto handler) mutable {
+        auto executor = boost::asio::prefer(
+            boost::asio::get_associated_executor(handler, fallback),
+            boost::asio::execution::outstanding_work.tracked);
+        start([handler = std::move(handler),
+               executor = std::move(executor)](Args... args) mutable {
+          boost::asio::dispatch(executor,
+                                [handler = std::move(handler),
+                                 ... args = std::move(args)]() mutable {
+                                  std::move(handler)(std::move(args)...);
+                                });
+        });
+      },
+      token);
+}
+
+// The next message of a stream, parsed as `Message`. A message that does
+// not parse ends the read with its error (INVALID_ARGUMENT), as a unary
+// request that does not parse.
+template <typename Message, typename Deliver>
+StreamReadCallback ParsingReader(Deliver deliver) {
+  return [deliver = std::move(deliver)](
+             const Status& status, std::optional<Payload> payload) mutable {
+    if (!payload) return deliver(status, std::optional<Message>());
+    std::optional<Message> message(std::in_place);
+    const Status parsed = ParseMessage(payload->message, *message);
+    if (!parsed.ok()) return deliver(parsed, std::optional<Message>());
+    deliver(Status(), std::move(message));
+  };
+}
+
+}  // namespace internal
+
+template <typename Request, typename Response>
+class TypedServerStream {
+ public:
+  explicit TypedServerStream(std::shared_ptr<ServerCall> call)
+      : call_(std::move(call)) {}
+
+  // A server-streaming call's request.
+  const Request& request() const { return request_; }
+  std::optional<Clock::time_point> deadline() const {
+    return call_->deadline();
+  }
+  bool IsCancelled() const { return call_->IsCancelled(); }
+  void OnCancel(std::function<void()> on_cancel) {
+    call_->OnCancel(std::move(on_cancel));
+  }
+  const ServerCall& server_call() const { return *call_; }
+  // Metadata, as ServerCall's: headers go with the first async_Write (or
+  // Finish), trailers with Finish.
+  const Metadata& request_metadata() const { return call_->request_metadata(); }
+  Metadata& response_headers() { return call_->response_headers(); }
+  Metadata& response_trailers() { return call_->response_trailers(); }
+
+  // Client- and bidi-streaming: the client's next message, or none at the
+  // end. Signature void(Status, std::optional<Request>).
+  template <typename Token>
+  auto async_Read(Token&& token) {
+    return internal::AsyncOperation<Status, std::optional<Request>>(
+        boost::asio::system_executor(), std::forward<Token>(token),
+        [call = call_](auto deliver) {
+          call->Read(internal::ParsingReader<Request>(std::move(deliver)));
+        });
+  }
+  // Server- and bidi-streaming: sends `message`; completes once the
+  // client's window let it go. Signature void(Status).
+  template <typename Token>
+  auto async_Write(const Response& message, Token&& token) {
+    return internal::AsyncOperation<Status>(
+        boost::asio::system_executor(), std::forward<Token>(token),
+        [call = call_,
+         payload = Payload(SerializeMessage(message))](auto deliver) mutable {
+          call->Write(std::move(payload),
+                      [deliver = std::move(deliver)](
+                          const Status& status) mutable { deliver(status); });
+        });
+  }
+  // Ends the call. A client-streaming call's OK carries `response`.
+  void Finish(const Status& status) { call_->Finish(status); }
+  void Finish(const Status& status, const Response& response) {
+    if (!status.ok()) return call_->Finish(status);
+    call_->Finish(status, Payload(SerializeMessage(response)));
+  }
+
+ private:
+  template <typename Rq, typename Rs, typename F>
+  friend MethodHandler MakeStreamHandler(StreamKind kind, F handle);
+
+  std::shared_ptr<ServerCall> call_;
+  Request request_;
+};
+
+// A generic handler for a streaming method of `kind`: hands a
+// TypedServerStream to `handle`, after parsing a server-streaming call's
+// request (one that does not parse is answered INVALID_ARGUMENT).
+template <typename Request, typename Response, typename F>
+MethodHandler MakeStreamHandler(StreamKind kind, F handle) {
+  return [kind, handle = std::move(handle)](std::shared_ptr<ServerCall> raw) {
+    auto stream = std::make_shared<TypedServerStream<Request, Response>>(raw);
+    if (kind == StreamKind::kServerStreaming) {
+      const Status parsed = ParseMessage(raw->request(), stream->request_);
+      if (!parsed.ok()) return raw->Finish(parsed);
+    }
+    handle(std::move(stream));
+  };
+}
+
+template <typename Request, typename Response>
+class TypedClientStream {
+ public:
+  TypedClientStream(std::shared_ptr<Channel> channel, const MethodRef& method,
+                    std::unique_ptr<ClientStream> stream)
+      : channel_(std::move(channel)),
+        method_(method),
+        stream_(std::move(stream)) {}
+
+  // Client- and bidi-streaming: sends `message`; completes once the
+  // server's window let it go. Signature void(Status).
+  template <typename Token>
+  auto async_Write(const Request& message, Token&& token) {
+    return internal::AsyncOperation<Status>(
+        channel_->completion_executor(), std::forward<Token>(token),
+        [stream = stream_.get(),
+         payload = Payload(SerializeMessage(message))](auto deliver) mutable {
+          stream->Write(std::move(payload),
+                        [deliver = std::move(deliver)](
+                            const Status& status) mutable { deliver(status); });
+        });
+  }
+  // Client- and bidi-streaming: no more messages.
+  void WritesDone() { stream_->WritesDone(); }
+  // Server- and bidi-streaming: the server's next message, or none at the
+  // end. Signature void(Status, std::optional<Response>).
+  template <typename Token>
+  auto async_Read(Token&& token) {
+    return internal::AsyncOperation<Status, std::optional<Response>>(
+        channel_->completion_executor(), std::forward<Token>(token),
+        [stream = stream_.get(), method = &method_](auto deliver) {
+          stream->Read(internal::ParsingReader<Response>(
+              [deliver = std::move(deliver), method](
+                  const Status& status,
+                  std::optional<Response> message) mutable {
+                deliver(NameMethodInError(*method, status), std::move(message));
+              }));
+        });
+  }
+  // The call's status once it ends, with a client-streaming call's
+  // response. Signature void(Status, Response).
+  template <typename Token>
+  auto async_Finish(Token&& token) {
+    return internal::AsyncOperation<Status, Response>(
+        channel_->completion_executor(), std::forward<Token>(token),
+        [stream = stream_.get(), method = &method_](auto deliver) {
+          stream->Finish([deliver = std::move(deliver), method](
+                             const Status& status, Payload payload) mutable {
+            Response response;
+            Status result = NameMethodInError(*method, status);
+            if (result.ok() && payload.size() > 0) {
+              result = ParseMessage(payload.message, response);
+              if (!result.ok()) {
+                result = Status(StatusCode::kInternal, result.message());
+              }
+            }
+            deliver(std::move(result), std::move(response));
+          });
+        });
+  }
+  // Ends the call CANCELLED.
+  void Cancel() { stream_->Cancel(); }
+  // The server's response headers, once a read delivered its first message
+  // or the call ended; its trailers once it ended.
+  const Metadata& response_headers() const {
+    return stream_->response_headers();
+  }
+  const Metadata& response_trailers() const {
+    return stream_->response_trailers();
+  }
+
+ private:
+  const std::shared_ptr<Channel> channel_;
+  const MethodRef& method_;
+  std::unique_ptr<ClientStream> stream_;
+};
+
+// Opens a typed stream of `kind` to `method`; `request` is a
+// server-streaming call's.
+// `method` must outlive the stream (generated stubs pass their static
+// MethodRefs); the stream keeps `channel`.
+template <typename Request, typename Response>
+std::unique_ptr<TypedClientStream<Request, Response>> OpenTypedStream(
+    std::shared_ptr<Channel> channel, const MethodRef& method, StreamKind kind,
+    const CallOptions& options, const Request* request = nullptr) {
+  Payload payload;
+  if (request != nullptr) payload = Payload(SerializeMessage(*request));
+  auto stream = channel->OpenStream(method, kind, options, std::move(payload));
+  return std::make_unique<TypedClientStream<Request, Response>>(
+      std::move(channel), method, std::move(stream));
+}
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_TYPED_TYPED_STREAM_H_

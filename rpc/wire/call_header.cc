@@ -1,0 +1,514 @@
+#include "rpc/wire/call_header.h"
+
+#include <bit>
+#include <cstring>
+
+#include "rpc/common/stream.h"
+
+namespace rdmarpc::rpc {
+
+// The call header's stream kinds are StreamKind's values.
+static_assert(static_cast<int>(StreamKind::kClientStreaming) ==
+                  CallHeader::kClientStreaming &&
+              static_cast<int>(StreamKind::kServerStreaming) ==
+                  CallHeader::kServerStreaming &&
+              static_cast<int>(StreamKind::kBidiStreaming) ==
+                  CallHeader::kBidiStreaming);
+
+namespace {
+
+// Field numbers and wire types of proto/wire.proto's CallHeader.
+enum Field : uint32_t {
+  kKindField = 1,
+  kCallIdField = 2,
+  kServiceField = 3,
+  kMethodField = 4,
+  kTimeoutField = 5,
+  kStatusCodeField = 6,
+  kStatusMessageField = 7,
+  kPayloadSizeField = 8,
+  kOutOfBandField = 9,
+  kMethodIdField = 10,
+  kAttachmentSizeField = 11,
+  kStreamField = 12,
+  kWindowMessagesField = 13,
+  kWindowBytesField = 14,
+  kMetadataField = 15,
+  kTrailersField = 16,
+};
+// Metadata's field, and MetadataEntry's.
+enum MetadataField : uint32_t { kEntryField = 1 };
+enum EntryField : uint32_t { kKeyField = 1, kValueField = 2 };
+enum WireType : uint32_t {
+  kVarint = 0,
+  kFixed64 = 1,
+  kBytes = 2,
+  kFixed32 = 5
+};
+
+// Seven bits a byte; 0 takes one.
+constexpr size_t VarintSize(uint64_t value) {
+  return (static_cast<size_t>(std::bit_width(value | 1)) + 6) / 7;
+}
+static_assert(VarintSize(0) == 1 && VarintSize(127) == 1 &&
+              VarintSize(128) == 2 && VarintSize(~uint64_t{0}) == 10);
+
+std::byte* PutVarintLoop(std::byte* out, uint64_t value) {
+  while (value >= 0x80) {
+    *out++ = std::byte(static_cast<uint8_t>(value) | 0x80);
+    value >>= 7;
+  }
+  *out++ = std::byte(static_cast<uint8_t>(value));
+  return out;
+}
+
+// A varint of two bytes or more; may write up to 8 bytes even for a shorter
+// one, which the caller's room (MaxEncodedSize) allows. Values under 2^56
+// (call ids, timeouts, sizes) are spread into seven-bit groups with three
+// shift-and-mask steps and stored at once.
+[[gnu::noinline]] std::byte* PutLongVarint(std::byte* out, uint64_t value) {
+  if (std::endian::native != std::endian::little || value >> 56 != 0) {
+    return PutVarintLoop(out, value);
+  }
+  uint64_t x = value;
+  x = (x & 0x000000000fffffffu) | ((x & 0x00fffffff0000000u) << 4);
+  x = (x & 0x00003fff00003fffu) | ((x & 0x0fffc0000fffc000u) << 2);
+  x = (x & 0x007f007f007f007fu) | ((x & 0x3f803f803f803f80u) << 1);
+  const size_t length = VarintSize(value);  // 2 to 8.
+  // Every byte but the last carries the continuation bit.
+  x |= 0x8080808080808080u & ((uint64_t{1} << (8 * (length - 1))) - 1);
+  std::memcpy(out, &x, sizeof(x));
+  return out + length;
+}
+
+// Tags and most values are one byte: that case stays inline.
+[[gnu::always_inline]] inline std::byte* PutVarint(std::byte* out,
+                                                   uint64_t value) {
+  if (value < 0x80) {
+    *out = std::byte(static_cast<uint8_t>(value));
+    return out + 1;
+  }
+  return PutLongVarint(out, value);
+}
+
+constexpr uint64_t Tag(uint32_t field, WireType type) {
+  return (uint64_t{field} << 3) | type;
+}
+
+// int32 fields are varints of the value sign-extended to 64 bits.
+uint64_t Int32Bits(int32_t value) {
+  return static_cast<uint64_t>(static_cast<int64_t>(value));
+}
+
+size_t VarintFieldSize(Field field, uint64_t value) {
+  return value == 0 ? 0 : VarintSize(Tag(field, kVarint)) + VarintSize(value);
+}
+size_t BytesFieldSize(uint32_t field, std::string_view value) {
+  return value.empty() ? 0
+                       : VarintSize(Tag(field, kBytes)) +
+                             VarintSize(value.size()) + value.size();
+}
+
+std::byte* PutVarintField(std::byte* out, Field field, uint64_t value) {
+  if (value == 0) return out;
+  return PutVarint(PutVarint(out, Tag(field, kVarint)), value);
+}
+size_t Fixed64FieldSize(Field field, uint64_t value) {
+  return value == 0 ? 0 : VarintSize(Tag(field, kFixed64)) + sizeof(value);
+}
+
+std::byte* PutFixed64Field(std::byte* out, Field field, uint64_t value) {
+  if (value == 0) return out;
+  out = PutVarint(out, Tag(field, kFixed64));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(out, &value, sizeof(value));
+  } else {
+    for (size_t i = 0; i < sizeof(value); ++i) {
+      out[i] = std::byte(static_cast<uint8_t>(value >> (8 * i)));
+    }
+  }
+  return out + sizeof(value);
+}
+
+std::byte* PutBytesField(std::byte* out, Field field, std::string_view value) {
+  if (value.empty()) return out;
+  out = PutVarint(PutVarint(out, Tag(field, kBytes)), value.size());
+  std::memcpy(out, value.data(), value.size());
+  return out + value.size();
+}
+
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> bytes)
+      : at_(bytes.data()), end_(bytes.data() + bytes.size()) {}
+  bool done() const { return at_ == end_; }
+  // Consumes the next byte if it is `byte`.
+  bool Take(uint8_t byte) {
+    if (at_ == end_ || static_cast<uint8_t>(*at_) != byte) return false;
+    ++at_;
+    return true;
+  }
+  // Consumes the next two bytes if they are the varint `tag` (128 to
+  // 16383).
+  bool Take2(uint64_t tag) {
+    if (end_ - at_ < 2 ||
+        static_cast<uint8_t>(at_[0]) != ((tag & 0x7f) | 0x80) ||
+        static_cast<uint8_t>(at_[1]) != (tag >> 7)) {
+      return false;
+    }
+    at_ += 2;
+    return true;
+  }
+  bool Varint(uint64_t& value) {
+    if (at_ != end_ && static_cast<uint8_t>(*at_) < 0x80) {  // One byte: most.
+      value = static_cast<uint8_t>(*at_++);
+      return true;
+    }
+    // Call ids (a slot's generation sits in the high half) take six or
+    // seven bytes, timeouts three or four: read up to eight at once.
+    if constexpr (std::endian::native == std::endian::little) {
+      if (end_ - at_ >= 8) {
+        uint64_t word;
+        std::memcpy(&word, at_, sizeof(word));
+        // A byte without its continuation bit ends the varint.
+        const uint64_t ends = ~word & 0x8080808080808080u;
+        if (ends != 0) {
+          const int last_bit = std::countr_zero(ends);  // 8 * length - 1.
+          at_ += (last_bit + 1) / 8;
+          // Keep the varint's bytes; drop the continuation bits, then
+          // close the gaps between the 7-bit groups pairwise.
+          uint64_t x = word & (ends ^ (ends - 1)) & 0x7f7f7f7f7f7f7f7fu;
+          x = (x & 0x007f007f007f007fu) | ((x & 0x7f007f007f007f00u) >> 1);
+          x = (x & 0x00003fff00003fffu) | ((x & 0x3fff00003fff0000u) >> 2);
+          x = (x & 0x000000000fffffffu) | ((x & 0x0fffffff00000000u) >> 4);
+          value = x;
+          return true;
+        }
+      }
+    }
+    value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (at_ == end_) return false;
+      const auto byte = static_cast<uint8_t>(*at_++);
+      // As protobuf: a tenth byte's excess bits are dropped; an eleventh
+      // byte is an error.
+      value |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  // As protobuf reads tags and lengths: a varint of at most 5 bytes (an
+  // overlong encoding of a small value in six is an error too).
+  bool ShortVarint(uint64_t& value) {
+    const std::byte* start = at_;
+    return Varint(value) && at_ - start <= 5;
+  }
+  // A tag is a 32-bit short varint.
+  bool Tag(uint64_t& tag) { return ShortVarint(tag) && tag <= 0xffffffffu; }
+  // Eight little-endian bytes.
+  bool Fixed64(uint64_t& value) {
+    if (end_ - at_ < 8) return false;
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(&value, at_, sizeof(value));
+    } else {
+      value = 0;
+      for (int i = 7; i >= 0; --i) {
+        value = (value << 8) | static_cast<uint8_t>(at_[i]);
+      }
+    }
+    at_ += 8;
+    return true;
+  }
+  bool Skip(uint64_t n) {
+    if (n > static_cast<uint64_t>(end_ - at_)) return false;
+    at_ += n;
+    return true;
+  }
+  // A length-delimited field: its length is a short varint.
+  bool Bytes(std::string_view& value) {
+    uint64_t length = 0;
+    if (!ShortVarint(length) || length > static_cast<uint64_t>(end_ - at_)) {
+      return false;
+    }
+    value = std::string_view(reinterpret_cast<const char*>(at_), length);
+    at_ += length;
+    return true;
+  }
+
+ private:
+  const std::byte* at_;
+  const std::byte* end_;
+};
+
+// Skips a field of wire type `type` whose tag was read; false for a
+// malformed one or a group.
+bool SkipField(Reader& in, uint32_t type) {
+  uint64_t value = 0;
+  std::string_view text;
+  switch (type) {
+    case kVarint:
+      return in.Varint(value);
+    case kFixed64:
+      return in.Skip(8);
+    case kFixed32:
+      return in.Skip(4);
+    case kBytes:
+      return in.Bytes(text);
+    default:
+      return false;
+  }
+}
+
+bool DecodeEntry(std::string_view bytes, Metadata& out) {
+  Reader in(std::as_bytes(std::span(bytes)));
+  std::string_view key;
+  std::string_view value;
+  while (!in.done()) {
+    uint64_t tag = 0;
+    if (!in.Tag(tag) || (tag >> 3) == 0) return false;
+    const auto type = static_cast<uint32_t>(tag & 7);
+    const uint64_t field = tag >> 3;
+    if (type == kBytes && (field == kKeyField || field == kValueField)) {
+      if (!in.Bytes(field == kKeyField ? key : value)) return false;
+    } else if (!SkipField(in, type)) {
+      return false;
+    }
+  }
+  out.Add(std::string(key), std::string(value));
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeMetadata(const Metadata& metadata) {
+  std::string out;
+  const auto put_varint = [&out](uint64_t value) {
+    std::byte bytes[10];
+    const std::byte* end = PutVarintLoop(bytes, value);
+    out.append(reinterpret_cast<const char*>(bytes), end - bytes);
+  };
+  for (const auto& [key, value] : metadata) {
+    const size_t entry =
+        BytesFieldSize(kKeyField, key) + BytesFieldSize(kValueField, value);
+    put_varint(Tag(kEntryField, kBytes));
+    put_varint(entry);
+    if (!key.empty()) {
+      put_varint(Tag(kKeyField, kBytes));
+      put_varint(key.size());
+      out += key;
+    }
+    if (!value.empty()) {
+      put_varint(Tag(kValueField, kBytes));
+      put_varint(value.size());
+      out += value;
+    }
+  }
+  return out;
+}
+
+bool DecodeMetadata(std::string_view block, Metadata& out) {
+  Reader in(std::as_bytes(std::span(block)));
+  while (!in.done()) {
+    uint64_t tag = 0;
+    if (!in.Tag(tag) || (tag >> 3) == 0) return false;
+    const auto type = static_cast<uint32_t>(tag & 7);
+    if ((tag >> 3) == kEntryField && type == kBytes) {
+      std::string_view entry;
+      if (!in.Bytes(entry) || !DecodeEntry(entry, out)) return false;
+    } else if (!SkipField(in, type)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+size_t CallHeader::EncodedSize() const {
+  return VarintFieldSize(kKindField, Int32Bits(kind_)) +
+         VarintFieldSize(kCallIdField, call_id_) +
+         BytesFieldSize(kServiceField, service_) +
+         BytesFieldSize(kMethodField, method_) +
+         VarintFieldSize(kTimeoutField, timeout_us_) +
+         VarintFieldSize(kStatusCodeField, Int32Bits(status_code_)) +
+         BytesFieldSize(kStatusMessageField, status_message_) +
+         VarintFieldSize(kPayloadSizeField, payload_size_) +
+         Fixed64FieldSize(kMethodIdField, method_id_) +
+         VarintFieldSize(kAttachmentSizeField, attachment_size_) +
+         VarintFieldSize(kStreamField, Int32Bits(stream_)) +
+         VarintFieldSize(kWindowMessagesField, window_messages_) +
+         VarintFieldSize(kWindowBytesField, window_bytes_) +
+         BytesFieldSize(kMetadataField, metadata_) +
+         BytesFieldSize(kTrailersField, trailers_);
+}
+
+std::byte* CallHeader::Encode(std::byte* out) const {
+  out = PutVarintField(out, kKindField, Int32Bits(kind_));
+  out = PutVarintField(out, kCallIdField, call_id_);
+  out = PutBytesField(out, kServiceField, service_);
+  out = PutBytesField(out, kMethodField, method_);
+  out = PutVarintField(out, kTimeoutField, timeout_us_);
+  out = PutVarintField(out, kStatusCodeField, Int32Bits(status_code_));
+  out = PutBytesField(out, kStatusMessageField, status_message_);
+  out = PutVarintField(out, kPayloadSizeField, payload_size_);
+  out = PutFixed64Field(out, kMethodIdField, method_id_);
+  out = PutVarintField(out, kAttachmentSizeField, attachment_size_);
+  // Unary calls without metadata, nearly all of them, end here.
+  if (stream_ == kUnary && window_messages_ == 0 && window_bytes_ == 0 &&
+      metadata_.empty() && trailers_.empty()) {
+    return out;
+  }
+  out = PutVarintField(out, kStreamField, Int32Bits(stream_));
+  out = PutVarintField(out, kWindowMessagesField, window_messages_);
+  out = PutVarintField(out, kWindowBytesField, window_bytes_);
+  out = PutBytesField(out, kMetadataField, metadata_);
+  return PutBytesField(out, kTrailersField, trailers_);
+}
+
+// Encode's own output: each field at most once, in field order, nothing
+// unknown. Every header rdmarpc sends, read straight through. Anything else,
+// valid or not, returns false and is read again by DecodeAny, which for
+// these bytes would give the same header.
+bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
+  Reader in(bytes);
+  uint64_t value = 0;
+  if (in.Take(Tag(kKindField, kVarint))) {
+    if (!in.Varint(value)) return false;
+    kind_ = static_cast<Kind>(static_cast<int32_t>(value));
+  }
+  if (in.Take(Tag(kCallIdField, kVarint)) && !in.Varint(call_id_)) {
+    return false;
+  }
+  if (in.Take(Tag(kServiceField, kBytes)) && !in.Bytes(service_)) {
+    return false;
+  }
+  if (in.Take(Tag(kMethodField, kBytes)) && !in.Bytes(method_)) return false;
+  if (in.Take(Tag(kTimeoutField, kVarint)) && !in.Varint(timeout_us_)) {
+    return false;
+  }
+  if (in.Take(Tag(kStatusCodeField, kVarint))) {
+    if (!in.Varint(value)) return false;
+    status_code_ = static_cast<int32_t>(value);
+  }
+  if (in.Take(Tag(kStatusMessageField, kBytes)) && !in.Bytes(status_message_)) {
+    return false;
+  }
+  if (in.Take(Tag(kPayloadSizeField, kVarint)) && !in.Varint(payload_size_)) {
+    return false;
+  }
+  if (in.Take(Tag(kMethodIdField, kFixed64)) && !in.Fixed64(method_id_)) {
+    return false;
+  }
+  if (in.Take(Tag(kAttachmentSizeField, kVarint)) &&
+      !in.Varint(attachment_size_)) {
+    return false;
+  }
+  if (in.done()) return true;  // Unary calls, nearly all of them.
+  if (in.Take(Tag(kStreamField, kVarint))) {
+    if (!in.Varint(value)) return false;
+    stream_ = static_cast<StreamKind>(static_cast<int32_t>(value));
+  }
+  if (in.Take(Tag(kWindowMessagesField, kVarint)) &&
+      !in.Varint(window_messages_)) {
+    return false;
+  }
+  if (in.Take(Tag(kWindowBytesField, kVarint)) && !in.Varint(window_bytes_)) {
+    return false;
+  }
+  // Tags of fields 16 and up take two bytes.
+  if (in.Take(Tag(kMetadataField, kBytes)) && !in.Bytes(metadata_)) {
+    return false;
+  }
+  if (in.Take2(Tag(kTrailersField, kBytes)) && !in.Bytes(trailers_)) {
+    return false;
+  }
+  return in.done();
+}
+
+std::optional<CallHeader> CallHeader::DecodeAny(
+    std::span<const std::byte> bytes) {
+  CallHeader header;
+  Reader in(bytes);
+  while (!in.done()) {
+    uint64_t tag = 0;
+    if (!in.Tag(tag)) return std::nullopt;
+    const uint64_t field = tag >> 3;
+    const auto type = static_cast<uint32_t>(tag & 7);
+    if (field == 0) return std::nullopt;
+    uint64_t value = 0;
+    std::string_view text;
+    switch (type) {
+      case kVarint:
+        if (!in.Varint(value)) return std::nullopt;
+        break;
+      case kFixed64:
+        if (!in.Fixed64(value)) return std::nullopt;
+        if (field == kMethodIdField) header.method_id_ = value;
+        continue;  // The only fixed64 field.
+      case kFixed32:
+        if (!in.Skip(4)) return std::nullopt;
+        continue;
+      case kBytes:
+        if (!in.Bytes(text)) return std::nullopt;
+        break;
+      default:  // Groups (3, 4) and wire types 6, 7.
+        return std::nullopt;
+    }
+    // A known field with another wire type is, to protobuf, an unknown
+    // field: skipped like any other.
+    const bool varint = type == kVarint;
+    switch (field) {
+      case kKindField:
+        if (varint)
+          header.kind_ = static_cast<Kind>(static_cast<int32_t>(value));
+        break;
+      case kCallIdField:
+        if (varint) header.call_id_ = value;
+        break;
+      case kServiceField:
+        if (!varint) header.service_ = text;
+        break;
+      case kMethodField:
+        if (!varint) header.method_ = text;
+        break;
+      case kTimeoutField:
+        if (varint) header.timeout_us_ = value;
+        break;
+      case kStatusCodeField:
+        if (varint) header.status_code_ = static_cast<int32_t>(value);
+        break;
+      case kStatusMessageField:
+        if (!varint) header.status_message_ = text;
+        break;
+      case kPayloadSizeField:
+        if (varint) header.payload_size_ = value;
+        break;
+      case kAttachmentSizeField:
+        if (varint) header.attachment_size_ = value;
+        break;
+      case kStreamField:
+        if (varint) {
+          header.stream_ = static_cast<StreamKind>(static_cast<int32_t>(value));
+        }
+        break;
+      case kWindowMessagesField:
+        if (varint) header.window_messages_ = value;
+        break;
+      case kWindowBytesField:
+        if (varint) header.window_bytes_ = value;
+        break;
+      case kOutOfBandField:
+        if (!varint) ++header.out_of_band_count_;
+        break;
+      case kMetadataField:
+        if (!varint) header.metadata_ = text;
+        break;
+      case kTrailersField:
+        if (!varint) header.trailers_ = text;
+        break;
+      default:
+        break;
+    }
+  }
+  return header;
+}
+
+}  // namespace rdmarpc::rpc

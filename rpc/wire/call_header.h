@@ -1,0 +1,176 @@
+// The CallHeader of proto/wire.proto, encoded and decoded by hand: the very
+// bytes protobuf writes and accepts (call_header_test checks both ways), but
+// without allocating. A decoded header's strings are views into the frame.
+#ifndef RDMARPC_RPC_WIRE_CALL_HEADER_H_
+#define RDMARPC_RPC_WIRE_CALL_HEADER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "rpc/common/metadata.h"
+
+namespace rdmarpc::rpc {
+
+class CallHeader {
+ public:
+  enum Kind : int32_t {
+    kUnspecified = 0,
+    kRequest = 1,
+    kResponse = 2,
+    kCancel = 3,
+    kMessage = 4,
+    kHalfClose = 5,
+    kWindow = 6,
+    kGoAway = 7
+  };
+  // Which way a call streams (a REQUEST's `stream`).
+  enum StreamKind : int32_t {
+    kUnary = 0,
+    kClientStreaming = 1,
+    kServerStreaming = 2,
+    kBidiStreaming = 3
+  };
+
+  Kind kind() const { return kind_; }
+  uint64_t call_id() const { return call_id_; }
+  std::string_view service() const { return service_; }
+  std::string_view method() const { return method_; }
+  // 0 when the request names its method by service and method instead.
+  uint64_t method_id() const { return method_id_; }
+  uint64_t timeout_us() const { return timeout_us_; }
+  int32_t status_code() const { return status_code_; }
+  std::string_view status_message() const { return status_message_; }
+  uint64_t payload_size() const { return payload_size_; }
+  // How many of the payload's bytes, at its end, are the attachment.
+  uint64_t attachment_size() const { return attachment_size_; }
+  // Entries of the reserved out_of_band field seen when decoding.
+  uint32_t out_of_band_count() const { return out_of_band_count_; }
+  StreamKind stream() const { return stream_; }
+  uint64_t window_messages() const { return window_messages_; }
+  uint64_t window_bytes() const { return window_bytes_; }
+  // Serialized Metadata blocks (DecodeMetadata reads them); empty when the
+  // frame carries none.
+  std::string_view metadata() const { return metadata_; }
+  std::string_view trailers() const { return trailers_; }
+
+  CallHeader& set_kind(Kind kind) {
+    kind_ = kind;
+    return *this;
+  }
+  CallHeader& set_call_id(uint64_t id) {
+    call_id_ = id;
+    return *this;
+  }
+  CallHeader& set_service(std::string_view s) {
+    service_ = s;
+    return *this;
+  }
+  CallHeader& set_method(std::string_view m) {
+    method_ = m;
+    return *this;
+  }
+  CallHeader& set_method_id(uint64_t id) {
+    method_id_ = id;
+    return *this;
+  }
+  CallHeader& set_timeout_us(uint64_t t) {
+    timeout_us_ = t;
+    return *this;
+  }
+  CallHeader& set_status_code(int32_t c) {
+    status_code_ = c;
+    return *this;
+  }
+  CallHeader& set_status_message(std::string_view m) {
+    status_message_ = m;
+    return *this;
+  }
+  CallHeader& set_payload_size(uint64_t n) {
+    payload_size_ = n;
+    return *this;
+  }
+  CallHeader& set_attachment_size(uint64_t n) {
+    attachment_size_ = n;
+    return *this;
+  }
+  CallHeader& set_stream(StreamKind kind) {
+    stream_ = kind;
+    return *this;
+  }
+  CallHeader& set_window(uint64_t messages, uint64_t bytes) {
+    window_messages_ = messages;
+    window_bytes_ = bytes;
+    return *this;
+  }
+  CallHeader& set_metadata(std::string_view block) {
+    metadata_ = block;
+    return *this;
+  }
+  CallHeader& set_trailers(std::string_view block) {
+    trailers_ = block;
+    return *this;
+  }
+
+  // Bytes Encode writes.
+  size_t EncodedSize() const;
+  // At least EncodedSize(), and cheaper to compute: every varint counted at
+  // its longest.
+  size_t MaxEncodedSize() const {
+    // Thirteen one-byte tags, nine varint fields of at most 10 bytes, a
+    // fixed64, and three strings with their lengths; the metadata blocks
+    // (tags of up to two bytes) only when there are any, so that a header
+    // without them stays within an OutgoingFrame's inline capacity.
+    constexpr size_t kMaxVarint = 10;
+    const size_t blocks = metadata_.size() + trailers_.size();
+    return 13 + 9 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
+           method_.size() + status_message_.size() +
+           (blocks == 0 ? 0 : 2 * (2 + kMaxVarint) + blocks);
+  }
+  // Writes EncodedSize() bytes (proto3: fields at their default omitted);
+  // returns the end of what it wrote. `out` must have room for
+  // MaxEncodedSize() bytes: varints are stored eight bytes at a time, and
+  // the bytes past the returned end are scratch.
+  std::byte* Encode(std::byte* out) const;
+  // nullopt when the bytes are not a well-formed CallHeader message.
+  static std::optional<CallHeader> Decode(std::span<const std::byte> bytes) {
+    CallHeader header;
+    if (header.DecodeCanonical(bytes)) return header;
+    return DecodeAny(bytes);
+  }
+
+ private:
+  bool DecodeCanonical(std::span<const std::byte> bytes);
+  static std::optional<CallHeader> DecodeAny(std::span<const std::byte> bytes);
+
+  Kind kind_ = kUnspecified;
+  uint64_t call_id_ = 0;
+  std::string_view service_;
+  std::string_view method_;
+  uint64_t timeout_us_ = 0;
+  int32_t status_code_ = 0;
+  std::string_view status_message_;
+  uint64_t payload_size_ = 0;
+  uint32_t out_of_band_count_ = 0;
+  uint64_t method_id_ = 0;
+  uint64_t attachment_size_ = 0;
+  StreamKind stream_ = kUnary;
+  uint64_t window_messages_ = 0;
+  uint64_t window_bytes_ = 0;
+  std::string_view metadata_;
+  std::string_view trailers_;
+};
+
+// A Metadata message (proto/wire.proto) holding `metadata`'s entries, and
+// its reverse: false, and `out` unspecified, when `block` is not a
+// well-formed Metadata message. Neither checks keys or values
+// (ValidateMetadata does).
+std::string EncodeMetadata(const Metadata& metadata);
+bool DecodeMetadata(std::string_view block, Metadata& out);
+
+}  // namespace rdmarpc::rpc
+
+#endif  // RDMARPC_RPC_WIRE_CALL_HEADER_H_
