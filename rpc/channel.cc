@@ -1,6 +1,6 @@
-// Channel (rpc/channel.h): the public facade over Channel::Impl
-// (rpc/client/channel_impl.h, rpc/client/channel_impl.cc): its event loop, its
-// life, and interceptors run before a call reaches the Impl.
+// Channel (rpc/channel.h): the public facade over Subchannel
+// (rpc/client/subchannel.h, rpc/client/subchannel.cc): its event loop, its
+// life, and interceptors run before a call reaches the Subchannel.
 #include "rpc/channel.h"
 
 #include <boost/asio/post.hpp>
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "naming/resolver.h"
-#include "rpc/client/channel_impl.h"
 #include "rpc/client/client_loops.h"
+#include "rpc/client/subchannel.h"
 #include "rpc/cluster/cluster.h"
 #include "rpc/cluster/retry.h"
 #include "rpc/common/event_loop.h"
@@ -68,8 +68,8 @@ Channel::Channel(std::string target, ChannelOptions options)
                                          loop_->context());
     cluster_->Begin();
   } else {
-    impl_ = std::make_shared<Impl>(std::move(target), std::move(options),
-                                   loop_->context());
+    impl_ = std::make_shared<Subchannel>(std::move(target), std::move(options),
+                                         loop_->context());
   }
   routed_ = retries || cluster_ != nullptr;
   if (retries) {
@@ -77,7 +77,7 @@ Channel::Channel(std::string target, ChannelOptions options)
         std::move(retry), method_retry, budget, loop_->context(),
         // Weak: a retry's call may outlive the channel, and must not keep
         // its connections.
-        [weak_impl = std::weak_ptr<Impl>(impl_),
+        [weak_impl = std::weak_ptr<Subchannel>(impl_),
          weak_cluster = std::weak_ptr<Cluster>(cluster_)](
             std::string_view service, std::string_view method,
             uint64_t method_id, Payload request, const CallOptions& options,
@@ -166,19 +166,19 @@ Channel::~Channel() {
   }
   impl_.reset();
   cluster_.reset();
-  retrier_.reset();  // Holds the Impl or Cluster too.
+  retrier_.reset();  // Holds the Subchannel or Cluster too.
   ClientLoops::Release(std::move(pool_));
 }
 
 // Inlined into both Calls: a hop of its own would move the request and the
 // callback once more (about 100 instructions a call).
 [[gnu::always_inline]] inline Channel::CallId Channel::Route(
-    Impl* impl, Cluster* cluster, std::string_view service,
+    Subchannel* impl, Cluster* cluster, std::string_view service,
     std::string_view method, uint64_t method_id, Payload request,
     const CallOptions& options, ResponseCallback done) {
   // The cluster picks here rather than behind a call of its own: each hop
   // would move the request and the callback once more.
-  std::shared_ptr<Impl> picked;  // A cluster's pick, held for the call.
+  std::shared_ptr<Subchannel> picked;  // A cluster's pick, held for the call.
   if (cluster != nullptr) [[unlikely]] {
     picked = cluster->Pick(options);
     if (!picked) {
@@ -207,8 +207,8 @@ Channel::CallId Channel::CallRouted(std::string_view service,
                std::move(request), options, std::move(done));
 }
 
-// A single server's call goes straight to its Impl, as before clusters and
-// retries: a branch more, no hop more.
+// A single server's call goes straight to its Subchannel, as before clusters
+// and retries: a branch more, no hop more.
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,
                               Payload request, const CallOptions& options,
                               ResponseCallback done) {
@@ -217,7 +217,8 @@ Channel::CallId Channel::Call(std::string_view service, std::string_view method,
       return CallRouted(service, method, 0, false, request, options, done);
     }
     // A cluster's pick, here: a call of its own would cost its frame.
-    if (std::shared_ptr<Impl> picked = cluster_->Pick(options)) [[likely]] {
+    if (std::shared_ptr<Subchannel> picked = cluster_->Pick(options))
+        [[likely]] {
       return picked->Start(service, method, 0, std::move(request), options,
                            std::move(done));
     }
@@ -237,7 +238,8 @@ Channel::CallId Channel::Call(const MethodRef& method, Payload request,
                         method.idempotent(), request, options, done);
     }
     // A cluster's pick, here: a call of its own would cost its frame.
-    if (std::shared_ptr<Impl> picked = cluster_->Pick(options)) [[likely]] {
+    if (std::shared_ptr<Subchannel> picked = cluster_->Pick(options))
+        [[likely]] {
       return picked->Start(method.service(), method.method(), method.id(),
                            std::move(request), options, std::move(done));
     }
@@ -258,9 +260,9 @@ std::unique_ptr<ClientStream> Channel::OpenStream(const MethodRef& method,
                                                   const CallOptions& options,
                                                   Payload request) {
   // A cluster's stream stays on the endpoint it starts on.
-  std::shared_ptr<Impl> impl =
+  std::shared_ptr<Subchannel> impl =
       cluster_ ? cluster_->PickForStream(options) : impl_;
-  auto state = std::make_shared<ClientStream::State>(impl, kind);
+  auto state = std::make_shared<ClientStreamState>(impl, kind);
   // A stream always keeps its response metadata (ClientStream reads it).
   CallOptions stream_options = options;
   if (!stream_options.response_metadata) {

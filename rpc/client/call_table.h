@@ -25,11 +25,6 @@
 
 namespace rdmarpc::rpc {
 
-// Move-only, so an Asio completion handler can be wrapped without a copy. A
-// callable taking (const Status&, Buffer) fits too: it gets the message, and
-// the attachment is released (rpc/common/payload.h).
-using ResponseCallback = UniqueFunction<void(const Status&, Payload response)>;
-
 class CallTable {
  public:
   using Entry = std::pair<uint64_t, ResponseCallback>;

@@ -12,8 +12,8 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/unique_function.h"
-#include "rpc/channel.h"
 #include "rpc/client/call_table.h"
+#include "rpc/common/channel_options.h"
 #include "rpc/common/executor.h"
 
 namespace rdmarpc::rpc {

@@ -4,7 +4,7 @@
 
 namespace rdmarpc::rpc {
 
-void ClientStream::State::OnMessage(Payload message) {
+void ClientStreamState::OnMessage(Payload message) {
   std::unique_lock lock(mu);
   if (ended) return;
   if (!ServerSends(kind) || !receive.Admit(message.size())) {
@@ -31,7 +31,7 @@ void ClientStream::State::OnMessage(Payload message) {
   });
 }
 
-void ClientStream::State::OnWindow(uint64_t messages, uint64_t bytes) {
+void ClientStreamState::OnWindow(uint64_t messages, uint64_t bytes) {
   StreamWriteCallback done;
   {
     std::lock_guard lock(mu);
@@ -49,7 +49,7 @@ void ClientStream::State::OnWindow(uint64_t messages, uint64_t bytes) {
   Post([done = std::move(done)]() mutable { done(Status()); });
 }
 
-void ClientStream::State::OnEnd(const Status& end, Payload final_response) {
+void ClientStreamState::OnEnd(const Status& end, Payload final_response) {
   StreamReadCallback waiting_reader;
   StreamWriteCallback waiting_writer;
   ResponseCallback waiting_finisher;
@@ -89,7 +89,7 @@ void ClientStream::State::OnEnd(const Status& end, Payload final_response) {
   }
 }
 
-ClientStream::ClientStream(std::shared_ptr<State> state)
+ClientStream::ClientStream(std::shared_ptr<ClientStreamState> state)
     : state_(std::move(state)) {}
 
 ClientStream::~ClientStream() {
@@ -102,7 +102,7 @@ ClientStream::~ClientStream() {
 }
 
 void ClientStream::Write(Payload message, StreamWriteCallback done) {
-  State& state = *state_;
+  ClientStreamState& state = *state_;
   std::unique_lock lock(state.mu);
   Status refused;
   if (!ClientSends(state.kind)) {
@@ -146,7 +146,7 @@ void ClientStream::WritesDone() {
 }
 
 void ClientStream::Read(StreamReadCallback done) {
-  State& state = *state_;
+  ClientStreamState& state = *state_;
   std::unique_lock lock(state.mu);
   Status refused;
   if (!ServerSends(state.kind)) {

@@ -12,8 +12,8 @@
 
 #include "base/status.h"
 #include "base/unique_function.h"
-#include "rpc/channel.h"
 #include "rpc/client/callback_runner.h"
+#include "rpc/common/client_stream.h"
 #include "rpc/common/stream.h"
 #include "transport/connection.h"
 
@@ -34,8 +34,8 @@ class StreamHost {
   virtual void ForgetStream(uint64_t id) = 0;
 };
 
-struct ClientStream::State {
-  State(std::weak_ptr<StreamHost> channel, StreamKind stream_kind)
+struct ClientStreamState {
+  ClientStreamState(std::weak_ptr<StreamHost> channel, StreamKind stream_kind)
       : host(std::move(channel)), kind(stream_kind) {}
 
   const std::weak_ptr<StreamHost> host;

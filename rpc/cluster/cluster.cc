@@ -1,4 +1,4 @@
-// Channel::Cluster (rpc/cluster/cluster.h).
+// Cluster (rpc/cluster/cluster.h).
 #include "rpc/cluster/cluster.h"
 
 #include <algorithm>
@@ -29,10 +29,10 @@ constexpr auto kRetireLimit = std::chrono::seconds(60);
 
 }  // namespace
 
-void Channel::Cluster::Retire(asio::io_context& context,
-                              std::shared_ptr<Impl> impl,
-                              std::shared_ptr<CallbackRunner> runner,
-                              Clock::time_point give_up) {
+void Cluster::Retire(asio::io_context& context,
+                     std::shared_ptr<Subchannel> impl,
+                     std::shared_ptr<CallbackRunner> runner,
+                     Clock::time_point give_up) {
   if (impl->outstanding() == 0 || Clock::now() >= give_up) {
     std::vector<CallTable::Entry> orphans;
     impl->Shutdown(&orphans);
@@ -51,8 +51,8 @@ void Channel::Cluster::Retire(asio::io_context& context,
   });
 }
 
-Channel::Cluster::Cluster(std::string target, ChannelOptions options,
-                          asio::io_context& context)
+Cluster::Cluster(std::string target, ChannelOptions options,
+                 asio::io_context& context)
     : target_(std::move(target)),
       options_(std::move(options)),
       context_(context),
@@ -61,7 +61,7 @@ Channel::Cluster::Cluster(std::string target, ChannelOptions options,
       pending_timer_(context),
       health_timer_(context) {}
 
-void Channel::Cluster::Begin() {
+void Cluster::Begin() {
   auto resolver = naming::MakeResolver(target_, context_.get_executor(),
                                        options_.cluster.naming);
   std::lock_guard lock(mu_);
@@ -77,23 +77,23 @@ void Channel::Cluster::Begin() {
       });
 }
 
-std::shared_ptr<Channel::Impl> Channel::Cluster::Pick(
-    const CallOptions& options) {
+std::shared_ptr<Subchannel> Cluster::Pick(const CallOptions& options) {
   std::lock_guard lock(mu_);
   if (!active_) [[unlikely]] {
     Activate();
   }
-  const std::shared_ptr<Impl>* picked = PickLocked(options);
+  const std::shared_ptr<Subchannel>* picked = PickLocked(options);
   if (picked == nullptr) [[unlikely]] {
     return nullptr;
   }
   return *picked;
 }
 
-Channel::CallId Channel::Cluster::StartLater(
-    std::string_view service, std::string_view method, uint64_t method_id,
-    Payload request, const CallOptions& options, ResponseCallback done) {
-  std::shared_ptr<Impl> impl;
+Cluster::CallId Cluster::StartLater(std::string_view service,
+                                    std::string_view method, uint64_t method_id,
+                                    Payload request, const CallOptions& options,
+                                    ResponseCallback done) {
+  std::shared_ptr<Subchannel> impl;
   Status refused;
   {
     std::lock_guard lock(mu_);
@@ -134,8 +134,8 @@ Channel::CallId Channel::Cluster::StartLater(
   return 0;
 }
 
-void Channel::Cluster::Cancel(CallId id) {
-  std::shared_ptr<Impl> impl;
+void Cluster::Cancel(CallId id) {
+  std::shared_ptr<Subchannel> impl;
   std::optional<Pending> cancelled;
   {
     std::lock_guard lock(mu_);
@@ -160,8 +160,7 @@ void Channel::Cluster::Cancel(CallId id) {
   }
 }
 
-std::shared_ptr<Channel::Impl> Channel::Cluster::PickForStream(
-    const CallOptions& options) {
+std::shared_ptr<Subchannel> Cluster::PickForStream(const CallOptions& options) {
   {
     std::lock_guard lock(mu_);
     if (!active_) Activate();
@@ -170,14 +169,15 @@ std::shared_ptr<Channel::Impl> Channel::Cluster::PickForStream(
       if (!sub->failed && !sub->ejected) return sub->impl;
     }
   }
-  auto stand_in = std::make_shared<Impl>(target_, options_, context_, runner_);
+  auto stand_in =
+      std::make_shared<Subchannel>(target_, options_, context_, runner_);
   std::lock_guard lock(mu_);
   stand_in->Refuse(NoEndpointStatus());
   return stand_in;
 }
 
-void Channel::Cluster::Shutdown(std::vector<CallTable::Entry>* orphans) {
-  std::vector<std::shared_ptr<Subchannel>> subchannels;
+void Cluster::Shutdown(std::vector<CallTable::Entry>* orphans) {
+  std::vector<std::shared_ptr<Endpoint>> subchannels;
   {
     std::lock_guard lock(mu_);
     shut_down_ = true;
@@ -201,10 +201,9 @@ void Channel::Cluster::Shutdown(std::vector<CallTable::Entry>* orphans) {
 
 // ------------------------------------------------------------- loop thread --
 
-void Channel::Cluster::OnResolved(
-    StatusOr<std::vector<std::string>> endpoints) {
-  std::vector<std::shared_ptr<Impl>> removed;
-  std::vector<std::pair<Pending, std::shared_ptr<Impl>>> ready;
+void Cluster::OnResolved(StatusOr<std::vector<std::string>> endpoints) {
+  std::vector<std::shared_ptr<Subchannel>> removed;
+  std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>> ready;
   std::vector<Pending> failed;
   Status why;
   {
@@ -216,7 +215,7 @@ void Channel::Cluster::OnResolved(
       Log().warn("{}: {}", target_, endpoints.status().message());
     } else {
       resolver_error_.reset();
-      std::vector<std::shared_ptr<Subchannel>> next;
+      std::vector<std::shared_ptr<Endpoint>> next;
       for (const std::string& uri : *endpoints) {
         auto it = std::find_if(
             subchannels_.begin(), subchannels_.end(),
@@ -245,9 +244,9 @@ void Channel::Cluster::OnResolved(
   Dispatch(std::move(ready), std::move(failed), why);
 }
 
-void Channel::Cluster::OnSubchannelState(const std::shared_ptr<Subchannel>& sub,
-                                         ChannelState state) {
-  std::vector<std::pair<Pending, std::shared_ptr<Impl>>> ready;
+void Cluster::OnSubchannelState(const std::shared_ptr<Endpoint>& sub,
+                                ChannelState state) {
+  std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>> ready;
   std::vector<Pending> failed;
   Status why;
   bool refresh = false;
@@ -265,7 +264,7 @@ void Channel::Cluster::OnSubchannelState(const std::shared_ptr<Subchannel>& sub,
   Dispatch(std::move(ready), std::move(failed), why);
 }
 
-void Channel::Cluster::ArmPendingTimer() {
+void Cluster::ArmPendingTimer() {
   std::optional<Clock::time_point> next;
   {
     std::lock_guard lock(mu_);
@@ -306,9 +305,9 @@ void Channel::Cluster::ArmPendingTimer() {
 
 // ---------------------------------------------------------------- under mu_ --
 
-std::shared_ptr<Channel::Cluster::Subchannel> Channel::Cluster::AddSubchannel(
+std::shared_ptr<Cluster::Endpoint> Cluster::AddSubchannel(
     const std::string& uri) {
-  auto sub = std::make_shared<Subchannel>();
+  auto sub = std::make_shared<Endpoint>();
   sub->uri = uri;
   // A tag not in use: the next one, or a freed slot once 16 bits run out.
   if (by_tag_.empty()) by_tag_.resize(1);  // Tag 0: pending calls.
@@ -324,7 +323,7 @@ std::shared_ptr<Channel::Cluster::Subchannel> Channel::Cluster::AddSubchannel(
     }
     next_tag_ = sub->tag == 65535 ? 1 : sub->tag + 1;
   }
-  sub->impl = std::make_shared<Impl>(uri, options_, context_, runner_);
+  sub->impl = std::make_shared<Subchannel>(uri, options_, context_, runner_);
   sub->impl->set_id_tag(sub->tag);
   by_tag_[sub->tag] = sub->impl;
   Log().info("{}: endpoint {} joined", target_, uri);
@@ -332,17 +331,17 @@ std::shared_ptr<Channel::Cluster::Subchannel> Channel::Cluster::AddSubchannel(
   return sub;
 }
 
-void Channel::Cluster::KeepConnected(const std::shared_ptr<Subchannel>& sub) {
+void Cluster::KeepConnected(const std::shared_ptr<Endpoint>& sub) {
   sub->impl->KeepConnected(
       [weak = weak_from_this(),
-       held = std::weak_ptr<Subchannel>(sub)](ChannelState state) {
+       held = std::weak_ptr<Endpoint>(sub)](ChannelState state) {
         auto self = weak.lock();
         auto sub = held.lock();
         if (self && sub) self->OnSubchannelState(sub, state);
       });
 }
 
-void Channel::Cluster::Activate() {
+void Cluster::Activate() {
   active_ = true;
   for (const auto& sub : subchannels_) KeepConnected(sub);
   asio::post(context_, [self = shared_from_this()] { self->CheckOutliers(); });
@@ -351,7 +350,7 @@ void Channel::Cluster::Activate() {
   }
 }
 
-void Channel::Cluster::RebuildPicker() {
+void Cluster::RebuildPicker() {
   ready_.clear();
   std::vector<std::string> uris;
   for (const auto& sub : subchannels_) {
@@ -364,7 +363,7 @@ void Channel::Cluster::RebuildPicker() {
   }
 }
 
-const std::shared_ptr<Channel::Impl>* Channel::Cluster::PickLocked(
+const std::shared_ptr<Subchannel>* Cluster::PickLocked(
     const CallOptions& options) {
   const size_t n = ready_.size();
   if (n == 0) return nullptr;
@@ -406,13 +405,13 @@ const std::shared_ptr<Channel::Impl>* Channel::Cluster::PickLocked(
   return &ready_[next_++];
 }
 
-bool Channel::Cluster::AllFailed() const {
+bool Cluster::AllFailed() const {
   return std::all_of(
       subchannels_.begin(), subchannels_.end(),
       [](const auto& sub) { return sub->failed || !sub->healthy; });
 }
 
-Status Channel::Cluster::NoEndpointStatus() const {
+Status Cluster::NoEndpointStatus() const {
   if (resolver_error_) {
     return Status(StatusCode::kUnavailable,
                   target_ + ": " + resolver_error_->message());
@@ -426,8 +425,8 @@ Status Channel::Cluster::NoEndpointStatus() const {
                     std::to_string(subchannels_.size()) + " tried)");
 }
 
-void Channel::Cluster::TakeDispatchable(
-    std::vector<std::pair<Pending, std::shared_ptr<Impl>>>* ready,
+void Cluster::TakeDispatchable(
+    std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>>* ready,
     std::vector<Pending>* failed, Status* why) {
   if (pending_.empty()) return;
   if (!ready_.empty()) {
@@ -448,8 +447,8 @@ void Channel::Cluster::TakeDispatchable(
 
 // ------------------------------------------------------------ outside mu_ --
 
-void Channel::Cluster::Dispatch(
-    std::vector<std::pair<Pending, std::shared_ptr<Impl>>> ready,
+void Cluster::Dispatch(
+    std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>> ready,
     std::vector<Pending> failed, const Status& why) {
   for (auto& [pending, impl] : ready) {
     impl->Start(pending.service, pending.method, pending.method_id,
@@ -463,7 +462,7 @@ void Channel::Cluster::Dispatch(
 
 // ------------------------------------------------------------------- stats --
 
-ChannelState Channel::Cluster::state() const {
+ChannelState Cluster::state() const {
   std::lock_guard lock(mu_);
   if (!ready_.empty()) return ChannelState::kReady;
   if (!active_) return ChannelState::kIdle;
@@ -471,7 +470,7 @@ ChannelState Channel::Cluster::state() const {
   return ChannelState::kConnecting;
 }
 
-ChannelStats Channel::Cluster::stats() const {
+ChannelStats Cluster::stats() const {
   std::lock_guard lock(mu_);
   ChannelStats out;
   out.outstanding_calls = pending_.size();
@@ -479,11 +478,11 @@ ChannelStats Channel::Cluster::stats() const {
   return out;
 }
 
-std::vector<EndpointStats> Channel::Cluster::endpoints() const {
+std::vector<EndpointStats> Cluster::endpoints() const {
   std::lock_guard lock(mu_);
   std::vector<EndpointStats> out;
   for (const auto& sub : subchannels_) {
-    const Impl::Outcomes outcomes = sub->impl->outcomes();
+    const Subchannel::Outcomes outcomes = sub->impl->outcomes();
     out.push_back({sub->uri, sub->ready, sub->ejected, sub->healthy,
                    sub->ejections, sub->impl->outstanding(), outcomes.completed,
                    outcomes.failed});

@@ -1,6 +1,6 @@
-// Channel::Cluster: what a Channel runs when its target names a cluster
+// Cluster: what a Channel runs when its target names a cluster
 // (rpc/common/cluster_options.h says what it does): the resolver's endpoints,
-// a subchannel (a Channel::Impl) per endpoint, the pick of one for each
+// a subchannel (a Subchannel) per endpoint, the pick of one for each
 // call, the calls that wait for a first connected endpoint, and outlier
 // detection. Internal to the rpc layer; rpc/channel.cc routes to it.
 #ifndef RDMARPC_RPC_CLUSTER_CLUSTER_H_
@@ -16,14 +16,16 @@
 
 #include "base/futex_mutex.h"
 #include "naming/resolver.h"
-#include "rpc/channel.h"
-#include "rpc/client/channel_impl.h"
+#include "rpc/client/subchannel.h"
 #include "rpc/cluster/hash_ring.h"
+#include "rpc/common/channel_options.h"
 
 namespace rdmarpc::rpc {
 
-class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
+class Cluster : public std::enable_shared_from_this<Cluster> {
  public:
+  using CallId = uint64_t;  // Channel::CallId
+
   Cluster(std::string target, ChannelOptions options,
           boost::asio::io_context& context);
 
@@ -32,7 +34,7 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
 
   // The endpoint for a call, as the policy picks among those connected and
   // not ejected; null if there is none (the call then goes to StartLater).
-  std::shared_ptr<Impl> Pick(const CallOptions& options);
+  std::shared_ptr<Subchannel> Pick(const CallOptions& options);
   // A call Pick found no endpoint for: it waits for the first endpoint to
   // connect, or fails now (rpc/common/cluster_options.h says when).
   CallId StartLater(std::string_view service, std::string_view method,
@@ -42,7 +44,7 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   // The subchannel a new stream goes to: a connected one if any, else one
   // that connects; if the cluster has none, a stand-in that refuses calls
   // with UNAVAILABLE.
-  std::shared_ptr<Impl> PickForStream(const CallOptions& options);
+  std::shared_ptr<Subchannel> PickForStream(const CallOptions& options);
   void Shutdown(std::vector<CallTable::Entry>* orphans);
 
   ChannelState state() const;
@@ -52,17 +54,17 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   const std::shared_ptr<CallbackRunner>& runner() const { return runner_; }
 
  private:
-  struct Subchannel {
+  struct Endpoint {
     std::string uri;
     uint16_t tag = 0;
-    std::shared_ptr<Impl> impl;
+    std::shared_ptr<Subchannel> impl;
     bool ready = false;
     bool failed = false;  // Its last connect failed.
     bool ejected = false;
     bool healthy = true;  // ClusterOptions::health_check's last answer.
     uint32_t ejections = 0;
     Clock::time_point ejected_until;
-    Impl::Outcomes seen{};  // At the last outlier check.
+    Subchannel::Outcomes seen{};  // At the last outlier check.
   };
   // A call made while no endpoint was connected.
   struct Pending {
@@ -78,39 +80,40 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   // Lets a removed endpoint's subchannel finish its calls (polling), then
   // shuts it down; at `give_up` whatever is left fails UNAVAILABLE.
   static void Retire(boost::asio::io_context& context,
-                     std::shared_ptr<Impl> impl,
+                     std::shared_ptr<Subchannel> impl,
                      std::shared_ptr<CallbackRunner> runner,
                      Clock::time_point give_up);
 
   // The loop thread.
   void OnResolved(StatusOr<std::vector<std::string>> endpoints);
-  void OnSubchannelState(const std::shared_ptr<Subchannel>& sub,
+  void OnSubchannelState(const std::shared_ptr<Endpoint>& sub,
                          ChannelState state);
   void CheckOutliers();
   // Asks each connected endpoint for its health, then again after the
   // interval.
   void CheckHealth();
-  void OnHealth(const std::shared_ptr<Subchannel>& sub, const Status& status,
+  void OnHealth(const std::shared_ptr<Endpoint>& sub, const Status& status,
                 const Payload& response);
   void ArmPendingTimer();
 
   // Under mu_.
-  std::shared_ptr<Subchannel> AddSubchannel(const std::string& uri);
+  std::shared_ptr<Endpoint> AddSubchannel(const std::string& uri);
   // Has the subchannel stay connected and report its state changes.
-  void KeepConnected(const std::shared_ptr<Subchannel>& sub);
+  void KeepConnected(const std::shared_ptr<Endpoint>& sub);
   void Activate();
   void RebuildPicker();
   // Points into ready_; null if it is empty.
-  const std::shared_ptr<Impl>* PickLocked(const CallOptions& options);
+  const std::shared_ptr<Subchannel>* PickLocked(const CallOptions& options);
   bool AllFailed() const;
   Status NoEndpointStatus() const;
   // Takes the pending calls that can go now (to `*ready`, with their
   // subchannel) or must fail (to `*failed`).
   void TakeDispatchable(
-      std::vector<std::pair<Pending, std::shared_ptr<Impl>>>* ready,
+      std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>>* ready,
       std::vector<Pending>* failed, Status* why);
-  void Dispatch(std::vector<std::pair<Pending, std::shared_ptr<Impl>>> ready,
-                std::vector<Pending> failed, const Status& why);
+  void Dispatch(
+      std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>> ready,
+      std::vector<Pending> failed, const Status& why);
 
   const std::string target_;
   const ChannelOptions options_;
@@ -126,12 +129,12 @@ class Channel::Cluster : public std::enable_shared_from_this<Cluster> {
   bool active_ = false;  // A call has been made: keep endpoints connected.
   std::optional<Status> resolver_error_;
   bool resolved_ = false;
-  std::vector<std::shared_ptr<Subchannel>> subchannels_;  // Sorted by uri.
+  std::vector<std::shared_ptr<Endpoint>> subchannels_;  // Sorted by uri.
   // Subchannels by id tag, for Cancel; a removed one's slot is empty.
-  std::vector<std::weak_ptr<Impl>> by_tag_;
+  std::vector<std::weak_ptr<Subchannel>> by_tag_;
   uint16_t next_tag_ = 1;
   // The picker: connected, not ejected.
-  std::vector<std::shared_ptr<Impl>> ready_;
+  std::vector<std::shared_ptr<Subchannel>> ready_;
   HashRing ring_;  // Over ready_.
   uint64_t next_ = 0;
   std::vector<Pending> pending_;

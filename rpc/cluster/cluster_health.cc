@@ -1,4 +1,4 @@
-// Channel::Cluster (rpc/cluster/cluster.h): whether each endpoint deserves
+// Cluster (rpc/cluster/cluster.h): whether each endpoint deserves
 // calls, by outlier detection (its calls' outcomes) and by active health checks
 // (rdmarpc.health.v1.Health/Check). rpc/cluster/cluster.cc has the rest.
 #include <algorithm>
@@ -10,7 +10,7 @@
 
 namespace rdmarpc::rpc {
 
-void Channel::Cluster::CheckOutliers() {
+void Cluster::CheckOutliers() {
   const OutlierDetection& policy = options_.cluster.outliers;
   {
     std::lock_guard lock(mu_);
@@ -29,7 +29,7 @@ void Channel::Cluster::CheckOutliers() {
       ejected += sub->ejected;
     }
     for (const auto& sub : subchannels_) {
-      const Impl::Outcomes now_seen = sub->impl->outcomes();
+      const Subchannel::Outcomes now_seen = sub->impl->outcomes();
       const uint64_t completed = now_seen.completed - sub->seen.completed;
       const uint64_t failures = now_seen.failed - sub->seen.failed;
       sub->seen = now_seen;
@@ -66,9 +66,9 @@ void Channel::Cluster::CheckOutliers() {
       });
 }
 
-void Channel::Cluster::CheckHealth() {
+void Cluster::CheckHealth() {
   const HealthCheck& check = options_.cluster.health_check;
-  std::vector<std::shared_ptr<Subchannel>> asked;
+  std::vector<std::shared_ptr<Endpoint>> asked;
   {
     std::lock_guard lock(mu_);
     if (shut_down_) return;
@@ -84,7 +84,7 @@ void Channel::Cluster::CheckHealth() {
     sub->impl->Start(
         kCheck.service(), kCheck.method(), kCheck.id(), Buffer::CopyOf(bytes),
         CallOptions::WithTimeout(check.timeout),
-        [weak = weak_from_this(), held = std::weak_ptr<Subchannel>(sub)](
+        [weak = weak_from_this(), held = std::weak_ptr<Endpoint>(sub)](
             const Status& status, Payload response) {
           auto self = weak.lock();
           auto sub = held.lock();
@@ -99,8 +99,8 @@ void Channel::Cluster::CheckHealth() {
       });
 }
 
-void Channel::Cluster::OnHealth(const std::shared_ptr<Subchannel>& sub,
-                                const Status& status, const Payload& response) {
+void Cluster::OnHealth(const std::shared_ptr<Endpoint>& sub,
+                       const Status& status, const Payload& response) {
   bool healthy = status.code() == StatusCode::kUnimplemented;
   if (status.ok()) {
     health::v1::HealthCheckResponse answer;
@@ -109,7 +109,7 @@ void Channel::Cluster::OnHealth(const std::shared_ptr<Subchannel>& sub,
                               static_cast<int>(response.message.size())) &&
         answer.status() == health::v1::HealthCheckResponse::SERVING;
   }
-  std::vector<std::pair<Pending, std::shared_ptr<Impl>>> ready;
+  std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>> ready;
   std::vector<Pending> failed;
   Status why;
   {

@@ -21,6 +21,8 @@
 #include <utility>
 
 #include "base/buffer.h"
+#include "base/status.h"
+#include "base/unique_function.h"
 
 namespace rdmarpc::rpc {
 
@@ -51,6 +53,12 @@ inline Payload SplitPayload(Buffer payload, uint64_t attachment_size) {
   Buffer message = payload.Split(payload.size() - attachment_size);
   return Payload(std::move(message), std::move(payload));
 }
+
+// What a unary call (or a stream's end) completes with: its status and the
+// response. Move-only, so an Asio completion handler can be wrapped without a
+// copy. A callable taking (const Status&, Buffer) fits too: it gets the
+// message, and the attachment is released.
+using ResponseCallback = UniqueFunction<void(const Status&, Payload response)>;
 
 }  // namespace rdmarpc::rpc
 

@@ -1,13 +1,13 @@
-// Channel::Impl (rpc/client/channel_impl.h): the connection's life. Connecting,
+// Subchannel (rpc/client/subchannel.h): the connection's life. Connecting,
 // backing off and reconnecting, a subchannel kept connected, the server's
-// GOAWAY and the connection's close. rpc/client/channel_impl.cc has the call
+// GOAWAY and the connection's close. rpc/client/subchannel.cc has the call
 // path.
 #include <boost/asio/post.hpp>
 #include <mutex>
 #include <vector>
 
 #include "base/log.h"
-#include "rpc/client/channel_impl.h"
+#include "rpc/client/subchannel.h"
 #include "rpc/wire/wire_codec.h"
 #include "transport/factory/factory.h"
 
@@ -16,7 +16,7 @@ namespace rdmarpc::rpc {
 namespace asio = boost::asio;
 using transport::Connection;
 
-void Channel::Impl::KeepConnected(std::function<void(ChannelState)> on_state) {
+void Subchannel::KeepConnected(std::function<void(ChannelState)> on_state) {
   {
     std::lock_guard lock(mu_);
     keep_connected_ = true;
@@ -27,7 +27,7 @@ void Channel::Impl::KeepConnected(std::function<void(ChannelState)> on_state) {
   asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
 }
 
-void Channel::Impl::StartConnect() {
+void Subchannel::StartConnect() {
   Log().debug("{}: connecting", target_);
   transport::Connect(context_, target_, options_.transport,
                      [self = shared_from_this()](
@@ -36,7 +36,7 @@ void Channel::Impl::StartConnect() {
                      });
 }
 
-void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
+void Subchannel::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
   std::vector<CallTable::Entry> failed;
   Status failure;
   std::optional<ChannelState> notify;
@@ -111,7 +111,7 @@ void Channel::Impl::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
   FailAll(failed, failure);  // Outside the lock: a callback may call again.
 }
 
-void Channel::Impl::ReconnectAfterBackoff() {
+void Subchannel::ReconnectAfterBackoff() {
   Clock::time_point when;
   {
     std::lock_guard lock(mu_);
@@ -141,7 +141,7 @@ void Channel::Impl::ReconnectAfterBackoff() {
   });
 }
 
-void Channel::Impl::OnGoAway() {
+void Subchannel::OnGoAway() {
   std::shared_ptr<Connection> connection;
   {
     std::lock_guard lock(mu_);
@@ -155,7 +155,7 @@ void Channel::Impl::OnGoAway() {
   AnswerGoAway(std::move(connection));
 }
 
-void Channel::Impl::AnswerGoAway(std::shared_ptr<Connection> connection) {
+void Subchannel::AnswerGoAway(std::shared_ptr<Connection> connection) {
   if (sending_.load(std::memory_order_acquire) != 0) {
     // A Start took the connection before GOAWAY and sends any moment.
     asio::post(context_, [self = shared_from_this(),
@@ -167,7 +167,7 @@ void Channel::Impl::AnswerGoAway(std::shared_ptr<Connection> connection) {
   connection->Send(MakeGoAwayFrame()).IgnoreError();
 }
 
-void Channel::Impl::OnClose(const Status& reason) {
+void Subchannel::OnClose(const Status& reason) {
   std::vector<CallTable::Entry> failed;
   bool reconnect = false;
   {

@@ -1,10 +1,12 @@
-// Channel::Impl: a Channel's state (its connection, calls and streams,
-// behind one lock) and what runs on its event loop. Internal to the rpc
-// layer: rpc/client/channel_impl.cc implements the call path and the
-// connection's life, rpc/client/client_stream.cc the streams it routes frames
-// to, and rpc/channel.cc the public Channel over it.
-#ifndef RDMARPC_RPC_CLIENT_CHANNEL_IMPL_H_
-#define RDMARPC_RPC_CLIENT_CHANNEL_IMPL_H_
+// Subchannel: one connection of a Channel (a single server's Channel has
+// one, a cluster one per endpoint): its calls and streams behind one lock,
+// and what runs on its event loop. Internal to the rpc layer:
+// rpc/client/subchannel.cc implements the call path,
+// rpc/client/subchannel_connection.cc the connection's life,
+// rpc/client/client_stream.cc the streams it routes frames to, and
+// rpc/channel.cc the public Channel over it.
+#ifndef RDMARPC_RPC_CLIENT_SUBCHANNEL_H_
+#define RDMARPC_RPC_CLIENT_SUBCHANNEL_H_
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
@@ -21,10 +23,10 @@
 #include "base/futex_mutex.h"
 #include "base/status_or.h"
 #include "base/tunables.h"
-#include "rpc/channel.h"
 #include "rpc/client/call_table.h"
 #include "rpc/client/callback_runner.h"
 #include "rpc/client/client_stream_state.h"
+#include "rpc/common/channel_options.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
@@ -33,15 +35,17 @@ namespace rdmarpc::rpc {
 // retry policy may send it again, whatever its method.
 void MarkNotRun(const std::shared_ptr<ResponseMetadata>& sink);
 
-class Channel::Impl final : public transport::ConnectionObserver,
-                            public StreamHost,
-                            public std::enable_shared_from_this<Impl> {
+class Subchannel final : public transport::ConnectionObserver,
+                         public StreamHost,
+                         public std::enable_shared_from_this<Subchannel> {
  public:
-  // A cluster's subchannels share the cluster's `runner`; a Channel's Impl
-  // makes its own.
-  Impl(std::string target, ChannelOptions options,
-       boost::asio::io_context& context,
-       std::shared_ptr<CallbackRunner> runner = nullptr)
+  using CallId = uint64_t;  // Channel::CallId
+
+  // A cluster's subchannels share the cluster's `runner`; a Channel's
+  // Subchannel makes its own.
+  Subchannel(std::string target, ChannelOptions options,
+             boost::asio::io_context& context,
+             std::shared_ptr<CallbackRunner> runner = nullptr)
       : target_(std::move(target)),
         options_(std::move(options)),
         context_(context),
@@ -64,7 +68,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   CallId Start(std::string_view service, std::string_view method,
                uint64_t method_id, Payload request, const CallOptions& options,
                ResponseCallback done, StreamKind kind = StreamKind::kUnary,
-               std::shared_ptr<ClientStream::State> stream = nullptr);
+               std::shared_ptr<ClientStreamState> stream = nullptr);
   void Cancel(CallId id);
   // A CANCEL frame, waiting for room as requests do.
   transport::OutgoingFrame CancelFrame(uint64_t id) const;
@@ -224,7 +228,7 @@ class Channel::Impl final : public transport::ConnectionObserver,
   std::shared_ptr<transport::Connection> connection_;
   CallTable calls_;
   // The calls of calls_ that stream, for their MESSAGE and WINDOW frames.
-  std::unordered_map<uint64_t, std::shared_ptr<ClientStream::State>> streams_;
+  std::unordered_map<uint64_t, std::shared_ptr<ClientStreamState>> streams_;
   // Requests of calls made while connecting, sent once connected.
   struct Waiting {
     CallId id;
@@ -264,4 +268,4 @@ class Channel::Impl final : public transport::ConnectionObserver,
 
 }  // namespace rdmarpc::rpc
 
-#endif  // RDMARPC_RPC_CLIENT_CHANNEL_IMPL_H_
+#endif  // RDMARPC_RPC_CLIENT_SUBCHANNEL_H_

@@ -1,8 +1,8 @@
-// Channel::Impl (rpc/client/channel_impl.h): the call path, the frames that
+// Subchannel (rpc/client/subchannel.h): the call path, the frames that
 // come back and the deadline timer, on the channel's event loop.
-// rpc/client/channel_connection.cc has the connection's life; rpc/channel.cc is
-// the public Channel over it.
-#include "rpc/client/channel_impl.h"
+// rpc/client/subchannel_connection.cc has the connection's life; rpc/channel.cc
+// is the public Channel over it.
+#include "rpc/client/subchannel.h"
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -25,16 +25,16 @@ using transport::Connection;
 using transport::OutgoingFrame;
 using transport::ReceivedFrame;
 
-// ----------------------------------------------------------- Channel::Impl --
+// ----------------------------------------------------------- Subchannel --
 
 void MarkNotRun(const std::shared_ptr<ResponseMetadata>& sink) {
   if (sink) sink->trailers.Add(kNotRunTrailer, "1");
 }
 
-Channel::CallId Channel::Impl::Start(
+Subchannel::CallId Subchannel::Start(
     std::string_view service, std::string_view method, uint64_t method_id,
     Payload request, const CallOptions& options, ResponseCallback done,
-    StreamKind kind, std::shared_ptr<ClientStream::State> stream) {
+    StreamKind kind, std::shared_ptr<ClientStreamState> stream) {
   // In this function, not a second one behind it: each hop would move the
   // request and the callback once more (about 100 instructions a call).
   std::optional<CallOptions> intercepted;  // Empty: nothing to construct.
@@ -208,9 +208,9 @@ Channel::CallId Channel::Impl::Start(
   return id;
 }
 
-bool Channel::Impl::Intercept(std::string_view service, std::string_view method,
-                              StreamKind kind, CallOptions& options,
-                              ResponseCallback& done) {
+bool Subchannel::Intercept(std::string_view service, std::string_view method,
+                           StreamKind kind, CallOptions& options,
+                           ResponseCallback& done) {
   const ClientCallInfo call{target_, service, method, kind};
   Status verdict;
   size_t passed = 0;
@@ -248,17 +248,17 @@ bool Channel::Impl::Intercept(std::string_view service, std::string_view method,
   return true;
 }
 
-OutgoingFrame Channel::Impl::CancelFrame(uint64_t id) const {
+OutgoingFrame Subchannel::CancelFrame(uint64_t id) const {
   OutgoingFrame frame = MakeCancelFrame(id);
   frame.may_wait = options_.wait_for_room;  // Not lost to a full queue.
   return frame;
 }
 
-void Channel::Impl::Cancel(CallId id) {
+void Subchannel::Cancel(CallId id) {
   EndCall(id, Status(StatusCode::kCancelled, "call cancelled by the client"));
 }
 
-void Channel::Impl::EndCall(uint64_t id, const Status& why) {
+void Subchannel::EndCall(uint64_t id, const Status& why) {
   std::unique_lock lock(mu_);
   auto done = calls_.Take(id);
   if (!done) return;  // Already complete.
@@ -274,7 +274,7 @@ void Channel::Impl::EndCall(uint64_t id, const Status& why) {
   Complete(std::move(*done), why, Buffer());
 }
 
-bool Channel::Impl::SendStreamFrame(uint64_t id, OutgoingFrame frame) {
+bool Subchannel::SendStreamFrame(uint64_t id, OutgoingFrame frame) {
   frame.may_wait = options_.wait_for_room;
   std::unique_lock lock(mu_);
   if (!calls_.Contains(id)) return false;
@@ -303,7 +303,7 @@ bool Channel::Impl::SendStreamFrame(uint64_t id, OutgoingFrame frame) {
   return true;
 }
 
-void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
+void Subchannel::Shutdown(std::vector<CallTable::Entry>* orphans) {
   std::shared_ptr<Connection> connection;
   {
     std::lock_guard lock(mu_);
@@ -316,7 +316,7 @@ void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
     state_ = ChannelState::kIdle;
   }
   // On the loop, which may be shared and stay up: the timers' waits hold
-  // this Impl, and must not keep it until a far deadline.
+  // this Subchannel, and must not keep it until a far deadline.
   asio::post(context_, [self = shared_from_this()] {
     self->reconnect_timer_.cancel();
     self->timer_.cancel();
@@ -327,12 +327,12 @@ void Channel::Impl::Shutdown(std::vector<CallTable::Entry>* orphans) {
   }
 }
 
-void Channel::Impl::OnFrame(ReceivedFrame frame) {
+void Subchannel::OnFrame(ReceivedFrame frame) {
   RDMARPC_TRACE(0, "channel_on_frame");
   StatusOr<CallHeader> header = DecodeCallHeader(frame);
   if (header.ok() && (header->kind() == CallHeader::kMessage ||
                       header->kind() == CallHeader::kWindow)) {
-    std::shared_ptr<ClientStream::State> stream;
+    std::shared_ptr<ClientStreamState> stream;
     {
       std::lock_guard lock(mu_);
       if (const auto it = streams_.find(header->call_id());
@@ -428,7 +428,7 @@ void Channel::Impl::OnFrame(ReceivedFrame frame) {
                       : Payload());
 }
 
-void Channel::Impl::ArmTimer() {
+void Subchannel::ArmTimer() {
   std::optional<Clock::time_point> next;
   {
     std::lock_guard lock(mu_);
@@ -443,7 +443,7 @@ void Channel::Impl::ArmTimer() {
       });
 }
 
-void Channel::Impl::OnTimer(const boost::system::error_code& error) {
+void Subchannel::OnTimer(const boost::system::error_code& error) {
   if (error == asio::error::operation_aborted) return;  // Re-armed.
   std::vector<CallTable::Entry> expired;
   std::vector<Waiting> released;
@@ -463,8 +463,7 @@ void Channel::Impl::OnTimer(const boost::system::error_code& error) {
   FailAll(expired, Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
 }
 
-std::shared_ptr<Connection> Channel::Impl::ReleaseHeld(
-    std::vector<Waiting>* out) {
+std::shared_ptr<Connection> Subchannel::ReleaseHeld(std::vector<Waiting>* out) {
   if (state_ != ChannelState::kReady || goaway_ || !connection_) {
     return nullptr;
   }
@@ -484,14 +483,14 @@ std::shared_ptr<Connection> Channel::Impl::ReleaseHeld(
   return connection_;
 }
 
-void Channel::Impl::Hold(Waiting waiting) {
+void Subchannel::Hold(Waiting waiting) {
   held_bytes_ += waiting.window_bytes;
   ++stats_.calls_held;
   held_.push_back(std::move(waiting));
 }
 
-void Channel::Impl::SendReleased(std::shared_ptr<Connection> connection,
-                                 std::vector<Waiting>& released) {
+void Subchannel::SendReleased(std::shared_ptr<Connection> connection,
+                              std::vector<Waiting>& released) {
   Status failure;
   std::vector<CallTable::Entry> failed;
   for (Waiting& waiting : released) {
@@ -509,7 +508,7 @@ void Channel::Impl::SendReleased(std::shared_ptr<Connection> connection,
   for (auto& [id, done] : failed) Complete(std::move(done), failure, Buffer());
 }
 
-void Channel::Impl::RequeueHeld() {
+void Subchannel::RequeueHeld() {
   waiting_.insert(waiting_.begin(), std::make_move_iterator(held_.begin()),
                   std::make_move_iterator(held_.end()));
   held_.clear();
