@@ -2,9 +2,9 @@
 // of the process, for operators' tools, never on an RPC port.
 //
 //   GET /metrics   the metrics in Prometheus's text format
-//   (rpc/builtin/prometheus.h) GET /healthz   200 "ok" while serving, 503 once
-//   shutting down GET /          a status page: plain HTML that refreshes
-//   itself
+//                  (rpc/builtin/prometheus.h)
+//   GET /healthz   200 "ok" while serving, 503 once shutting down
+//   GET /          a status page: plain HTML that refreshes itself
 //
 // A server opens one with ServerOptions::admin_listen
 // ("http://127.0.0.1:9464"; port 0 picks one; Server::admin_uri() says which).
