@@ -10,9 +10,6 @@
 
 #include "base/log.h"
 #include "naming/registration.h"
-#include "rpc/builtin/admin.h"
-#include "rpc/builtin/prometheus.h"
-#include "rpc/builtin/status_page.h"
 #include "rpc/common/event_loop.h"
 #include "rpc/common/method_ref.h"
 #include "rpc/server/server_session.h"
@@ -34,10 +31,8 @@ std::string TransportOf(const transport::Connection& connection) {
 
 class Server::Impl {
  public:
-  Impl(const Server& owner, ServerOptions options)
-      : options_(std::move(options)),
-        core_(std::make_shared<ServerCore>()),
-        owner_(owner) {
+  explicit Impl(ServerOptions options)
+      : options_(std::move(options)), core_(std::make_shared<ServerCore>()) {
     core_->max_response_size = options_.max_response_size;
     core_->max_metadata_size = options_.max_metadata_size;
     core_->interceptors = options_.interceptors;
@@ -185,9 +180,13 @@ class Server::Impl {
         });
     if (!listener.ok()) return listener.status();
     std::string bound = (*listener)->uri();
-    if (!options_.admin_listen.empty() && !admin_) {
-      Status started = StartAdmin();
-      if (!started.ok()) return started;
+    if (!side_started_) {
+      if (!side_error_.ok()) return side_error_;
+      for (auto& side : side_endpoints_) {
+        Status started = side->Start((*workers_)[0]->context());
+        if (!started.ok()) return started;
+      }
+      side_started_ = true;
     }
     if (!options_.register_at.empty() && !registration_) {
       Status registered = Register(bound);
@@ -210,7 +209,6 @@ class Server::Impl {
       std::lock_guard lock(mu_);
       if (shut_down_) return;
       shut_down_ = true;
-      serving_health_ = false;  // /healthz says so from now on.
       registration = std::move(registration_);
       hooks = std::move(shutdown_hooks_);
     }
@@ -269,12 +267,12 @@ class Server::Impl {
     }
     listeners_.clear();
     {
-      std::unique_ptr<AdminEndpoint> admin;
+      std::vector<std::unique_ptr<SideEndpoint>> side;
       {
         std::lock_guard lock(mu_);
-        admin = std::move(admin_);
+        side = std::move(side_endpoints_);
       }
-      admin.reset();  // Its connections close as the workers drain.
+      side.clear();  // Their connections close as the workers drain.
     }
     // From here a stream callback runs where it is posted: the workers
     // stop, and then the handler pool goes (ServerCore::stopped).
@@ -291,7 +289,25 @@ class Server::Impl {
 
   std::string admin_uri() const {
     std::lock_guard lock(mu_);
-    return admin_ ? admin_->uri() : std::string();
+    return side_started_ && !side_endpoints_.empty()
+               ? side_endpoints_.front()->uri()
+               : std::string();
+  }
+
+  void AddSideEndpoint(std::unique_ptr<SideEndpoint> endpoint) {
+    std::lock_guard lock(mu_);
+    if (serving_) {
+      Log().error("AddSideEndpoint after Listen is ignored");
+      return;
+    }
+    side_endpoints_.push_back(std::move(endpoint));
+  }
+
+  // A Listen fails with `why` (ServerOptions::admin_listen without the
+  // admin endpoint linked in).
+  void FailListen(Status why) {
+    std::lock_guard lock(mu_);
+    side_error_ = std::move(why);
   }
 
   const ServerOptions& options() const { return options_; }
@@ -380,25 +396,11 @@ class Server::Impl {
   const std::shared_ptr<Workers> workers_ = std::make_shared<Workers>();
   std::atomic<size_t> next_worker_{0};
 
-  // Starts the admin endpoint on the first worker's loop (under mu_).
-  Status StartAdmin() {
-    AdminEndpoint::Pages pages;
-    pages.metrics = [this] { return PrometheusText(owner_); };
-    pages.status_html = [this, page = std::make_shared<StatusPage>()] {
-      return page->Render(owner_);
-    };
-    pages.healthy = [this] { return serving_health_.load(); };
-    StatusOr<std::unique_ptr<AdminEndpoint>> admin = AdminEndpoint::Start(
-        (*workers_)[0]->context(), options_.admin_listen, std::move(pages));
-    if (!admin.ok()) return admin.status();
-    admin_ = std::move(*admin);
-    return Status();
-  }
-
-  const Server& owner_;  // For the admin endpoint's pages.
   mutable std::mutex mu_;
-  std::unique_ptr<AdminEndpoint> admin_;  // Guarded by mu_.
-  std::atomic<bool> serving_health_{true};
+  // Started at the first Listen; the admin endpoint's is first.
+  std::vector<std::unique_ptr<SideEndpoint>> side_endpoints_;  // Guarded.
+  bool side_started_ = false;                                  // Guarded.
+  Status side_error_;                                          // Guarded.
   bool serving_ = false;    // Guarded by mu_.
   bool shut_down_ = false;  // Guarded by mu_.
   std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
@@ -413,9 +415,27 @@ class Server::Impl {
   std::unique_ptr<ThreadPool> handler_pool_;
 };
 
+namespace internal {
+AdminFromOptions admin_from_options = nullptr;
+}  // namespace internal
+
 Server::Server(ServerOptions options)
-    : impl_(std::make_unique<Impl>(*this, std::move(options))) {}
+    : impl_(std::make_unique<Impl>(std::move(options))) {
+  const std::string& admin = impl_->options().admin_listen;
+  if (admin.empty()) return;
+  if (internal::admin_from_options != nullptr) {
+    internal::admin_from_options(*this, admin);
+  } else {
+    impl_->FailListen(Status(
+        StatusCode::kFailedPrecondition,
+        "ServerOptions::admin_listen needs the admin endpoint linked in: "
+        "depend on //rpc:admin (@rdmarpc//:rdmarpc has it)"));
+  }
+}
 std::string Server::admin_uri() const { return impl_->admin_uri(); }
+void Server::AddSideEndpoint(std::unique_ptr<SideEndpoint> endpoint) {
+  impl_->AddSideEndpoint(std::move(endpoint));
+}
 Server::~Server() { impl_->Shutdown(std::chrono::milliseconds(0)); }
 void Server::RegisterService(Service* service) {
   impl_->RegisterService(service);

@@ -16,6 +16,7 @@
 #ifndef RDMARPC_RPC_SERVER_H_
 #define RDMARPC_RPC_SERVER_H_
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -81,12 +82,14 @@ struct ServerOptions {
   // no client can dial); Shutdown deregisters before it stops serving.
   std::string register_at;
   std::string advertise_uri;
-  // The admin endpoint (rpc/builtin/admin.h): with "http://127.0.0.1:9464" the
-  // first Listen also serves /metrics (Prometheus), /healthz and a status
-  // page over HTTP there, on the server's first event loop, until Shutdown;
-  // port 0 picks one (admin_uri()). Empty, the default: none. It shows every
-  // metric to whoever connects: bind it to loopback, or to a management
-  // network, never where clients reach.
+  // The admin endpoint, as EnableAdmin(server, admin_listen) would open it
+  // (rpc/builtin/admin_service.h): with "http://127.0.0.1:9464" the first
+  // Listen also serves /metrics (Prometheus), /healthz and a status page over
+  // HTTP there, on the server's first event loop, until Shutdown; port 0
+  // picks one (admin_uri()). Empty, the default: none. It shows every metric
+  // to whoever connects: bind it to loopback, or to a management network,
+  // never where clients reach. Needs //rpc:admin linked in (@rdmarpc//:rdmarpc
+  // has it); without, Listen fails FAILED_PRECONDITION.
   std::string admin_listen;
   naming::RegistrationOptions registration;
   // Shutdown with a grace period first tells each client GOAWAY and serves
@@ -115,6 +118,20 @@ struct ServerStats {
   // Connections closed because the client sent nothing, not even a keepalive
   // PONG, for TransportOptions::keepalive_timeout.
   uint64_t peers_timed_out = 0;
+};
+
+// A listener of a Server's that is not an RPC port: the admin endpoint
+// (rpc/builtin/admin_service.h). Server::AddSideEndpoint.
+class SideEndpoint {
+ public:
+  virtual ~SideEndpoint() = default;
+  // At the server's first Listen, under its lock: binds and serves on `loop`
+  // (the server's first event loop, whose thread runs it). An error fails
+  // that Listen. Destroyed in Shutdown, once the server's connections are
+  // closed: it must stop serving then.
+  virtual Status Start(boost::asio::io_context& loop) = 0;
+  // Its bound URI, once started.
+  virtual std::string uri() const = 0;
 };
 
 class Server {
@@ -146,9 +163,12 @@ class Server {
   ServerStats stats() const;
   // The options the server was made with.
   const ServerOptions& options() const;
-  // The admin endpoint's bound URI (ServerOptions::admin_listen), from the
-  // first Listen until Shutdown; empty otherwise.
+  // The admin endpoint's bound URI (EnableAdmin, ServerOptions::
+  // admin_listen), from the first Listen until Shutdown; empty otherwise.
   std::string admin_uri() const;
+  // Before the first Listen: `endpoint` starts at that Listen, and ends at
+  // Shutdown. The first one added is the admin endpoint (admin_uri()).
+  void AddSideEndpoint(std::unique_ptr<SideEndpoint> endpoint);
 
   // Registered services, in name order.
   std::vector<const Service*> services() const;
@@ -176,6 +196,13 @@ class Server {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+namespace internal {
+// Set by //rpc:admin when it is linked in: opens ServerOptions::admin_listen
+// (EnableAdmin). The server's core builds no HTTP server of its own.
+using AdminFromOptions = void (*)(Server& server, const std::string& uri);
+extern AdminFromOptions admin_from_options;
+}  // namespace internal
 
 }  // namespace rdmarpc::rpc
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "rpc/builtin/admin_service.h"
 #include "rpc/builtin/client_admin.h"
 #include "rpc/builtin/prometheus.h"
 #include "rpc/channel.h"
@@ -89,10 +90,9 @@ double SampleValue(const std::string& text, const std::string& series) {
 
 struct AdminServer {
   AdminServer() {
-    rpc::ServerOptions options;
-    options.admin_listen = "http://127.0.0.1:0";
-    server = std::make_unique<rpc::Server>(options);
+    server = std::make_unique<rpc::Server>();
     server->RegisterService(&service);
+    rpc::EnableAdmin(*server, "http://127.0.0.1:0");
     const StatusOr<std::string> bound = server->Listen(ListenUri());
     REQUIRE(bound.ok());
     uri = *bound;
@@ -463,13 +463,32 @@ TEST_CASE("admin: shutdown closes the endpoint") {
 }
 
 TEST_CASE("admin: a bad admin address fails Listen with a clear error") {
-  rpc::ServerOptions options;
-  options.admin_listen = "ftp://127.0.0.1:0";
-  rpc::Server server(options);
+  rpc::Server server;
+  rpc::EnableAdmin(server, "ftp://127.0.0.1:0");
   const StatusOr<std::string> bound = server.Listen(ListenUri());
   REQUIRE(!bound.ok());
   CHECK(bound.status().code() == StatusCode::kInvalidArgument);
   CHECK(bound.status().message().find("http://HOST:PORT") != std::string::npos);
+}
+
+TEST_CASE("admin: ServerOptions::admin_listen opens the same endpoint") {
+  rpc::ServerOptions options;
+  options.admin_listen = "http://127.0.0.1:0";
+  rpc::Server server(options);
+  TestService service;
+  server.RegisterService(&service);
+  REQUIRE(server.Listen(ListenUri()).ok());
+  const std::string admin = server.admin_uri();
+  REQUIRE(admin.rfind("http://127.0.0.1:", 0) == 0);
+  CHECK(Get(admin, "/healthz").status == 200);
+  const Reply metrics = Get(admin, "/metrics");
+  CHECK(metrics.status == 200);
+  CHECK(metrics.body.find("rdmarpc_server_") != std::string::npos);
+  options.admin_listen = "ftp://127.0.0.1:0";
+  rpc::Server bad(options);
+  const StatusOr<std::string> bound = bad.Listen(ListenUri());
+  REQUIRE(!bound.ok());
+  CHECK(bound.status().code() == StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -390,5 +390,19 @@ TEST_CASE("errors: a callback that throws does not stall the connection") {
 
 // A peer that writes raw bytes over TCP: for input no Channel would send.
 
+// This binary links the server's core without the admin endpoint
+// (//rpc:admin): asking for one is a clear error, not a silent no-op.
+TEST_CASE("errors: admin_listen without the admin endpoint linked in") {
+  REQUIRE(rpc::internal::admin_from_options == nullptr);
+  rpc::ServerOptions options;
+  options.admin_listen = "http://127.0.0.1:0";
+  rpc::Server server(options);
+  const StatusOr<std::string> bound = server.Listen(ListenUri());
+  REQUIRE(!bound.ok());
+  CHECK(bound.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(bound.status().message().find("//rpc:admin") != std::string::npos);
+  CHECK(server.admin_uri().empty());
+}
+
 }  // namespace
 }  // namespace rdmarpc::testing

@@ -17,7 +17,7 @@ namespace rdmarpc::examples {
 
 // Enables rdmarpc.Introspection (so tools/rpc can list, describe, call and
 // show stats), prints "NAME listening on URI" (the bound URI) on stdout, and
-// "NAME admin on URI" with an admin endpoint (ServerOptions::admin_listen);
+// "NAME admin on URI" with an admin endpoint (EnableAdmin);
 // returns the exit status for main().
 inline int ServeUntilSignal(rpc::Server& server, const std::string& uri,
                             const char* name) {

@@ -4,15 +4,17 @@
 #include "examples/common/flags.h"
 #include "examples/common/serve.h"
 #include "examples/echo/echo_service.h"
+#include "rdmarpc/admin.h"
 
 int main(int argc, char** argv) {
   using namespace rdmarpc;
   const examples::Flags flags(argc, argv);
   examples::EchoImpl echo;
-  rpc::ServerOptions options;
-  options.admin_listen = flags.Get("admin", "");
-  rpc::Server server(options);
+  rpc::Server server;
   server.RegisterService(&echo);
+  if (const std::string admin = flags.Get("admin", ""); !admin.empty()) {
+    rpc::EnableAdmin(server, admin);
+  }
   return examples::ServeUntilSignal(
       server, flags.Get("uri", "auto://127.0.0.1:5000"), "echo server");
 }

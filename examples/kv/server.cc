@@ -15,6 +15,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/serve.h"
 #include "examples/kv/kv_service.h"
+#include "rdmarpc/admin.h"
 
 int main(int argc, char** argv) {
   using namespace rdmarpc;
@@ -33,12 +34,14 @@ int main(int argc, char** argv) {
     options.interceptors.push_back(
         std::make_shared<rpc::LoggingServerInterceptor>());
   }
-  options.admin_listen = flags.Get("admin", "");
   options.register_at = flags.Get("register-at", "");
   options.registration.ttl = std::chrono::seconds(
       flags.GetInt("registration-ttl-s", options.registration.ttl.count()));
   rpc::Server server(options);
   server.RegisterService(&kv);
+  if (const std::string admin = flags.Get("admin", ""); !admin.empty()) {
+    rpc::EnableAdmin(server, admin);
+  }
   return examples::ServeUntilSignal(
       server, flags.Get("uri", "auto://127.0.0.1:5001"), "kv server");
 }

@@ -9,7 +9,7 @@
 //   rdmarpc/awaitable.h       C++20 coroutines
 //   rdmarpc/memory.h          MemoryRegistration (zero-copy RDMA sends)
 //   rdmarpc/introspection.h   EnableIntrospection (tools/rpc)
-//   rdmarpc/admin.h           ClientAdmin (metrics and status page, no server)
+//   rdmarpc/admin.h           EnableAdmin, ClientAdmin (metrics, status page)
 //
 // Bazel: depend on @rdmarpc//:rdmarpc. Anything not reachable through these
 // headers is internal and may change.
