@@ -2,6 +2,8 @@
 
 #include <boost/asio/post.hpp>
 #include <charconv>
+#include <mutex>
+#include <string>
 
 #include "base/log.h"
 #include "transport/rdma/rdma_transport.h"
@@ -20,19 +22,26 @@ Status UnknownScheme(const Uri& uri) {
 }
 
 // auto:// becomes rdma:// when this host has a usable RDMA device, tcp://
-// otherwise; one info log says which and why.
+// otherwise. An info log says which and why when the choice is new to the
+// process (the first time, or when a device came or went); the same choice
+// again, as every reconnect makes it, logs at debug.
 Uri Resolve(Uri uri) {
   if (uri.scheme != "auto") return uri;
   const Status rdma = rdma::CheckRdmaAvailable();
   uri.scheme = rdma.ok() ? "rdma" : "tcp";
-  if (rdma.ok()) {
-    Log().info("{}: using rdma (an RDMA device with an active port exists)",
-               "auto://" + uri.host + ":" + std::to_string(uri.port));
-  } else {
-    Log().info("{}: using tcp: {}",
-               "auto://" + uri.host + ":" + std::to_string(uri.port),
-               rdma.message());
+  const std::string why =
+      rdma.ok() ? "an RDMA device with an active port exists" : rdma.message();
+  static std::mutex mu;
+  static std::string last;  // The last choice logged at info.
+  const std::string choice = uri.scheme + ": " + why;
+  bool is_new = false;
+  {
+    std::lock_guard lock(mu);
+    is_new = choice != last;
+    if (is_new) last = choice;
   }
+  Log().log(is_new ? spdlog::level::info : spdlog::level::debug,
+            "auto://{}:{}: using {}", uri.host, uri.port, choice);
   return uri;
 }
 

@@ -11,6 +11,7 @@
 #include "transport/rdma/device_events.h"
 #include "transport/rdma/loop_state.h"
 #include "transport/rdma/rdma_connection.h"
+#include "transport/rdma/verbs.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -238,13 +238,6 @@ void DeviceEventSubscription::Reset() {
   }
 }
 
-std::optional<ibv_port_state> PortState(ibv_context* context, uint8_t port) {
-  if (context == nullptr || port == 0) return std::nullopt;
-  ibv_port_attr attr{};
-  if (ibv_query_port(context, port, &attr) != 0) return std::nullopt;
-  return attr.state;
-}
-
 std::string PortDownReason(ibv_context* context, uint8_t port) {
   if (context == nullptr || port == 0) return "";
   const std::optional<ibv_port_state> state = PortState(context, port);

@@ -57,10 +57,6 @@ class DeviceEventSubscription {
   uint64_t id_ = 0;
 };
 
-// The state of `port` of `context` now; nullopt (errno set) when the port
-// cannot be queried, or when there is no context or port to ask about.
-std::optional<ibv_port_state> PortState(ibv_context* context, uint8_t port);
-
 // "port 1 of rxe0 is down" when that port is not ACTIVE; empty when it is.
 std::string PortDownReason(ibv_context* context, uint8_t port);
 

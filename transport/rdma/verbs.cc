@@ -15,7 +15,6 @@
 #include <unordered_map>
 
 #include "base/log.h"
-#include "transport/rdma/device_events.h"
 
 namespace rdmarpc::transport::rdma {
 namespace {
@@ -231,6 +230,13 @@ Status CheckRdmaAvailable() {
 
 std::string DeviceName(const ibv_context* context) {
   return context != nullptr ? ibv_get_device_name(context->device) : "?";
+}
+
+std::optional<ibv_port_state> PortState(ibv_context* context, uint8_t port) {
+  if (context == nullptr || port == 0) return std::nullopt;
+  ibv_port_attr attr{};
+  if (ibv_query_port(context, port, &attr) != 0) return std::nullopt;
+  return attr.state;
 }
 
 bool IsSoftRoce(ibv_context* context) {

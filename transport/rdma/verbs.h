@@ -140,6 +140,10 @@ Status CheckRdmaAvailable();
 // The device's name ("rxe0"), or "?" for no context, for messages.
 std::string DeviceName(const ibv_context* context);
 
+// The state of `port` of `context` now; nullopt (errno set) when the port
+// cannot be queried, or when there is no context or port to ask about.
+std::optional<ibv_port_state> PortState(ibv_context* context, uint8_t port);
+
 // Whether `context` is Soft-RoCE (rdma_rxe): vendor id 0xffffff, part 0.
 bool IsSoftRoce(ibv_context* context);
 

@@ -6,7 +6,7 @@
 #include "base/buffer_pool.h"
 #include "base/large_block.h"
 #include "base/log.h"
-#include "transport/tcp/connection_internal.h"
+#include "transport/tcp/tcp_connection_internal.h"
 
 namespace rdmarpc::transport::tcp {
 

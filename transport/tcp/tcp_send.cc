@@ -10,7 +10,7 @@
 
 #include "base/log.h"
 #include "base/pooled_handler.h"
-#include "transport/tcp/connection_internal.h"
+#include "transport/tcp/tcp_connection_internal.h"
 
 namespace rdmarpc::transport::tcp {
 namespace {

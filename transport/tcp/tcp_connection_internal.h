@@ -1,8 +1,8 @@
 // Private to the TcpConnection sources, which split one class by concern:
 // setup and close (tcp_connection.cc), the receive path (tcp_receive.cc) and
 // the send path (tcp_send.cc).
-#ifndef RDMARPC_TRANSPORT_TCP_CONNECTION_INTERNAL_H_
-#define RDMARPC_TRANSPORT_TCP_CONNECTION_INTERNAL_H_
+#ifndef RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_INTERNAL_H_
+#define RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_INTERNAL_H_
 
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -57,4 +57,4 @@ void TcpConnection::PostToLoop(Handler handler) {
 
 }  // namespace rdmarpc::transport::tcp
 
-#endif  // RDMARPC_TRANSPORT_TCP_CONNECTION_INTERNAL_H_
+#endif  // RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_INTERNAL_H_
