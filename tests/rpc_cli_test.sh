@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/rpc's contract against the KV example server (introspection on):
 # list, describe, call through reflection with text-format requests and
-# responses, streaming calls in JSON lines, exit codes from the status, and
-# the stats table.
+# responses, streaming calls in JSON lines, exit codes from the status, the
+# stats table, and headers (-H) for a server that checks a token.
 set -uo pipefail
 server=$1
 rpc=$2
@@ -86,4 +86,31 @@ grep -Eq '^tcp://127\.0\.0\.1:[0-9]+ ' "$work/stats" || fail "stats lacks the co
 # The streams: PutStream read 2 messages; ScanStream sent 3 over two calls.
 grep -Eq "^$kv/PutStream +0 +2 +0$" "$work/stats" || fail "stats PutStream: $(cat "$work/stats")"
 grep -Eq "^$kv/ScanStream +0 +0 +3$" "$work/stats" || fail "stats ScanStream: $(cat "$work/stats")"
+
+# Headers (-H): a server that checks a token refuses calls without it, and
+# takes them with it, streaming ones too.
+"$server" --uri tcp://127.0.0.1:0 --token s3cret >"$work/token.out" 2>"$work/token.err" &
+token_pid=$!
+trap 'kill $pid $token_pid 2>/dev/null; wait $pid $token_pid 2>/dev/null' EXIT
+for _ in $(seq 100); do grep -q 'listening on' "$work/token.out" && break; sleep 0.1; done
+token_uri=$(sed -n 's/^kv server listening on //p' "$work/token.out")
+[[ -n $token_uri ]] || fail "token server did not start: $(cat "$work/token.err")"
+"$rpc" call "$token_uri" "$kv/Put" 'key: "t" value: "v"' 2>"$work/err"
+rc=$?
+[[ $rc -eq 16 ]] || fail "a call without the token exited $rc, not 16 (UNAUTHENTICATED)"
+"$rpc" -H 'authorization: Bearer s3cret' call "$token_uri" "$kv/Put" 'key: "t" value: "v"' ||
+  fail "a call with -H exited $?"
+out=$("$rpc" call "$token_uri" "$kv/Get" 'key: "t"' --header 'Authorization:Bearer s3cret') ||
+  fail "a call with --header exited $?"
+[[ $out == 'value: "v"' ]] || fail "get with a header printed '$out'"
+"$rpc" -H 'authorization: Bearer wrong' call "$token_uri" "$kv/Get" 'key: "t"' 2>/dev/null
+rc=$?
+[[ $rc -eq 16 ]] || fail "a wrong token exited $rc, not 16"
+echo '{"prefix":"t"}' | "$rpc" -H 'authorization: Bearer s3cret' call "$token_uri" \
+  "$kv/ScanStream" >"$work/scan-token" || fail "ScanStream with -H exited $?"
+[[ "$(cat "$work/scan-token")" == '{"key":"t","value":"dg=="}' ]] ||
+  fail "ScanStream with -H printed '$(cat "$work/scan-token")'"
+"$rpc" -H 'no-colon' list "$token_uri" 2>/dev/null
+rc=$?
+[[ $rc -eq 64 ]] || fail "a header without a colon exited $rc, not 64"
 echo PASS

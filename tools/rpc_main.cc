@@ -15,7 +15,9 @@
 //   rpc devices                            this host's RDMA devices: limits,
 //                                          ports, GIDs (for ?device= and
 //                                          gid choices), as ibv_devinfo -v
-// Options: --timeout MS (default 30000).
+// Options: --timeout MS (default 30000); -H 'KEY: VALUE' (or --header),
+// repeatable: a header sent with every call, e.g. -H 'authorization: Bearer
+// TOKEN' for a server that checks a token.
 //
 // Exit status: 0 on success; a failed call exits with its status code (5 for
 // NOT_FOUND, 14 for UNAVAILABLE, ...); 64 for bad usage.
@@ -27,6 +29,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <boost/asio/use_future.hpp>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -36,6 +39,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -62,7 +66,8 @@ int Usage() {
                "   (streaming methods)\n"
                "       rpc stats URI\n"
                "       rpc devices\n"
-               "options: --timeout MS (default 30000)\n");
+               "options: --timeout MS (default 30000), -H 'KEY: VALUE' "
+               "(a header on every call; repeatable)\n");
   return kUsage;
 }
 
@@ -73,10 +78,13 @@ int Fail(const Status& status) {
 
 class Client {
  public:
-  Client(const std::string& uri, std::chrono::milliseconds timeout)
+  Client(const std::string& uri, std::chrono::milliseconds timeout,
+         rpc::Metadata headers)
       : channel_(std::make_shared<rpc::Channel>(uri)),
         stub_(channel_),
-        options_(rpc::CallOptions::WithTimeout(timeout)) {}
+        options_(rpc::CallOptions::WithTimeout(timeout)) {
+    options_.metadata = std::move(headers);
+  }
 
   rpc::Channel& channel() { return *channel_; }
   const rpc::CallOptions& options() const { return options_; }
@@ -460,19 +468,50 @@ int Devices() {
   return 0;
 }
 
+// Takes each -H/--header KEY:VALUE out of argv into `headers` (the key
+// lowercased, spaces around the value trimmed, as curl and grpcurl take
+// them); false on one without a key or a colon.
+bool TakeHeaders(std::vector<char*>& argv, rpc::Metadata& headers) {
+  std::vector<char*> rest;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string_view arg = argv[i];
+    if (arg != "-H" && arg != "--header") {
+      rest.push_back(argv[i]);
+      continue;
+    }
+    if (i + 1 == argv.size()) return false;
+    const std::string_view header = argv[++i];
+    const size_t colon = header.find(':');
+    if (colon == 0 || colon == std::string_view::npos) return false;
+    std::string key(header.substr(0, colon));
+    for (char& c : key) c = static_cast<char>(std::tolower(c));
+    std::string_view value = header.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+    headers.Add(std::move(key), std::string(value));
+  }
+  argv = std::move(rest);
+  return true;
+}
+
 int Main(int argc, char** argv) {
   // Connection chatter would mix with the output: warnings only, unless
   // RDMARPC_LOG asks for more.
   if (std::getenv("RDMARPC_LOG") == nullptr) {
     Log().set_level(spdlog::level::warn);
   }
-  const examples::Flags flags(argc, argv);
+  std::vector<char*> arguments(argv, argv + argc);
+  rpc::Metadata headers;
+  if (!TakeHeaders(arguments, headers)) return Usage();
+  const examples::Flags flags(static_cast<int>(arguments.size()),
+                              arguments.data());
   const auto& args = flags.positional();
   if (args.size() == 1 && args[0] == "devices") return Devices();
   if (args.size() < 2) return Usage();
   const std::string& command = args[0];
   Client client(args[1],
-                std::chrono::milliseconds(flags.GetInt("timeout", 30000)));
+                std::chrono::milliseconds(flags.GetInt("timeout", 30000)),
+                std::move(headers));
   if (command == "list" && args.size() == 2) return List(client);
   if (command == "describe" && args.size() == 3) {
     return Describe(client, args[2]);
