@@ -390,6 +390,26 @@ TEST_CASE("errors: a callback that throws does not stall the connection") {
 
 // A peer that writes raw bytes over TCP: for input no Channel would send.
 
+// A handler that drops a live call is a bug in it: the client gets INTERNAL
+// (never a call that hangs), and the server says so. A cancelled call may be
+// dropped quietly (stream_test).
+TEST_CASE("errors: a handler that drops a live call") {
+  LogCapture log;
+  rpc::Service service("test.Drop");
+  service.AddMethod("Drop", [](std::shared_ptr<rpc::ServerCall>) {});
+  rpc::Server server;
+  server.RegisterService(&service);
+  const StatusOr<std::string> bound = server.Listen(ListenUri());
+  REQUIRE(bound.ok());
+  Channel channel(*bound);
+  std::promise<Status> done;
+  channel.Call("test.Drop", "Drop", Buffer(), CallOptions::WithTimeout(10s),
+               [&](const Status& status, Buffer) { done.set_value(status); });
+  const Status status = done.get_future().get();
+  CHECK(status.code() == StatusCode::kInternal);
+  CHECK(log.Contains(spdlog::level::warn, "without finishing"));
+}
+
 // This binary links the server's core without the admin endpoint
 // (//rpc:admin): asking for one is a clear error, not a silent no-op.
 TEST_CASE("errors: admin_listen without the admin endpoint linked in") {

@@ -2,8 +2,9 @@
 //
 // The handler reads the request, deadline and cancellation, and finishes the
 // call exactly once with Finish(), from any thread, now or later. A call
-// dropped without Finish() is answered INTERNAL, so a client never waits on a
-// handler that forgot it.
+// dropped without Finish() is answered INTERNAL (and logged), so a client
+// never waits on a handler that forgot it; once the call is cancelled or past
+// its deadline, the handler may just drop it, as in gRPC.
 //
 // A streaming call (Service::AddStreamingMethod) also reads the client's
 // messages with Read and sends its own with Write, one of each outstanding

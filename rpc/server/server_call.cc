@@ -27,12 +27,17 @@ ServerCall::ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
       metrics_(metrics) {}
 
 ServerCall::~ServerCall() {
-  if (!finished_) {
-    Log().warn("{}/{}: handler dropped call {} without finishing it", *service_,
-               *method_, id_);
-    Finish(Status(StatusCode::kInternal,
-                  "the server's handler dropped the call without a response"));
+  if (finished_) return;
+  if (IsCancelled()) {
+    // A handler may just return once its call is cancelled or past its
+    // deadline, as in gRPC: the client has its status already.
+    Finish(Status(StatusCode::kCancelled, "the call was cancelled"));
+    return;
   }
+  Log().warn("{}/{}: handler dropped call {} without finishing it", *service_,
+             *method_, id_);
+  Finish(Status(StatusCode::kInternal,
+                "the server's handler dropped the call without a response"));
 }
 
 const Metadata& ServerCall::EmptyMetadata() {
