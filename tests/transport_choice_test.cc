@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <catch2/catch_test_macros.hpp>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "rpc/common/event_loop.h"
@@ -51,6 +52,25 @@ TEST_CASE("transport choice: rdma:// and auto:// follow the device") {
     REQUIRE(chosen.ok());
     CHECK((*chosen)->uri().rfind("rdma://", 0) == 0);
   }
+  loop.Stop();
+}
+
+// auto:// says which transport it took, and why, once: not again on every
+// listen or reconnect that makes the same choice.
+TEST_CASE("transport choice: auto:// logs its choice once") {
+  rpc::EventLoop loop;
+  auto pick = [&]() -> boost::asio::io_context& { return loop.context(); };
+  auto ignore = [](std::shared_ptr<Connection>) {};
+  const char* rxe_ip = std::getenv("RXE_IP");
+  const std::string uri =
+      std::string("auto://") + (rxe_ip != nullptr ? rxe_ip : "127.0.0.1") +
+      ":0";
+  REQUIRE(Listen(loop.context(), uri, {}, pick, ignore).ok());
+  testing::LogCapture log;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(Listen(loop.context(), uri, {}, pick, ignore).ok());
+  }
+  CHECK_FALSE(log.Contains(spdlog::level::info, ": using "));
   loop.Stop();
 }
 
