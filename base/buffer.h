@@ -86,7 +86,7 @@ class Buffer {
   // Releases the block now; the Buffer becomes empty. Always inline: the hot
   // path destroys and moves many empty Buffers, and GCC's heuristics stopped
   // inlining it into TcpConnection::Send after unrelated changes there
-  // (about 80 instructions per call on each side).
+  // (docs/benchmarks.md has what that cost).
   [[gnu::always_inline]] void Reset() noexcept {
     if (release_ != nullptr) release_(context_, block_);
     block_ = data_ = nullptr;

@@ -14,8 +14,8 @@ namespace {
 
 constexpr std::array<size_t, 5> kClassSizes = {256, 4096, 8192, 16384,
                                                kLargestPooled};
-constexpr size_t kThreadCacheBytes = 256 * 1024;
-constexpr size_t kSharedBytes = 4 * 1024 * 1024;
+constexpr size_t kThreadCacheBytes = size_t{256} * 1024;
+constexpr size_t kSharedBytes = size_t{4} * 1024 * 1024;
 
 static_assert(kClassSizes.back() == kLargestPooled);
 static_assert(kThreadCacheBytes / kLargestPooled >= 4,

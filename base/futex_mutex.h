@@ -1,7 +1,7 @@
 // FutexMutex: a mutex for short critical sections on hot paths.
 //
 // Uncontended, lock and unlock are one atomic instruction each; glibc's
-// pthread mutex spends about 55 instructions on the pair (type checks, owner
+// pthread mutex does several times that work on the pair (type checks, owner
 // and user counts). Contended, a waiter sleeps in the kernel (futex), so a
 // preempted holder costs the waiter nothing but its wait. The protocol is
 // the third mutex of Drepper's "Futexes Are Tricky": 0 unlocked, 1 locked,

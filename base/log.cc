@@ -8,7 +8,7 @@
 namespace rdmarpc::log_internal {
 
 // Out of line: Log() runs on every call's path (for its level check), and
-// this setup inlined there gave it a heavy prologue, 26 instructions a call.
+// this setup inlined there gave every call a heavy prologue.
 [[gnu::noinline]] spdlog::logger* MakeLogger() {
   // A program that registered its own "rdmarpc" logger keeps it.
   static std::shared_ptr<spdlog::logger> logger = spdlog::get("rdmarpc");

@@ -33,7 +33,8 @@ void InitAresLibrary() {
 class DnsWatcher : public std::enable_shared_from_this<DnsWatcher> {
  public:
   DnsWatcher(std::string server, std::string host, std::string port,
-             asio::any_io_executor executor, const ResolverOptions& options)
+             const asio::any_io_executor& executor,
+             const ResolverOptions& options)
       : server_(std::move(server)),
         host_(std::move(host)),
         port_(std::move(port)),
@@ -70,11 +71,11 @@ class DnsWatcher : public std::enable_shared_from_this<DnsWatcher> {
   }
 
   void Start(Resolver::Update update) {
-    asio::post(executor_,
-               [self = shared_from_this(), update = std::move(update)] {
-                 self->update_ = std::move(update);
-                 self->Resolve();
-               });
+    asio::post(executor_, [self = shared_from_this(),
+                           update = std::move(update)]() mutable {
+      self->update_ = std::move(update);
+      self->Resolve();
+    });
   }
 
   void Stop() {
@@ -185,7 +186,7 @@ class DnsWatcher : public std::enable_shared_from_this<DnsWatcher> {
   }
 
   struct Watched {
-    Watched(asio::any_io_executor executor, int fd)
+    Watched(const asio::any_io_executor& executor, int fd)
         : descriptor(executor, fd) {}
     asio::posix::stream_descriptor descriptor;
     bool read = false;
@@ -267,7 +268,7 @@ class DnsResolver final : public Resolver {
 }  // namespace
 
 StatusOr<std::unique_ptr<Resolver>> MakeDnsResolver(
-    std::string_view target, asio::any_io_executor executor,
+    std::string_view target, const asio::any_io_executor& executor,
     const ResolverOptions& options) {
   // dns://[SERVER]/NAME:PORT
   std::string_view rest = target.substr(6);
@@ -289,7 +290,7 @@ StatusOr<std::unique_ptr<Resolver>> MakeDnsResolver(
   }
   auto watcher = std::make_shared<DnsWatcher>(
       server, std::string(name_port.substr(0, colon)),
-      std::string(name_port.substr(colon + 1)), std::move(executor), options);
+      std::string(name_port.substr(colon + 1)), executor, options);
   if (Status ready = watcher->Init(); !ready.ok()) return ready;
   return std::unique_ptr<Resolver>(new DnsResolver(std::move(watcher)));
 }

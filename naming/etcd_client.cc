@@ -140,8 +140,9 @@ struct EtcdClient::Exchange : std::enable_shared_from_this<Exchange> {
     request.prepare_payload();
     resolver.async_resolve(
         host, endpoint.substr(colon + 1),
-        [self = shared_from_this()](beast::error_code error,
-                                    tcp::resolver::results_type results) {
+        [self = shared_from_this()](
+            beast::error_code error,
+            const tcp::resolver::results_type& results) {
           if (self->Failed(error, "resolve")) return;
           self->stream.expires_after(self->options.request_timeout);
           self->stream.async_connect(
@@ -341,9 +342,9 @@ void EtcdClient::Post(std::string path, std::string body,
 }
 
 template <typename Response, typename Request>
-void EtcdClient::Unary(std::string path, const Request& request,
+void EtcdClient::Unary(const std::string& path, const Request& request,
                        Callback<Response> done) {
-  Post(std::move(path), ToJson(request),
+  Post(path, ToJson(request),
        [done = std::move(done)](StatusOr<std::string> body) mutable {
          if (!body.ok()) return done(body.status());
          Response response;
@@ -425,7 +426,8 @@ void WatchHandle::Cancel() { exchange_->Cancel(); }
 }  // namespace
 
 std::unique_ptr<EtcdClient::Watch> EtcdClient::WatchPrefix(
-    std::string prefix, int64_t start_revision, WatchCallback on_response) {
+    std::string prefix, int64_t start_revision,
+    const WatchCallback& on_response) {
   etcd::WatchRequest request;
   etcd::WatchCreateRequest& create = *request.mutable_create_request();
   create.set_range_end(PrefixRangeEnd(prefix));
@@ -449,7 +451,7 @@ std::unique_ptr<EtcdClient::Watch> EtcdClient::WatchPrefix(
     return !canceled;
   };
   exchange->done = [client = shared_from_this(),
-                    on_response](StatusOr<std::string> end) {
+                    on_response](const StatusOr<std::string>& end) {
     on_response(end.ok() ? Status(StatusCode::kUnavailable, "watch ended")
                          : end.status());
   };

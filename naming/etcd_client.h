@@ -78,7 +78,7 @@ class EtcdClient : public std::enable_shared_from_this<EtcdClient> {
   // start_revision: `compact_revision` is set); nothing follows either.
   using WatchCallback = std::function<void(StatusOr<etcd::WatchResponse>)>;
   std::unique_ptr<Watch> WatchPrefix(std::string prefix, int64_t start_revision,
-                                     WatchCallback on_response);
+                                     const WatchCallback& on_response);
 
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 
@@ -93,7 +93,8 @@ class EtcdClient : public std::enable_shared_from_this<EtcdClient> {
   void Post(std::string path, std::string body,
             UniqueFunction<void(StatusOr<std::string>)> done);
   template <typename Response, typename Request>
-  void Unary(std::string path, const Request& request, Callback<Response> done);
+  void Unary(const std::string& path, const Request& request,
+             Callback<Response> done);
 
   boost::asio::any_io_executor executor_;
   const std::vector<std::string> endpoints_;  // "host:port"

@@ -18,7 +18,8 @@ namespace {
 class EtcdWatcher : public std::enable_shared_from_this<EtcdWatcher> {
  public:
   EtcdWatcher(std::shared_ptr<EtcdClient> etcd, std::string prefix,
-              asio::any_io_executor executor, const ResolverOptions& options)
+              const asio::any_io_executor& executor,
+              const ResolverOptions& options)
       : etcd_(std::move(etcd)),
         prefix_(std::move(prefix) + "/"),
         executor_(executor),
@@ -26,11 +27,11 @@ class EtcdWatcher : public std::enable_shared_from_this<EtcdWatcher> {
         retry_(executor) {}
 
   void Start(Resolver::Update update) {
-    asio::post(executor_,
-               [self = shared_from_this(), update = std::move(update)] {
-                 self->update_ = std::move(update);
-                 self->List();
-               });
+    asio::post(executor_, [self = shared_from_this(),
+                           update = std::move(update)]() mutable {
+      self->update_ = std::move(update);
+      self->List();
+    });
   }
 
   void Stop() {
@@ -164,12 +165,11 @@ class EtcdResolver final : public Resolver {
 
 }  // namespace
 
-std::unique_ptr<Resolver> MakeEtcdResolver(std::shared_ptr<EtcdClient> etcd,
-                                           std::string prefix,
-                                           asio::any_io_executor executor,
-                                           const ResolverOptions& options) {
+std::unique_ptr<Resolver> MakeEtcdResolver(
+    std::shared_ptr<EtcdClient> etcd, std::string prefix,
+    const asio::any_io_executor& executor, const ResolverOptions& options) {
   return std::make_unique<EtcdResolver>(std::make_shared<EtcdWatcher>(
-      std::move(etcd), std::move(prefix), std::move(executor), options));
+      std::move(etcd), std::move(prefix), executor, options));
 }
 
 }  // namespace rdmarpc::naming

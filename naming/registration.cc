@@ -18,7 +18,7 @@ namespace asio = boost::asio;
 class Registration::State : public std::enable_shared_from_this<State> {
  public:
   State(std::shared_ptr<EtcdClient> etcd, std::string key, std::string uri,
-        asio::any_io_executor executor, RegistrationOptions options)
+        const asio::any_io_executor& executor, RegistrationOptions options)
       : etcd_(std::move(etcd)),
         key_(std::move(key)),
         uri_(std::move(uri)),
@@ -49,8 +49,9 @@ class Registration::State : public std::enable_shared_from_this<State> {
       }
       if (lease == 0) return done(Status());
       self->etcd_->RevokeLease(
-          lease, [self, done = std::move(done)](
-                     StatusOr<etcd::LeaseRevokeResponse> revoked) mutable {
+          lease,
+          [self, done = std::move(done)](
+              const StatusOr<etcd::LeaseRevokeResponse>& revoked) mutable {
             if (revoked.ok()) {
               Log().info("etcd: deregistered {}", self->key_);
               return done(Status());
@@ -101,18 +102,19 @@ class Registration::State : public std::enable_shared_from_this<State> {
       std::lock_guard lock(mu_);
       lease = lease_;
     }
-    etcd_->Put(key_, uri_, lease,
-               [self = shared_from_this()](StatusOr<etcd::PutResponse> put) {
-                 if (self->Stopped()) return;
-                 if (!put.ok()) return self->Retry(put.status(), "put the key");
-                 {
-                   std::lock_guard lock(self->mu_);
-                   self->registered_ = true;
-                   ++self->stats_.registrations;
-                 }
-                 Log().info("etcd: registered {}", self->key_);
-                 self->Wait([self] { self->Renew(); });
-               });
+    etcd_->Put(
+        key_, uri_, lease,
+        [self = shared_from_this()](const StatusOr<etcd::PutResponse>& put) {
+          if (self->Stopped()) return;
+          if (!put.ok()) return self->Retry(put.status(), "put the key");
+          {
+            std::lock_guard lock(self->mu_);
+            self->registered_ = true;
+            ++self->stats_.registrations;
+          }
+          Log().info("etcd: registered {}", self->key_);
+          self->Wait([self] { self->Renew(); });
+        });
   }
 
   void Renew() {
@@ -189,8 +191,8 @@ Registration::Registration(std::shared_ptr<State> state)
     : state_(std::move(state)) {}
 
 StatusOr<std::unique_ptr<Registration>> Registration::Start(
-    asio::any_io_executor executor, std::string_view target, std::string uri,
-    RegistrationOptions options) {
+    const asio::any_io_executor& executor, std::string_view target,
+    std::string uri, RegistrationOptions options) {
   StatusOr<EtcdTarget> parsed = ParseEtcdTarget(target);
   if (!parsed.ok()) return parsed.status();
   if (uri.find("://") == std::string::npos) {
@@ -209,13 +211,13 @@ StatusOr<std::unique_ptr<Registration>> Registration::Start(
 }
 
 Registration::~Registration() {
-  state_->End([](Status) {});
+  state_->End([](const Status&) {});
 }
 
 Status Registration::Stop() {
   std::promise<Status> revoked;
   auto answer = revoked.get_future();
-  state_->End([&revoked](Status status) { revoked.set_value(status); });
+  state_->End([&revoked](const Status& status) { revoked.set_value(status); });
   return answer.get();
 }
 

@@ -40,7 +40,7 @@ class Registration {
   // (etcd://host:port[,...]/prefix). INVALID_ARGUMENT if either is
   // malformed; etcd's answers come later (registered(), stats()).
   static StatusOr<std::unique_ptr<Registration>> Start(
-      boost::asio::any_io_executor executor, std::string_view target,
+      const boost::asio::any_io_executor& executor, std::string_view target,
       std::string uri, RegistrationOptions options = {});
 
   // Stop() if not stopped, without waiting for etcd.

@@ -115,7 +115,7 @@ StatusOr<std::unique_ptr<Resolver>> MakeResolver(
     return MakeListResolver(std::move(endpoints), std::move(executor));
   }
   if (target.starts_with("dns://")) {
-    return MakeDnsResolver(target, std::move(executor), options);
+    return MakeDnsResolver(target, executor, options);
   }
   if (target.starts_with("etcd://")) {
     StatusOr<EtcdTarget> parsed = ParseEtcdTarget(target);
@@ -124,7 +124,7 @@ StatusOr<std::unique_ptr<Resolver>> MakeResolver(
         EtcdClient::Create(executor, parsed->endpoints, options.etcd);
     if (!etcd.ok()) return etcd.status();
     return MakeEtcdResolver(std::move(*etcd), std::move(parsed->prefix),
-                            std::move(executor), options);
+                            executor, options);
   }
   return Status(StatusCode::kInvalidArgument,
                 "\"" + std::string(target) +

@@ -23,11 +23,12 @@ StatusOr<std::string> EndpointUri(std::string_view item,
 std::unique_ptr<Resolver> MakeListResolver(
     std::vector<std::string> endpoints, boost::asio::any_io_executor executor);
 StatusOr<std::unique_ptr<Resolver>> MakeDnsResolver(
-    std::string_view target, boost::asio::any_io_executor executor,
+    std::string_view target, const boost::asio::any_io_executor& executor,
     const ResolverOptions& options);
 std::unique_ptr<Resolver> MakeEtcdResolver(
     std::shared_ptr<EtcdClient> etcd, std::string prefix,
-    boost::asio::any_io_executor executor, const ResolverOptions& options);
+    const boost::asio::any_io_executor& executor,
+    const ResolverOptions& options);
 
 }  // namespace rdmarpc::naming
 

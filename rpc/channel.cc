@@ -170,14 +170,12 @@ Channel::~Channel() {
   ClientLoops::Release(std::move(pool_));
 }
 
-// Inlined into both Calls: a hop of its own would move the request and the
-// callback once more (about 100 instructions a call).
+// The one place a cluster picks for a call. Inlined into both Calls: a hop
+// of its own would move the request and the callback once more.
 [[gnu::always_inline]] inline Channel::CallId Channel::Route(
     Subchannel* impl, Cluster* cluster, std::string_view service,
     std::string_view method, uint64_t method_id, Payload request,
     const CallOptions& options, ResponseCallback done) {
-  // The cluster picks here rather than behind a call of its own: each hop
-  // would move the request and the callback once more.
   std::shared_ptr<Subchannel> picked;  // A cluster's pick, held for the call.
   if (cluster != nullptr) [[unlikely]] {
     picked = cluster->Pick(options);
@@ -207,8 +205,8 @@ Channel::CallId Channel::CallRouted(std::string_view service,
                std::move(request), options, std::move(done));
 }
 
-// A single server's call goes straight to its Subchannel, as before clusters
-// and retries: a branch more, no hop more.
+// A single server's call goes straight to its Subchannel: one branch on
+// routed_ (a cluster or retries) and no hop.
 Channel::CallId Channel::Call(std::string_view service, std::string_view method,
                               Payload request, const CallOptions& options,
                               ResponseCallback done) {
@@ -216,14 +214,8 @@ Channel::CallId Channel::Call(std::string_view service, std::string_view method,
     if (retrier_) {
       return CallRouted(service, method, 0, false, request, options, done);
     }
-    // A cluster's pick, here: a call of its own would cost its frame.
-    if (std::shared_ptr<Subchannel> picked = cluster_->Pick(options))
-        [[likely]] {
-      return picked->Start(service, method, 0, std::move(request), options,
-                           std::move(done));
-    }
-    return cluster_->StartLater(service, method, 0, std::move(request), options,
-                                std::move(done));
+    return Route(nullptr, cluster_.get(), service, method, 0,
+                 std::move(request), options, std::move(done));
   }
   return impl_->Start(service, method, 0, std::move(request), options,
                       std::move(done));
@@ -237,14 +229,8 @@ Channel::CallId Channel::Call(const MethodRef& method, Payload request,
       return CallRouted(method.service(), method.method(), method.id(),
                         method.idempotent(), request, options, done);
     }
-    // A cluster's pick, here: a call of its own would cost its frame.
-    if (std::shared_ptr<Subchannel> picked = cluster_->Pick(options))
-        [[likely]] {
-      return picked->Start(method.service(), method.method(), method.id(),
-                           std::move(request), options, std::move(done));
-    }
-    return cluster_->StartLater(method.service(), method.method(), method.id(),
-                                std::move(request), options, std::move(done));
+    return Route(nullptr, cluster_.get(), method.service(), method.method(),
+                 method.id(), std::move(request), options, std::move(done));
   }
   return impl_->Start(method.service(), method.method(), method.id(),
                       std::move(request), options, std::move(done));

@@ -175,8 +175,8 @@ class Server::Impl {
           const size_t next = next_worker_++ % workers_->size();
           return (*workers_)[next]->context();
         },
-        [this](std::shared_ptr<transport::Connection> connection) {
-          Accept(std::move(connection));
+        [this](const std::shared_ptr<transport::Connection>& connection) {
+          Accept(connection);
         });
     if (!listener.ok()) return listener.status();
     std::string bound = (*listener)->uri();
@@ -228,25 +228,7 @@ class Server::Impl {
       open = sessions_;
     }
     const auto deadline = std::chrono::steady_clock::now() + grace;
-    if (grace.count() > 0) {
-      // GOAWAY: clients send no new call here, and answer once they have
-      // sent their last. Until every client answered (or the wait is over)
-      // requests are still served: none that crossed the GOAWAY fails.
-      for (const auto& session : open) session->GoAway();
-      std::unique_lock lock(core_->mu);
-      const bool answered = core_->idle.wait_until(
-          lock,
-          std::min(deadline, std::chrono::steady_clock::now() +
-                                 options_.goaway_answer_timeout),
-          [this] {
-            return core_->goaways_answered.load() >= core_->goaways_sent.load();
-          });
-      if (!answered) {
-        Log().warn("shutdown: {} of {} clients did not answer GOAWAY",
-                   core_->goaways_sent.load() - core_->goaways_answered.load(),
-                   core_->goaways_sent.load());
-      }
-    }
+    if (grace.count() > 0) AwaitGoAwayAnswers(open, deadline);
     {
       std::unique_lock lock(core_->mu);
       core_->draining = true;
@@ -257,6 +239,32 @@ class Server::Impl {
                    core_->live_calls.load(), grace.count());
       }
     }
+    CloseAll();
+  }
+
+  // GOAWAY: clients send no new call here, and answer once they have sent
+  // their last. Until every client answered (or `deadline`, or the answer
+  // timeout) requests are still served: none that crossed the GOAWAY fails.
+  void AwaitGoAwayAnswers(const std::set<std::shared_ptr<ServerSession>>& open,
+                          std::chrono::steady_clock::time_point deadline) {
+    for (const auto& session : open) session->GoAway();
+    std::unique_lock lock(core_->mu);
+    const bool answered = core_->idle.wait_until(
+        lock,
+        std::min(deadline, std::chrono::steady_clock::now() +
+                               options_.goaway_answer_timeout),
+        [this] {
+          return core_->goaways_answered.load() >= core_->goaways_sent.load();
+        });
+    if (!answered) {
+      Log().warn("shutdown: {} of {} clients did not answer GOAWAY",
+                 core_->goaways_sent.load() - core_->goaways_answered.load(),
+                 core_->goaways_sent.load());
+    }
+  }
+
+  // Shutdown's end: every connection, side endpoint and worker closed.
+  void CloseAll() {
     std::set<std::shared_ptr<ServerSession>> sessions;
     {
       std::lock_guard lock(mu_);
@@ -333,7 +341,7 @@ class Server::Impl {
   }
 
  private:
-  void Accept(std::shared_ptr<transport::Connection> connection) {
+  void Accept(const std::shared_ptr<transport::Connection>& connection) {
     Log().info("{}: accepted", connection->peer());
     auto session = std::make_shared<ServerSession>(core_, connection, workers_);
     {

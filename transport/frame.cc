@@ -39,7 +39,7 @@ bool MagicAndVersionMatch(const std::byte* in) {
          std::to_integer<uint8_t>(in[4]) == kFrameVersion;
 }
 
-DecodedPrefix Malformed(std::string why) {
+DecodedPrefix Malformed(const std::string& why) {
   return {PrefixVerdict::kMalformed,
           {},
           Status(StatusCode::kInternal, "malformed frame: " + why)};

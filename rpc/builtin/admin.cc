@@ -145,7 +145,7 @@ class Session : public std::enable_shared_from_this<Session> {
   http::response<http::string_body> response_;
 };
 
-void Accept(std::shared_ptr<AdminEndpoint::State> state) {
+void Accept(const std::shared_ptr<AdminEndpoint::State>& state) {
   state->acceptor.async_accept([state](beast::error_code error,
                                        tcp::socket socket) {
     if (error == asio::error::operation_aborted || !state->acceptor.is_open())

@@ -112,17 +112,18 @@ class HealthService final : public Health::Service, public HealthStatus {
     }
     HealthCheckResponse response;
     response.set_status(status);
-    watcher->stream->async_Write(response, [this, watcher](Status written) {
-      {
-        std::lock_guard lock(watcher->mu);
-        watcher->writing = false;
-        if (!written.ok()) {
-          watcher->ended = true;
-          return;
-        }
-      }
-      Send(watcher);  // A change while this one was on its way.
-    });
+    watcher->stream->async_Write(
+        response, [this, watcher](const Status& written) {
+          {
+            std::lock_guard lock(watcher->mu);
+            watcher->writing = false;
+            if (!written.ok()) {
+              watcher->ended = true;
+              return;
+            }
+          }
+          Send(watcher);  // A change while this one was on its way.
+        });
   }
 
   std::mutex mu_;

@@ -15,11 +15,8 @@
 #include "base/process_stats.h"
 #include "rpc/builtin/client_metrics.h"
 #include "rpc/server/metrics.h"
-#include "transport/rdma/cm_channel.h"
-#include "transport/rdma/completion_group.h"
 #include "transport/rdma/device_info.h"
-#include "transport/rdma/grant_memory.h"
-#include "transport/rdma/verbs.h"
+#include "transport/rdma/resource_usage.h"
 
 namespace rdmarpc::rpc {
 namespace {
@@ -260,6 +257,7 @@ void Clients(std::string& out) {
   const std::vector<ClientTargetMetrics> targets = ReadClientMetrics();
   if (targets.empty()) return;
   std::vector<std::string> labels;
+  labels.reserve(targets.size());
   for (const ClientTargetMetrics& t : targets) {
     labels.push_back("target=\"" + PrometheusLabelValue(t.target) + "\"");
   }
@@ -345,33 +343,34 @@ void Rdma(std::string& out) {
                            uint64_t value) {
     single(name, "counter", help, value);
   };
+  const rdma::ResourceUsage usage = rdma::ReadResourceUsage();
   gauge("rdmarpc_rdma_queue_pairs", "Queue pairs open in this process.",
-        rdma::LiveQueuePairs());
+        usage.queue_pairs);
   gauge("rdmarpc_rdma_registered_bytes",
         "Bytes registered (pinned) with RDMA devices now.",
-        rdma::LiveRegisteredBytes());
+        usage.registered_bytes);
   gauge("rdmarpc_rdma_pooled_bytes",
         "Of those, bytes of the pools that connections share.",
-        rdma::PooledRegisteredBytes());
+        usage.pooled_bytes);
   gauge("rdmarpc_rdma_granted_bytes",
-        "Bytes granted to peers' large frames now.", rdma::GrantedBytes());
+        "Bytes granted to peers' large frames now.", usage.granted_bytes);
   gauge("rdmarpc_rdma_parked_ids",
         "Ids of connections closed on a port that is down, destroyed once it "
         "is back up.",
-        rdma::CmChannel::ParkedIds());
-  if (const std::optional<uint64_t> limit = rdma::LockedMemoryLimit()) {
+        usage.parked_ids);
+  if (usage.locked_memory_limit) {
     gauge("rdmarpc_rdma_memory_lock_limit_bytes",
           "RLIMIT_MEMLOCK, which bounds what this process may register.",
-          *limit);
+          *usage.locked_memory_limit);
   }
   counter("rdmarpc_rdma_registrations_total", "ibv_reg_mr calls.",
-          rdma::RegistrationCalls());
+          usage.registrations);
   counter("rdmarpc_rdma_pool_growths_total",
-          "Chunks added to the registered pools.", rdma::PoolGrowths());
+          "Chunks added to the registered pools.", usage.pool_growths);
   counter("rdmarpc_rdma_completion_wakeups_total",
-          "Completion-channel wake-ups.", rdma::CompletionWakeups());
+          "Completion-channel wake-ups.", usage.completion_wakeups);
   counter("rdmarpc_rdma_completions_total", "Work completions polled.",
-          rdma::CompletionsPolled());
+          usage.completions_polled);
   // One family per driver counter, a sample per device port.
   std::map<std::string, std::vector<const rdma::PortCounter*>> families;
   const std::vector<rdma::PortCounter> counters = rdma::ReadPortCounters();

@@ -77,6 +77,92 @@ std::string CounterCells(const transport::ConnectionStats& s) {
   return out;
 }
 
+void ServerTotals(const ServerStats& stats, std::string& out) {
+  out += "<h2>Server</h2>\n<table id=\"server\">\n";
+  const std::pair<const char*, int64_t> totals[] = {
+      {"connections", static_cast<int64_t>(stats.connections)},
+      {"live calls", stats.live_calls},
+      {"calls started", static_cast<int64_t>(stats.calls_started)},
+      {"unknown method calls",
+       static_cast<int64_t>(stats.unknown_method_calls)},
+      {"calls shed", static_cast<int64_t>(stats.calls_shed)},
+      {"calls over limit", static_cast<int64_t>(stats.calls_over_limit)},
+      {"responses refused", static_cast<int64_t>(stats.responses_refused)},
+      {"protocol errors", static_cast<int64_t>(stats.protocol_errors)},
+      {"peers timed out", static_cast<int64_t>(stats.peers_timed_out)},
+  };
+  for (const auto& [name, value] : totals) {
+    out += "<tr><td class=\"name\">" + std::string(name) + "</td><td>" +
+           std::to_string(value) + "</td></tr>\n";
+  }
+  out += "</table>\n";
+}
+
+void Transports(const Server& server, std::string& out) {
+  out +=
+      "<h2>Transports</h2>\n<table id=\"transports\"><caption>Summed over "
+      "every connection the server has had, closed ones included</caption>"
+      "<tr><th>transport</th><th>open</th><th>queued bytes</th>" +
+      std::string(kCounterHeads) + "</tr>\n";
+  server.ForEachTransport(
+      [&](const std::string& transport, const Server::TransportTotals& totals) {
+        out += "<tr><td class=\"name\">" + HtmlEscape(transport) + "</td><td>" +
+               std::to_string(totals.open) + "</td><td>" +
+               std::to_string(totals.queued_bytes) + "</td>" +
+               CounterCells(totals.counters) + "</tr>\n";
+      });
+  out += "</table>\n";
+}
+
+void Connections(const Server& server, std::string& out) {
+  out +=
+      "<h2>Connections</h2>\n<table id=\"connections\"><tr><th>peer</th>"
+      "<th>queued bytes</th>" +
+      std::string(kCounterHeads) + "</tr>\n";
+  server.ForEachConnection([&](const transport::Connection& connection) {
+    out += "<tr><td class=\"name\">" + HtmlEscape(connection.peer()) +
+           "</td><td>" + std::to_string(connection.queued_bytes()) + "</td>" +
+           CounterCells(connection.stats()) + "</tr>\n";
+  });
+  out += "</table>\n";
+}
+
+void Options(const ServerOptions& options, std::string& out) {
+  out += "<h2>Options</h2>\n<table id=\"options\">\n";
+  const auto limit = [](uint64_t value) {
+    return value == 0 ? std::string("no limit") : std::to_string(value);
+  };
+  const auto ms = [](std::chrono::milliseconds value) {
+    return std::to_string(value.count()) + " ms";
+  };
+  const std::pair<const char*, std::string> settings[] = {
+      {"workers", std::to_string(options.workers)},
+      {"handler threads", std::to_string(options.handler_threads)},
+      {"max concurrency", limit(options.max_concurrency)},
+      {"methods with their own limit",
+       std::to_string(options.method_max_concurrency.size())},
+      {"max connections", limit(options.max_connections)},
+      {"max calls per connection", limit(options.max_calls_per_connection)},
+      {"max request payload bytes",
+       std::to_string(options.transport.max_payload_size)},
+      {"max response bytes", std::to_string(options.max_response_size)},
+      {"max metadata bytes", std::to_string(options.max_metadata_size)},
+      {"max queued bytes per connection",
+       std::to_string(options.transport.max_queued_bytes)},
+      {"keepalive interval", ms(options.transport.keepalive_interval)},
+      {"keepalive timeout", ms(options.transport.keepalive_timeout)},
+      {"interceptors", std::to_string(options.interceptors.size())},
+      {"registered at",
+       options.register_at.empty() ? std::string("-") : options.register_at},
+      {"metrics", options.enable_metrics ? "on" : "off"},
+  };
+  for (const auto& [name, value] : settings) {
+    out += "<tr><td class=\"name\">" + std::string(name) + "</td><td>" +
+           HtmlEscape(value) + "</td></tr>\n";
+  }
+  out += "</table>\n";
+}
+
 }  // namespace
 
 std::string HtmlEscape(std::string_view text) {
@@ -114,7 +200,18 @@ std::string StatusPage::Render(const Server& server) {
           : std::chrono::duration<double>(now - last_time_).count();
   last_time_ = now;
   std::string out = Head("rdmarpc server");
+  Methods(server, elapsed, out);
+  ServerTotals(server.stats(), out);
+  Transports(server, out);
+  Connections(server, out);
+  Options(server.options(), out);
+  Channels(out);
+  out += "</body></html>\n";
+  return out;
+}
 
+void StatusPage::Methods(const Server& server, double elapsed,
+                         std::string& out) {
   out +=
       "<h2>Methods</h2>\n<table id=\"methods\"><tr><th>method</th>"
       "<th>calls</th><th>ok</th><th>errors</th><th>calls/s</th>"
@@ -143,89 +240,6 @@ std::string StatusPage::Render(const Server& server) {
            "</td></tr>\n";
   });
   out += "</table>\n";
-
-  const ServerStats stats = server.stats();
-  out += "<h2>Server</h2>\n<table id=\"server\">\n";
-  const std::pair<const char*, int64_t> totals[] = {
-      {"connections", static_cast<int64_t>(stats.connections)},
-      {"live calls", stats.live_calls},
-      {"calls started", static_cast<int64_t>(stats.calls_started)},
-      {"unknown method calls",
-       static_cast<int64_t>(stats.unknown_method_calls)},
-      {"calls shed", static_cast<int64_t>(stats.calls_shed)},
-      {"calls over limit", static_cast<int64_t>(stats.calls_over_limit)},
-      {"responses refused", static_cast<int64_t>(stats.responses_refused)},
-      {"protocol errors", static_cast<int64_t>(stats.protocol_errors)},
-      {"peers timed out", static_cast<int64_t>(stats.peers_timed_out)},
-  };
-  for (const auto& [name, value] : totals) {
-    out += "<tr><td class=\"name\">" + std::string(name) + "</td><td>" +
-           std::to_string(value) + "</td></tr>\n";
-  }
-  out += "</table>\n";
-
-  out +=
-      "<h2>Transports</h2>\n<table id=\"transports\"><caption>Summed over "
-      "every connection the server has had, closed ones included</caption>"
-      "<tr><th>transport</th><th>open</th><th>queued bytes</th>" +
-      std::string(kCounterHeads) + "</tr>\n";
-  server.ForEachTransport(
-      [&](const std::string& transport, const Server::TransportTotals& totals) {
-        out += "<tr><td class=\"name\">" + HtmlEscape(transport) + "</td><td>" +
-               std::to_string(totals.open) + "</td><td>" +
-               std::to_string(totals.queued_bytes) + "</td>" +
-               CounterCells(totals.counters) + "</tr>\n";
-      });
-  out += "</table>\n";
-
-  out +=
-      "<h2>Connections</h2>\n<table id=\"connections\"><tr><th>peer</th>"
-      "<th>queued bytes</th>" +
-      std::string(kCounterHeads) + "</tr>\n";
-  server.ForEachConnection([&](const transport::Connection& connection) {
-    out += "<tr><td class=\"name\">" + HtmlEscape(connection.peer()) +
-           "</td><td>" + std::to_string(connection.queued_bytes()) + "</td>" +
-           CounterCells(connection.stats()) + "</tr>\n";
-  });
-  out += "</table>\n";
-
-  const ServerOptions& options = server.options();
-  out += "<h2>Options</h2>\n<table id=\"options\">\n";
-  const auto limit = [](uint64_t value) {
-    return value == 0 ? std::string("no limit") : std::to_string(value);
-  };
-  const auto ms = [](std::chrono::milliseconds value) {
-    return std::to_string(value.count()) + " ms";
-  };
-  const std::pair<const char*, std::string> settings[] = {
-      {"workers", std::to_string(options.workers)},
-      {"handler threads", std::to_string(options.handler_threads)},
-      {"max concurrency", limit(options.max_concurrency)},
-      {"methods with their own limit",
-       std::to_string(options.method_max_concurrency.size())},
-      {"max connections", limit(options.max_connections)},
-      {"max calls per connection", limit(options.max_calls_per_connection)},
-      {"max request payload bytes",
-       std::to_string(options.transport.max_payload_size)},
-      {"max response bytes", std::to_string(options.max_response_size)},
-      {"max metadata bytes", std::to_string(options.max_metadata_size)},
-      {"max queued bytes per connection",
-       std::to_string(options.transport.max_queued_bytes)},
-      {"keepalive interval", ms(options.transport.keepalive_interval)},
-      {"keepalive timeout", ms(options.transport.keepalive_timeout)},
-      {"interceptors", std::to_string(options.interceptors.size())},
-      {"registered at",
-       options.register_at.empty() ? std::string("-") : options.register_at},
-      {"metrics", options.enable_metrics ? "on" : "off"},
-  };
-  for (const auto& [name, value] : settings) {
-    out += "<tr><td class=\"name\">" + std::string(name) + "</td><td>" +
-           HtmlEscape(value) + "</td></tr>\n";
-  }
-  out += "</table>\n";
-  Channels(out);
-  out += "</body></html>\n";
-  return out;
 }
 
 std::string StatusPage::RenderClient() {

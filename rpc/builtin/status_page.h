@@ -24,6 +24,8 @@ class StatusPage {
   std::string RenderClient();
 
  private:
+  // The methods' table, with each one's call rate since the last render.
+  void Methods(const Server& server, double elapsed, std::string& out);
   std::map<std::string, uint64_t> last_calls_;  // Per "service/method".
   std::chrono::steady_clock::time_point last_time_{};
 };

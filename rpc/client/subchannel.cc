@@ -31,12 +31,21 @@ void MarkNotRun(const std::shared_ptr<ResponseMetadata>& sink) {
   if (sink) sink->trailers.Add(kNotRunTrailer, "1");
 }
 
+// The timeout a REQUEST carries for `deadline`; 0: none for the server.
+uint64_t TimeoutMicros(const std::optional<Clock::time_point>& deadline,
+                       Clock::time_point now) {
+  if (!deadline || *deadline - now > tunables::kMaxTimeout) return 0;
+  return std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::microseconds>(*deadline - now)
+             .count());
+}
+
 Subchannel::CallId Subchannel::Start(
     std::string_view service, std::string_view method, uint64_t method_id,
     Payload request, const CallOptions& options, ResponseCallback done,
     StreamKind kind, std::shared_ptr<ClientStreamState> stream) {
-  // In this function, not a second one behind it: each hop would move the
-  // request and the callback once more (about 100 instructions a call).
+  // The request and `done` move only into the frame and the call table:
+  // the helpers below take them by reference.
   std::optional<CallOptions> intercepted;  // Empty: nothing to construct.
   if (interceptors_) [[unlikely]] {
     intercepted.emplace(options);
@@ -48,71 +57,21 @@ Subchannel::CallId Subchannel::Start(
   // Read the clock only for a deadline: on some machines (a VM on an HPET
   // clock source) a read costs microseconds.
   const auto now = call_options.deadline ? Clock::now() : Clock::time_point();
-  if (request.size() > options_.max_request_size) {
-    Complete(std::move(done),
-             Status(StatusCode::kResourceExhausted,
-                    "request of " + std::to_string(request.size()) +
-                        " bytes exceeds the channel's maximum of " +
-                        std::to_string(options_.max_request_size)),
-             Buffer());
-    return 0;
-  }
-  if (service.size() + method.size() > tunables::kMaxMethodNameSize) {
-    Complete(
-        std::move(done),
-        Status(StatusCode::kInvalidArgument,
-               "service and method names exceed " +
-                   std::to_string(tunables::kMaxMethodNameSize) + " bytes"),
-        Buffer());
-    return 0;
-  }
-  if (call_options.deadline && *call_options.deadline <= now) {
-    Complete(std::move(done),
-             Status(StatusCode::kDeadlineExceeded,
-                    "deadline passed before the call started"),
-             Buffer());
+  if (!Validate(request.size(), service.size() + method.size(), call_options,
+                now, done)) {
     return 0;
   }
   std::string metadata;  // Encoded; none on most calls.
-  if (!call_options.metadata.empty()) [[unlikely]] {
-    StatusOr<std::string> encoded =
-        EncodeOutgoingMetadata(call_options.metadata, "request metadata");
-    if (!encoded.ok()) {
-      Complete(std::move(done), encoded.status(), Buffer());
-      return 0;
-    }
-    metadata = std::move(*encoded);
-  }
-  uint64_t timeout_us = 0;  // 0: no deadline for the server.
-  if (call_options.deadline &&
-      *call_options.deadline - now <= tunables::kMaxTimeout) {
-    timeout_us = std::max<int64_t>(
-        1, std::chrono::duration_cast<std::chrono::microseconds>(
-               *call_options.deadline - now)
-               .count());
-  }
-
-  std::unique_lock lock(mu_);
-  if (shut_down_) {
-    const Status refused = shutdown_status_;
-    lock.unlock();
-    Complete(std::move(done), refused, Buffer());
+  if (!call_options.metadata.empty() &&
+      !EncodeMetadata(call_options.metadata, &metadata, done)) [[unlikely]] {
     return 0;
   }
-  if (state_ == ChannelState::kTransientFailure &&
-      !call_options.wait_for_ready) {
-    if (const auto when = Clock::now(); when < backoff_until_) {
-      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-          backoff_until_ - when);
-      Status error(StatusCode::kUnavailable,
-                   connect_error_.message() + " (next attempt in " +
-                       std::to_string(wait.count()) + " ms)");
-      lock.unlock();
-      MarkNotRun(call_options.response_metadata);
-      Complete(std::move(done), error, Buffer());
-      return 0;
-    }
-    state_ = ChannelState::kIdle;
+  const uint64_t timeout_us = TimeoutMicros(call_options.deadline, now);
+
+  std::unique_lock lock(mu_);
+  if ((shut_down_ || state_ == ChannelState::kTransientFailure) &&
+      !AdmitLocked(lock, call_options, done)) [[unlikely]] {
+    return 0;
   }
   const CallId id = calls_.Add(std::move(done), call_options.deadline,
                                call_options.response_metadata);
@@ -121,22 +80,13 @@ Subchannel::CallId Subchannel::Start(
     streams_.emplace(id, std::move(stream));
   }
   const auto request_frame = [&] {
-    OutgoingFrame frame =
-        kind != StreamKind::kUnary
-            ? MakeStreamRequestFrame(
-                  id, method_id, timeout_us,
-                  static_cast<CallHeader::StreamKind>(static_cast<int>(kind)),
-                  0, 0, std::move(request), metadata)
-            : MakeRequestFrame(id, service, method, method_id, timeout_us,
-                               std::move(request), metadata);
-    frame.may_wait = options_.wait_for_room;
-    return frame;
+    return RequestFrame(id, kind, service, method, method_id, timeout_us,
+                        std::move(request), metadata);
   };
-  // Encoded and sent outside the lock: a Send on the connection's own thread
-  // may write at once, and other callers need not wait out that system
-  // call. Built straight into Send's parameter, the frame is never moved.
-  // A unary request counts in the request window; a stream's does not (its
-  // messages follow its REQUEST at once, and have their own flow control).
+  // Encoded and sent outside the lock: a Send on the connection's thread may
+  // write at once, and other callers need not wait out that system call.
+  // Only a unary request counts in the request window (a stream's messages
+  // follow its REQUEST at once, and have their own flow control).
   const uint64_t window_bytes =
       kind == StreamKind::kUnary && options_.max_request_bytes_in_flight != 0
           ? request.size()
@@ -149,40 +99,13 @@ Subchannel::CallId Subchannel::Start(
     sending_.fetch_add(1, std::memory_order_relaxed);
   } else if (state_ == ChannelState::kReady && !goaway_) {
     // Past the request window: the call waits its turn here.
-    if (!options_.wait_for_room && !held_.empty() &&
-        held_bytes_ + window_bytes > options_.transport.max_queued_bytes) {
-      std::optional<ResponseCallback> refused = calls_.Take(id);
-      Status full(StatusCode::kResourceExhausted,
-                  "send queue to " + target_ + " is full (" +
-                      std::to_string(held_bytes_) +
-                      " bytes of requests wait for the request window, "
-                      "limit transport.max_queued_bytes " +
-                      std::to_string(options_.transport.max_queued_bytes) +
-                      "): the server is not keeping up");
-      lock.unlock();
-      Complete(std::move(*refused), std::move(full), Buffer());
-      return 0;
-    }
+    if (RefusedQueueFull(lock, id, window_bytes)) return 0;
     Hold({id, request_frame(), call_options.wait_for_ready, window_bytes});
   } else {
-    waiting_.push_back(
+    AwaitConnectionLocked(
         {id, request_frame(), call_options.wait_for_ready, window_bytes});
-    // Backing off, a wait-for-ready call waits for the next attempt.
-    if (state_ == ChannelState::kTransientFailure) {
-      asio::post(context_, [self = shared_from_this()] {
-        self->ReconnectAfterBackoff();
-      });
-    }
-    if (state_ == ChannelState::kIdle && !goaway_) {
-      state_ = ChannelState::kConnecting;
-      asio::post(context_,
-                 [self = shared_from_this()] { self->StartConnect(); });
-    }
   }
-  if (call_options.deadline && (!armed_ || *call_options.deadline < *armed_)) {
-    armed_ = call_options.deadline;
-    asio::post(context_, [self = shared_from_this()] { self->ArmTimer(); });
-  }
+  if (call_options.deadline) ArmLocked(*call_options.deadline);
   lock.unlock();
   if (ready) {
     RDMARPC_TRACE(0, "encode");
@@ -190,22 +113,156 @@ Subchannel::CallId Subchannel::Start(
     sending_.fetch_sub(1, std::memory_order_release);
     // UNAVAILABLE: the connection is closing and OnClose fails the call.
     if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
-      std::optional<ResponseCallback> failed;
-      {
-        std::lock_guard relock(mu_);
-        failed = calls_.Take(id);
-      }
-      if (failed) Complete(std::move(*failed), sent, Buffer());
+      FailUnsent(id, sent);
       return id;
     }
   }
-  if (call_options.cancellation) {
-    // Outside the lock: an already cancelled token cancels at once.
-    call_options.cancellation->Attach([weak = weak_from_this(), id] {
-      if (auto self = weak.lock()) self->Cancel(id);
-    });
-  }
+  // Outside the lock: an already cancelled token cancels at once.
+  if (call_options.cancellation)
+    AttachCancellation(*call_options.cancellation, id);
   return id;
+}
+
+bool Subchannel::EncodeMetadata(const Metadata& metadata, std::string* out,
+                                ResponseCallback& done) {
+  StatusOr<std::string> encoded =
+      EncodeOutgoingMetadata(metadata, "request metadata");
+  if (!encoded.ok()) {
+    Complete(std::move(done), encoded.status(), Buffer());
+    return false;
+  }
+  *out = std::move(*encoded);
+  return true;
+}
+
+OutgoingFrame Subchannel::RequestFrame(CallId id, StreamKind kind,
+                                       std::string_view service,
+                                       std::string_view method,
+                                       uint64_t method_id, uint64_t timeout_us,
+                                       Payload&& request,
+                                       const std::string& metadata) const {
+  OutgoingFrame frame =
+      kind != StreamKind::kUnary
+          ? MakeStreamRequestFrame(
+                id, method_id, timeout_us,
+                static_cast<CallHeader::StreamKind>(static_cast<int>(kind)), 0,
+                0, std::move(request), metadata)
+          : MakeRequestFrame(id, service, method, method_id, timeout_us,
+                             std::move(request), metadata);
+  frame.may_wait = options_.wait_for_room;
+  return frame;
+}
+
+void Subchannel::AttachCancellation(CallCancellation& token, CallId id) {
+  token.Attach([weak = weak_from_this(), id] {
+    if (auto self = weak.lock()) self->Cancel(id);
+  });
+}
+
+// Inlined into its one caller, on the call path: split out for reading only.
+[[gnu::always_inline]] inline bool Subchannel::Validate(
+    size_t request_size, size_t names_size, const CallOptions& options,
+    Clock::time_point now, ResponseCallback& done) {
+  if (request_size > options_.max_request_size) [[unlikely]] {
+    Complete(std::move(done),
+             Status(StatusCode::kResourceExhausted,
+                    "request of " + std::to_string(request_size) +
+                        " bytes exceeds the channel's maximum of " +
+                        std::to_string(options_.max_request_size)),
+             Buffer());
+    return false;
+  }
+  if (names_size > tunables::kMaxMethodNameSize) [[unlikely]] {
+    Complete(
+        std::move(done),
+        Status(StatusCode::kInvalidArgument,
+               "service and method names exceed " +
+                   std::to_string(tunables::kMaxMethodNameSize) + " bytes"),
+        Buffer());
+    return false;
+  }
+  if (options.deadline && *options.deadline <= now) [[unlikely]] {
+    Complete(std::move(done),
+             Status(StatusCode::kDeadlineExceeded,
+                    "deadline passed before the call started"),
+             Buffer());
+    return false;
+  }
+  return true;
+}
+
+bool Subchannel::AdmitLocked(std::unique_lock<FutexMutex>& lock,
+                             const CallOptions& options,
+                             ResponseCallback& done) {
+  if (shut_down_) {
+    const Status refused = shutdown_status_;
+    lock.unlock();
+    Complete(std::move(done), refused, Buffer());
+    return false;
+  }
+  if (state_ != ChannelState::kTransientFailure || options.wait_for_ready) {
+    return true;
+  }
+  if (const auto when = Clock::now(); when < backoff_until_) {
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+        backoff_until_ - when);
+    Status error(StatusCode::kUnavailable,
+                 connect_error_.message() + " (next attempt in " +
+                     std::to_string(wait.count()) + " ms)");
+    lock.unlock();
+    MarkNotRun(options.response_metadata);
+    Complete(std::move(done), error, Buffer());
+    return false;
+  }
+  state_ = ChannelState::kIdle;
+  return true;
+}
+
+bool Subchannel::RefusedQueueFull(std::unique_lock<FutexMutex>& lock, CallId id,
+                                  uint64_t window_bytes) {
+  if (options_.wait_for_room || held_.empty() ||
+      held_bytes_ + window_bytes <= options_.transport.max_queued_bytes) {
+    return false;
+  }
+  std::optional<ResponseCallback> refused = calls_.Take(id);
+  Status full(StatusCode::kResourceExhausted,
+              "send queue to " + target_ + " is full (" +
+                  std::to_string(held_bytes_) +
+                  " bytes of requests wait for the request window, "
+                  "limit transport.max_queued_bytes " +
+                  std::to_string(options_.transport.max_queued_bytes) +
+                  "): the server is not keeping up");
+  lock.unlock();
+  Complete(std::move(*refused), full, Buffer());
+  return true;
+}
+
+void Subchannel::AwaitConnectionLocked(Waiting waiting) {
+  waiting_.push_back(std::move(waiting));
+  // Backing off, a wait-for-ready call waits for the next attempt.
+  if (state_ == ChannelState::kTransientFailure) {
+    asio::post(context_,
+               [self = shared_from_this()] { self->ReconnectAfterBackoff(); });
+  }
+  if (state_ == ChannelState::kIdle && !goaway_) {
+    state_ = ChannelState::kConnecting;
+    asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
+  }
+}
+
+void Subchannel::ArmLocked(Clock::time_point deadline) {
+  if (armed_ && *armed_ <= deadline) return;
+  armed_ = deadline;
+  asio::post(context_, [self = shared_from_this()] { self->ArmTimer(); });
+}
+
+void Subchannel::FailUnsent(CallId id, const Status& refused) {
+  std::optional<ResponseCallback> failed;
+  {
+    std::lock_guard lock(mu_);
+    failed = calls_.Take(id);
+  }
+  if (failed) Complete(std::move(*failed), refused, Buffer());
 }
 
 bool Subchannel::Intercept(std::string_view service, std::string_view method,
@@ -268,7 +325,7 @@ void Subchannel::EndCall(uint64_t id, const Status& why) {
   if (!held_.empty()) ReleaseHeld(&released);
   lock.unlock();
   if (ready) ready->Send(CancelFrame(id)).IgnoreError();
-  if (!released.empty()) SendReleased(std::move(ready), released);
+  if (!released.empty()) SendReleased(ready, released);
   Log().debug("{}: call {} ended by the client: {}", target_, id,
               why.ToString());
   Complete(std::move(*done), why, Buffer());
@@ -332,41 +389,7 @@ void Subchannel::OnFrame(ReceivedFrame frame) {
   StatusOr<CallHeader> header = DecodeCallHeader(frame);
   if (header.ok() && (header->kind() == CallHeader::kMessage ||
                       header->kind() == CallHeader::kWindow)) {
-    std::shared_ptr<ClientStreamState> stream;
-    {
-      std::lock_guard lock(mu_);
-      if (const auto it = streams_.find(header->call_id());
-          it != streams_.end() && calls_.Contains(header->call_id())) {
-        stream = it->second;
-      } else {
-        // The call has ended (its frames may cross its end) or never
-        // streamed. Dropped; the connection goes on.
-        ++stats_.stream_frames_dropped;
-        return;
-      }
-    }
-    if (header->kind() == CallHeader::kWindow) {
-      return stream->OnWindow(header->window_messages(),
-                              header->window_bytes());
-    }
-    if (!header->metadata().empty()) [[unlikely]] {
-      // The server's response headers, with its first message.
-      ResponseMetadata* sink = stream->response_metadata.get();
-      const Status read =
-          ReadMetadata(header->metadata(), options_.max_metadata_size,
-                       "response headers", "channel", StatusCode::kInternal,
-                       sink != nullptr ? &sink->headers : nullptr);
-      if (!read.ok()) return EndCall(header->call_id(), read);
-    }
-    if (frame.dropped_payload_size() > 0) {
-      return EndCall(
-          header->call_id(),
-          DroppedPayloadStatus(
-              frame, "stream message", "channel",
-              " of " + std::to_string(options_.transport.max_payload_size)));
-    }
-    return stream->OnMessage(SplitPayload(std::move(frame).TakePayload(),
-                                          header->attachment_size()));
+    return OnStreamFrame(*header, frame);
   }
   if (header.ok() && header->kind() == CallHeader::kGoAway) [[unlikely]] {
     return OnGoAway();
@@ -384,6 +407,61 @@ void Subchannel::OnFrame(ReceivedFrame frame) {
     if (connection_) connection_->Close(header.status());
     return;
   }
+  OnResponse(*header, frame);
+}
+
+Status Subchannel::ReadResponseMetadata(const CallHeader& header,
+                                        ResponseMetadata* sink) const {
+  Status read =
+      ReadMetadata(header.metadata(), options_.max_metadata_size,
+                   "response headers", "channel", StatusCode::kInternal,
+                   sink != nullptr ? &sink->headers : nullptr);
+  if (!read.ok()) return read;
+  return ReadMetadata(header.trailers(), options_.max_metadata_size,
+                      "response trailers", "channel", StatusCode::kInternal,
+                      sink != nullptr ? &sink->trailers : nullptr);
+}
+
+void Subchannel::OnStreamFrame(const CallHeader& header, ReceivedFrame& frame) {
+  std::shared_ptr<ClientStreamState> stream;
+  {
+    std::lock_guard lock(mu_);
+    if (const auto it = streams_.find(header.call_id());
+        it != streams_.end() && calls_.Contains(header.call_id())) {
+      stream = it->second;
+    } else {
+      // The call has ended (its frames may cross its end) or never
+      // streamed. Dropped; the connection goes on.
+      ++stats_.stream_frames_dropped;
+      return;
+    }
+  }
+  if (header.kind() == CallHeader::kWindow) {
+    return stream->OnWindow(header.window_messages(), header.window_bytes());
+  }
+  if (!header.metadata().empty()) [[unlikely]] {
+    // The server's response headers, with its first message.
+    ResponseMetadata* sink = stream->response_metadata.get();
+    const Status read =
+        ReadMetadata(header.metadata(), options_.max_metadata_size,
+                     "response headers", "channel", StatusCode::kInternal,
+                     sink != nullptr ? &sink->headers : nullptr);
+    if (!read.ok()) return EndCall(header.call_id(), read);
+  }
+  if (frame.dropped_payload_size() > 0) {
+    return EndCall(
+        header.call_id(),
+        DroppedPayloadStatus(
+            frame, "stream message", "channel",
+            " of " + std::to_string(options_.transport.max_payload_size)));
+  }
+  return stream->OnMessage(
+      SplitPayload(std::move(frame).TakePayload(), header.attachment_size()));
+}
+
+// Inlined into its one caller, on the call path: split out for reading only.
+[[gnu::always_inline]] inline void Subchannel::OnResponse(
+    const CallHeader& header, ReceivedFrame& frame) {
   ResponseCallback done;
   std::shared_ptr<ResponseMetadata> sink;
   bool found;
@@ -391,40 +469,33 @@ void Subchannel::OnFrame(ReceivedFrame frame) {
   std::shared_ptr<Connection> connection;
   {
     std::lock_guard lock(mu_);
-    found = calls_.Take(header->call_id(), &done, &sink);
+    found = calls_.Take(header.call_id(), &done, &sink);
     if (!found) ++stats_.late_responses_dropped;
     if (!held_.empty()) [[unlikely]]
       connection = ReleaseHeld(&released);
   }
   // The next requests leave before this call's callback runs.
-  if (!released.empty()) SendReleased(std::move(connection), released);
+  if (!released.empty()) SendReleased(connection, released);
   if (!found) {
     Log().debug("{}: dropped late response to call {}", target_,
-                header->call_id());
+                header.call_id());
     return;
   }
-  Status status = StatusFromHeader(*header);
+  Status status = StatusFromHeader(header);
   if (frame.dropped_payload_size() > 0) {
     status = DroppedPayloadStatus(
         frame, "response", "channel",
         " of " + std::to_string(options_.transport.max_payload_size));
   }
-  if (!header->metadata().empty() || !header->trailers().empty()) [[unlikely]] {
-    Status read = ReadMetadata(
-        header->metadata(), options_.max_metadata_size, "response headers",
-        "channel", StatusCode::kInternal, sink ? &sink->headers : nullptr);
-    if (read.ok()) {
-      read = ReadMetadata(header->trailers(), options_.max_metadata_size,
-                          "response trailers", "channel", StatusCode::kInternal,
-                          sink ? &sink->trailers : nullptr);
-    }
+  if (!header.metadata().empty() || !header.trailers().empty()) [[unlikely]] {
+    Status read = ReadResponseMetadata(header, sink.get());
     // The server's own error says more than what came with it.
     if (!read.ok() && status.ok()) status = std::move(read);
   }
   RDMARPC_TRACE(0, "callback");
   Deliver(done, status,
           status.ok() ? SplitPayload(std::move(frame).TakePayload(),
-                                     header->attachment_size())
+                                     header.attachment_size())
                       : Payload());
 }
 
@@ -458,7 +529,7 @@ void Subchannel::OnTimer(const boost::system::error_code& error) {
     }
     if (!held_.empty()) connection = ReleaseHeld(&released);
   }
-  if (!released.empty()) SendReleased(std::move(connection), released);
+  if (!released.empty()) SendReleased(connection, released);
   ArmTimer();
   FailAll(expired, Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
 }
@@ -472,9 +543,11 @@ std::shared_ptr<Connection> Subchannel::ReleaseHeld(std::vector<Waiting>* out) {
     if (calls_.Contains(next.id)) {  // Else cancelled or timed out: skipped.
       if (!WindowAdmits()) break;
       calls_.Charge(next.id, next.window_bytes);
+      held_bytes_ -= next.window_bytes;
       out->push_back(std::move(next));
+    } else {
+      held_bytes_ -= next.window_bytes;
     }
-    held_bytes_ -= next.window_bytes;
     held_.pop_front();
   }
   // Counted under mu_, as Start counts: no REQUEST follows the answer to a
@@ -489,7 +562,7 @@ void Subchannel::Hold(Waiting waiting) {
   held_.push_back(std::move(waiting));
 }
 
-void Subchannel::SendReleased(std::shared_ptr<Connection> connection,
+void Subchannel::SendReleased(const std::shared_ptr<Connection>& connection,
                               std::vector<Waiting>& released) {
   Status failure;
   std::vector<CallTable::Entry> failed;

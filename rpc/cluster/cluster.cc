@@ -448,8 +448,8 @@ void Cluster::TakeDispatchable(
 // ------------------------------------------------------------ outside mu_ --
 
 void Cluster::Dispatch(
-    std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>> ready,
-    std::vector<Pending> failed, const Status& why) {
+    std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>>&& ready,
+    std::vector<Pending>&& failed, const Status& why) {
   for (auto& [pending, impl] : ready) {
     impl->Start(pending.service, pending.method, pending.method_id,
                 std::move(pending.request), pending.options,

@@ -112,8 +112,8 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
       std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>>* ready,
       std::vector<Pending>* failed, Status* why);
   void Dispatch(
-      std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>> ready,
-      std::vector<Pending> failed, const Status& why);
+      std::vector<std::pair<Pending, std::shared_ptr<Subchannel>>>&& ready,
+      std::vector<Pending>&& failed, const Status& why);
 
   const std::string target_;
   const ChannelOptions options_;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/log.h"
+#include "rpc/common/method_ref.h"
 #include "proto/health.pb.h"
 #include "rpc/cluster/cluster.h"
 

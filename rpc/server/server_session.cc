@@ -75,20 +75,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     if (goaway_sent_.load()) CountGoAwayAnswer();
     return;
   }
-  if (header.kind() == CallHeader::kCancel) {
-    std::shared_ptr<ServerCall> call;
-    {
-      std::lock_guard lock(mu_);
-      const auto it = live_.find(id);
-      if (it != live_.end()) call = it->second.lock();
-    }
-    if (call) {
-      Log().debug("{}: call {} cancelled by the client", connection_->peer(),
-                  id);
-      call->MarkCancelled();
-    }
-    return;
-  }
+  if (header.kind() == CallHeader::kCancel) return OnCancel(id);
   if (header.kind() == CallHeader::kMessage ||
       header.kind() == CallHeader::kHalfClose ||
       header.kind() == CallHeader::kWindow) {
@@ -98,7 +85,37 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     return ProtocolError(Status(StatusCode::kInternal,
                                 "protocol error: client sent a response"));
   }
+  OnRequest(header, frame);
+}
 
+void ServerSession::Reject(uint64_t id, MethodMetrics* metrics,
+                           const Status& status, uint64_t request_bytes,
+                           bool not_run) {
+  if (metrics != nullptr) {
+    metrics->started.fetch_add(1, std::memory_order_relaxed);
+    metrics->RecordRejected(status.code(), request_bytes);
+  }
+  if (not_run) return ReplyNotRun(id, status);
+  Reply(id, status);
+}
+
+void ServerSession::OnCancel(uint64_t id) {
+  std::shared_ptr<ServerCall> call;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = live_.find(id);
+    if (it != live_.end()) call = it->second.lock();
+  }
+  if (call) {
+    Log().debug("{}: call {} cancelled by the client", connection_->peer(), id);
+    call->MarkCancelled();
+  }
+}
+
+// Inlined into its one caller, on the call path: split out for reading only.
+[[gnu::always_inline]] inline void ServerSession::OnRequest(
+    const CallHeader& header, transport::ReceivedFrame& frame) {
+  const uint64_t id = header.call_id();
   if (!refusal_.ok()) {
     ReplyNotRun(id, refusal_);
     return connection_->Close(refusal_);  // Sends the answer first.
@@ -120,20 +137,9 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
                                     StreamKindName(static_cast<StreamKind>(
                                         static_cast<int>(header.stream()))))));
   }
-  const MethodHandler* handler = entry.handler;
   MethodMetrics* const metrics = core_->metrics ? &entry.metrics : nullptr;
-  // Answered at once, without running the handler; counted in the
-  // method's metrics.
-  // `not_run`: refused for the server's state, not the request's, so it
-  // may be sent again elsewhere.
-  const auto reject = [&](const Status& status, uint64_t request_bytes,
-                          bool not_run = false) {
-    if (metrics != nullptr) {
-      metrics->started.fetch_add(1, std::memory_order_relaxed);
-      metrics->RecordRejected(status.code(), request_bytes);
-    }
-    if (not_run) return ReplyNotRun(id, status);
-    Reply(id, status);
+  const auto reject = [&](const Status& status, uint64_t request_bytes) {
+    Reject(id, metrics, status, request_bytes, /*not_run=*/false);
   };
   if (frame.dropped_payload_size() > 0) {
     return reject(DroppedPayloadStatus(frame, "request", "server"),
@@ -170,6 +176,15 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     call->StartStream(entry.kind, header.window_messages(),
                       header.window_bytes());
   }
+  Begin(entry, call);
+}
+
+// Inlined into its one caller, on the call path: split out for reading only.
+[[gnu::always_inline]] inline void ServerSession::Begin(
+    MethodEntry& entry, const std::shared_ptr<ServerCall>& call) {
+  const uint64_t id = call->id_;
+  MethodMetrics* const metrics = call->metrics_;
+  const MethodHandler* handler = entry.handler;
   // Only this thread enters calls in live_, and a call not entered has
   // finished or is this one. So with live_ empty no other call is in flight:
   // none can hold this id, and the limit is not reached. No lock.
@@ -177,7 +192,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
     std::lock_guard lock(mu_);
     if (Status over = CallLimitLocked(); !over.ok()) {
       call->finished_ = true;
-      return reject(over, 0, /*not_run=*/true);
+      return Reject(id, metrics, over, 0, /*not_run=*/true);
     }
     if (live_.contains(id)) {
       // Finish the orphan quietly: the connection is going away anyway.
@@ -223,7 +238,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   }
   if (core_->handler_executor) {
     // Off this thread: the call is in live_ (below) until it finishes.
-    core_->handler_executor([handler, call, &entry]() mutable {
+    core_->handler_executor([handler, call = call, &entry]() mutable {
       RunHandler(*handler, std::move(call), entry);
     });
   } else {

@@ -179,13 +179,13 @@ class ServerSession final : public transport::ConnectionObserver,
   const std::shared_ptr<const void> loops_;  // Destroyed after connection_.
   const std::shared_ptr<transport::Connection> connection_;
   std::mutex mu_;
-  // Calls that outlived their handler, entered by OnFrame only. Guarded by
+  // Calls that outlived their handler, entered by Begin only. Guarded by
   // mu_. Nodes of finished calls are kept for the next ones, so tracking a
   // call allocates nothing in steady state.
   using LiveCalls = std::unordered_map<uint64_t, std::weak_ptr<ServerCall>>;
   LiveCalls live_;
   std::vector<LiveCalls::node_type> spare_nodes_;
-  // live_.size(), readable without mu_: OnFrame takes mu_ only when it is
+  // live_.size(), readable without mu_: Begin takes mu_ only when it is
   // not 0.
   std::atomic<size_t> tracked_calls_{0};
   void TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
@@ -198,6 +198,16 @@ class ServerSession final : public transport::ConnectionObserver,
   // The method `header` names; nullptr after answering the call with why
   // there is none.
   MethodEntry* ResolveMethod(const CallHeader& header);
+  // OnFrame by the frame's kind: CANCEL; REQUEST, up to the call's
+  // creation; then its admission and handler.
+  void OnCancel(uint64_t id);
+  void OnRequest(const CallHeader& header, transport::ReceivedFrame& frame);
+  void Begin(MethodEntry& entry, const std::shared_ptr<ServerCall>& call);
+  // Answers call `id` at once, without running the handler, and counts it in
+  // `metrics` (if any). `not_run`: refused for the server's state, not the
+  // request's, so it may be sent again elsewhere.
+  void Reject(uint64_t id, MethodMetrics* metrics, const Status& status,
+              uint64_t request_bytes, bool not_run);
   // MESSAGE, HALF_CLOSE, WINDOW.
   void OnStreamFrame(const CallHeader& header, transport::ReceivedFrame frame);
   std::function<void()> on_closed_;

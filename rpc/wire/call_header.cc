@@ -423,6 +423,63 @@ bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
   return in.done();
 }
 
+void CallHeader::SetField(uint64_t field, bool varint, uint64_t value,
+                          std::string_view text) {
+  // A known field with another wire type is, to protobuf, an unknown
+  // field: skipped like any other.
+  switch (field) {
+    case kKindField:
+      if (varint) kind_ = static_cast<Kind>(static_cast<int32_t>(value));
+      break;
+    case kCallIdField:
+      if (varint) call_id_ = value;
+      break;
+    case kServiceField:
+      if (!varint) service_ = text;
+      break;
+    case kMethodField:
+      if (!varint) method_ = text;
+      break;
+    case kTimeoutField:
+      if (varint) timeout_us_ = value;
+      break;
+    case kStatusCodeField:
+      if (varint) status_code_ = static_cast<int32_t>(value);
+      break;
+    case kStatusMessageField:
+      if (!varint) status_message_ = text;
+      break;
+    case kPayloadSizeField:
+      if (varint) payload_size_ = value;
+      break;
+    case kAttachmentSizeField:
+      if (varint) attachment_size_ = value;
+      break;
+    case kStreamField:
+      if (varint) {
+        stream_ = static_cast<StreamKind>(static_cast<int32_t>(value));
+      }
+      break;
+    case kWindowMessagesField:
+      if (varint) window_messages_ = value;
+      break;
+    case kWindowBytesField:
+      if (varint) window_bytes_ = value;
+      break;
+    case kOutOfBandField:
+      if (!varint) ++out_of_band_count_;
+      break;
+    case kMetadataField:
+      if (!varint) metadata_ = text;
+      break;
+    case kTrailersField:
+      if (!varint) trailers_ = text;
+      break;
+    default:
+      break;
+  }
+}
+
 std::optional<CallHeader> CallHeader::DecodeAny(
     std::span<const std::byte> bytes) {
   CallHeader header;
@@ -452,61 +509,7 @@ std::optional<CallHeader> CallHeader::DecodeAny(
       default:  // Groups (3, 4) and wire types 6, 7.
         return std::nullopt;
     }
-    // A known field with another wire type is, to protobuf, an unknown
-    // field: skipped like any other.
-    const bool varint = type == kVarint;
-    switch (field) {
-      case kKindField:
-        if (varint)
-          header.kind_ = static_cast<Kind>(static_cast<int32_t>(value));
-        break;
-      case kCallIdField:
-        if (varint) header.call_id_ = value;
-        break;
-      case kServiceField:
-        if (!varint) header.service_ = text;
-        break;
-      case kMethodField:
-        if (!varint) header.method_ = text;
-        break;
-      case kTimeoutField:
-        if (varint) header.timeout_us_ = value;
-        break;
-      case kStatusCodeField:
-        if (varint) header.status_code_ = static_cast<int32_t>(value);
-        break;
-      case kStatusMessageField:
-        if (!varint) header.status_message_ = text;
-        break;
-      case kPayloadSizeField:
-        if (varint) header.payload_size_ = value;
-        break;
-      case kAttachmentSizeField:
-        if (varint) header.attachment_size_ = value;
-        break;
-      case kStreamField:
-        if (varint) {
-          header.stream_ = static_cast<StreamKind>(static_cast<int32_t>(value));
-        }
-        break;
-      case kWindowMessagesField:
-        if (varint) header.window_messages_ = value;
-        break;
-      case kWindowBytesField:
-        if (varint) header.window_bytes_ = value;
-        break;
-      case kOutOfBandField:
-        if (!varint) ++header.out_of_band_count_;
-        break;
-      case kMetadataField:
-        if (!varint) header.metadata_ = text;
-        break;
-      case kTrailersField:
-        if (!varint) header.trailers_ = text;
-        break;
-      default:
-        break;
-    }
+    header.SetField(field, type == kVarint, value, text);
   }
   return header;
 }

@@ -145,6 +145,11 @@ class CallHeader {
  private:
   bool DecodeCanonical(std::span<const std::byte> bytes);
   static std::optional<CallHeader> DecodeAny(std::span<const std::byte> bytes);
+  // Stores one decoded field (`value` if `varint`, else `text`). A known
+  // field with another wire type is, to protobuf, an unknown field: ignored
+  // like any other.
+  void SetField(uint64_t field, bool varint, uint64_t value,
+                std::string_view text);
 
   Kind kind_ = kUnspecified;
   uint64_t call_id_ = 0;

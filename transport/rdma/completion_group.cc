@@ -213,9 +213,10 @@ Status CompletionGroup::Open() {
   max_receives_ =
       std::min<uint32_t>(kRdmaConnectionsPerGroup * kRdmaReceiveDepth,
                          static_cast<uint32_t>(std::max(device.max_srq_wr, 1)));
-  const int entries = std::min<int>(
-      kRdmaConnectionsPerGroup * kRdmaSendDepth + max_receives_ + 16,
-      device.max_cqe);
+  const int entries =
+      std::min<int>(static_cast<int>(kRdmaConnectionsPerGroup * kRdmaSendDepth +
+                                     max_receives_ + 16),
+                    device.max_cqe);
   cq_.reset(ibv_create_cq(verbs, entries, this, channel_.get(), 0));
   if (!cq_) return ErrnoStatus("ibv_create_cq", errno);
   ibv_srq_init_attr attr{};

@@ -106,7 +106,9 @@ StatusOr<DeviceInfo> Describe(ibv_device* device) {
                             ? 0
                             : ibv_query_gid_table(context.get(), entries.data(),
                                                   entries.size(), 0);
-  if (valid < 0) return ErrnoStatus("ibv_query_gid_table " + info.name, -valid);
+  if (valid < 0)
+    return ErrnoStatus("ibv_query_gid_table " + info.name,
+                       static_cast<int>(-valid));
   for (ssize_t i = 0; i < valid; ++i) {
     const ibv_gid_entry& entry = entries[i];
     for (PortInfo& port : info.ports) {

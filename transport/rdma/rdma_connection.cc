@@ -283,49 +283,12 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
         Established(ErrnoStatus("rdma_resolve_route " + peer_, errno));
       }
       return;
-    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
-      // A port known to be down fails the connect now, not at its timeout.
-      if (const std::string down = PortDownReason(id_->verbs, id_->port_num);
-          !down.empty()) {
-        return Established(Status(StatusCode::kUnavailable,
-                                  "connect to " + peer_ + ": " + down));
-      }
-      Status created = CreateResources();
-      if (!created.ok()) return Established(created);
-      ConnParams local = LocalConnParams();
-      local.receive_buffer_size = group_->receive_buffer_size();
-      rdma_conn_param param = ConnParam(local, options_.rdma_retry_count);
-      may_park_ = true;
-      if (rdma_connect(id_.get(), &param) != 0) {
-        Established(ErrnoStatus("rdma_connect " + peer_, errno));
-      }
-      return;
-    }
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+      return OnRouteResolved();
     case RDMA_CM_EVENT_ESTABLISHED:
-      if (params) {  // Active side: the server's parameters.
-        if (!params->ok()) {
-          return Established(Status(
-              params->status().code(),
-              "connect to " + peer_ + ": " + params->status().message()));
-        }
-        AdoptPeerParams(**params);
-      }
-      if (Status path = CheckPath(); !path.ok()) {
-        Log().warn("{}: closing: {}", peer_, path.message());
-        return Established(path);
-      }
-      established_ = true;
-      return Established(Status());
-    case RDMA_CM_EVENT_DEVICE_REMOVAL: {
-      // The removal waits for the id: it goes now, port down or not.
-      may_park_ = false;
-      DeviceHold::MarkRemoved(id_->verbs);
-      const std::string device = DeviceName(id_->verbs);
-      Log().warn("{}: RDMA device {} is being removed: closing", peer_, device);
-      // CloseNow also answers a connect still under way, and releases the
-      // device's resources.
-      return CloseNow(Lost("RDMA device " + device + " was removed"));
-    }
+      return OnEstablished(params);
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      return OnDeviceRemoval();
     case RDMA_CM_EVENT_DISCONNECTED:
       if (!established_) {
         return Established(Status(StatusCode::kUnavailable,
@@ -337,29 +300,80 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
       return;
     default:  // REJECTED, UNREACHABLE, ADDR_ERROR, ROUTE_ERROR, ...
-      if (!established_ && refused) {
-        return Established(Status(
-            StatusCode::kResourceExhausted,
-            "connect to " + peer_ +
-                " refused: the server cannot register memory for another "
-                "connection (its log names the limit)"));
-      }
-      if (!established_ && params &&
-          params->status().code() == StatusCode::kUnimplemented) {
-        // Rejected by rdmarpc of another version, which sent its own.
-        return Established(Status(
-            StatusCode::kUnimplemented,
-            "connect to " + peer_ + " refused: " + params->status().message()));
-      }
-      if (!established_) {
-        return Established(Status(StatusCode::kUnavailable,
-                                  "connect to " + peer_ + " failed: " + what +
-                                      " (status " + std::to_string(status) +
-                                      ")"));
-      }
-      Log().warn("{}: unexpected rdma_cm event {}", peer_, what);
-      return;
+      return OnCmFailure(what, status, refused, params);
   }
+}
+
+void RdmaConnection::OnRouteResolved() {
+  // A port known to be down fails the connect now, not at its timeout.
+  if (const std::string down = PortDownReason(id_->verbs, id_->port_num);
+      !down.empty()) {
+    return Established(
+        Status(StatusCode::kUnavailable, "connect to " + peer_ + ": " + down));
+  }
+  Status created = CreateResources();
+  if (!created.ok()) return Established(created);
+  ConnParams local = LocalConnParams();
+  local.receive_buffer_size = group_->receive_buffer_size();
+  rdma_conn_param param = ConnParam(local, options_.rdma_retry_count);
+  may_park_ = true;
+  if (rdma_connect(id_.get(), &param) != 0) {
+    Established(ErrnoStatus("rdma_connect " + peer_, errno));
+  }
+}
+
+void RdmaConnection::OnEstablished(
+    const std::optional<StatusOr<ConnParams>>& params) {
+  if (params) {  // Active side: the server's parameters.
+    if (!params->ok()) {
+      return Established(
+          Status(params->status().code(),
+                 "connect to " + peer_ + ": " + params->status().message()));
+    }
+    AdoptPeerParams(**params);
+  }
+  if (Status path = CheckPath(); !path.ok()) {
+    Log().warn("{}: closing: {}", peer_, path.message());
+    return Established(path);
+  }
+  established_ = true;
+  Established(Status());
+}
+
+void RdmaConnection::OnDeviceRemoval() {
+  // The removal waits for the id: it goes now, port down or not.
+  may_park_ = false;
+  DeviceHold::MarkRemoved(id_->verbs);
+  const std::string device = DeviceName(id_->verbs);
+  Log().warn("{}: RDMA device {} is being removed: closing", peer_, device);
+  // CloseNow also answers a connect still under way, and releases the
+  // device's resources.
+  CloseNow(Lost("RDMA device " + device + " was removed"));
+}
+
+void RdmaConnection::OnCmFailure(
+    const std::string& what, int status, bool refused,
+    const std::optional<StatusOr<ConnParams>>& params) {
+  if (!established_ && refused) {
+    return Established(
+        Status(StatusCode::kResourceExhausted,
+               "connect to " + peer_ +
+                   " refused: the server cannot register memory for another "
+                   "connection (its log names the limit)"));
+  }
+  if (!established_ && params &&
+      params->status().code() == StatusCode::kUnimplemented) {
+    // Rejected by rdmarpc of another version, which sent its own.
+    return Established(Status(
+        StatusCode::kUnimplemented,
+        "connect to " + peer_ + " refused: " + params->status().message()));
+  }
+  if (!established_) {
+    return Established(Status(StatusCode::kUnavailable,
+                              "connect to " + peer_ + " failed: " + what +
+                                  " (status " + std::to_string(status) + ")"));
+  }
+  Log().warn("{}: unexpected rdma_cm event {}", peer_, what);
 }
 
 void RdmaConnection::Established(const Status& status) {

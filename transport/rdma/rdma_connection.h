@@ -180,6 +180,13 @@ class RdmaConnection final
   // Connection setup (rdma_cm events).
   Status OpenEventChannel();  // Joins the loop's CmChannel.
   void OnCmEvent(rdma_cm_event* event);
+  // OnCmEvent's cases. `params`: the listener's, with its accept or reject
+  // (active side only); `refused`: rejected for lack of resources.
+  void OnRouteResolved();
+  void OnEstablished(const std::optional<StatusOr<ConnParams>>& params);
+  void OnDeviceRemoval();
+  void OnCmFailure(const std::string& what, int status, bool refused,
+                   const std::optional<StatusOr<ConnParams>>& params);
   Status CreateResources();
   void AdoptPeerParams(const ConnParams& params);  // Credits and grants.
   void Established(const Status& status);
@@ -221,6 +228,11 @@ class RdmaConnection final
   // Registered bytes this connection may grant now.
   uint64_t GrantBudget(uint64_t length);
   void Grant(IncomingTransfer& transfer, const GrantPlan& plan);
+  // Grant's parts: logs and counts a payload it discards; queues the GRANT
+  // message for `transfer`'s memory (`pooled`: behind a memory window).
+  void NoteDrop(uint64_t payload_size, DropReason reason);
+  void QueueGrant(const IncomingTransfer& transfer, const GrantPlan& plan,
+                  bool pooled);
   void GrantWaiting();  // Grants RTSs that waited for memory, in order.
   // The pool this connection's grants come from: null when
   // TransportOptions::rdma_pooled_grants is off or the device has none.
@@ -265,6 +277,12 @@ class RdmaConnection final
 
   // Sending.
   void Flush();
+  // Flush's parts. Under mu_: moves the large frame at the head of queue_
+  // into outgoing_ and posts its RTS; true when a standing grant took it,
+  // its WRITEs to be started now. Then: CREDIT messages, to return credits
+  // or to mark the end of a draining close.
+  bool StartTransferLocked();
+  void PostCredits();
   // False, with nothing posted, when no staging slot is free.
   bool PostSmall(const OutgoingFrame& frame, FrameType type,
                  std::span<const std::byte> body);

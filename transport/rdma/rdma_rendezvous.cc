@@ -148,28 +148,33 @@ void RdmaConnection::GrantWaiting() {
   }
 }
 
-void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
-  const ControlMessage& rts = transfer.rts;
-  transfer.dropped_payload = plan.dropped_payload;
-  transfer.drop_reason = plan.drop_reason;
-  if (plan.drop_reason == DropReason::kTooLarge) {
+void RdmaConnection::NoteDrop(uint64_t payload_size, DropReason reason) {
+  if (reason == DropReason::kTooLarge) {
     Log().warn(
         "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
         "discarding it",
-        peer_, rts.payload_size, options_.max_payload_size);
-    Bump(stats_.oversized_frames_dropped);
-  } else if (plan.drop_reason == DropReason::kMemoryLimit) {
+        peer_, payload_size, options_.max_payload_size);
+  } else {
     const std::optional<uint64_t> lockable = LockedMemoryLimit();
     Log().warn(
         "{}: payload of {} bytes would exceed the registered-memory limit "
         "(max_grant_bytes {}, {} in use{}); discarding it",
-        peer_, rts.payload_size, options_.max_grant_bytes, GrantedBytes(),
+        peer_, payload_size, options_.max_grant_bytes, GrantedBytes(),
         lockable ? "; RLIMIT_MEMLOCK " + std::to_string(*lockable) + ", " +
                        std::to_string(LiveRegisteredBytes()) +
                        " registered: raise `ulimit -l` or give the process "
                        "CAP_IPC_LOCK"
                  : std::string());
-    Bump(stats_.oversized_frames_dropped);
+  }
+  Bump(stats_.oversized_frames_dropped);
+}
+
+void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
+  const ControlMessage& rts = transfer.rts;
+  transfer.dropped_payload = plan.dropped_payload;
+  transfer.drop_reason = plan.drop_reason;
+  if (plan.drop_reason != DropReason::kNone) {
+    NoteDrop(rts.payload_size, plan.drop_reason);
   }
   const size_t length = plan.length;
   if (plan.segment && !transfer.segmented) {
@@ -226,6 +231,13 @@ void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
   transfer.granted = true;
   transfer.covered += length;
   Bump(pooled ? stats_.pooled_grants : stats_.registered_grants);
+  QueueGrant(transfer, plan, pooled);
+}
+
+void RdmaConnection::QueueGrant(const IncomingTransfer& transfer,
+                                const GrantPlan& plan, bool pooled) {
+  const ControlMessage& rts = transfer.rts;
+  const size_t length = plan.length;
   ControlMessage grant;
   grant.kind = ControlKind::kGrant;
   grant.dropped = static_cast<uint8_t>(plan.drop_reason);

@@ -124,24 +124,7 @@ void RdmaConnection::Flush() {
           continue;
         }
         queued_bytes_ -= total;
-        if (!outgoing_.empty()) Bump(stats_.pipelined_transfers);
-        OutgoingTransfer transfer;
-        transfer.id = next_transfer_id_++;
-        transfer.frame = std::move(frame);
-        // Its write plan will point into the header while outgoing_ may grow
-        // and move the transfer.
-        transfer.frame.header.MoveOutOfLine();
-        queue_.pop_front();
-        ControlMessage rts;
-        rts.kind = ControlKind::kRts;
-        rts.transfer = transfer.id;
-        rts.header_size = static_cast<uint32_t>(transfer.frame.header.size());
-        rts.payload_size = static_cast<uint32_t>(transfer.frame.payload_size());
-        // With a standing grant it fits, its WRITEs follow the RTS at once.
-        const bool granted = TakeStandingGrant(transfer, rts);
-        outgoing_.push_back(std::move(transfer));
-        PostControl(rts);
-        if (granted) {
+        if (StartTransferLocked()) {
           standing = true;
           break;
         }
@@ -154,6 +137,32 @@ void RdmaConnection::Flush() {
       standing = !torn_down_;
     }
   }
+  PostCredits();
+  Post();
+}
+
+bool RdmaConnection::StartTransferLocked() {
+  if (!outgoing_.empty()) Bump(stats_.pipelined_transfers);
+  OutgoingTransfer transfer;
+  transfer.id = next_transfer_id_++;
+  transfer.frame = std::move(queue_.front());
+  // Its write plan will point into the header while outgoing_ may grow and
+  // move the transfer.
+  transfer.frame.header.MoveOutOfLine();
+  queue_.pop_front();
+  ControlMessage rts;
+  rts.kind = ControlKind::kRts;
+  rts.transfer = transfer.id;
+  rts.header_size = static_cast<uint32_t>(transfer.frame.header.size());
+  rts.payload_size = static_cast<uint32_t>(transfer.frame.payload_size());
+  // With a standing grant it fits, its WRITEs follow the RTS at once.
+  const bool granted = TakeStandingGrant(transfer, rts);
+  outgoing_.push_back(std::move(transfer));
+  PostControl(rts);
+  return granted;
+}
+
+void RdmaConnection::PostCredits() {
   // Return credits explicitly when no traffic has carried them back and the
   // peer is down to half of what it was lent (or to the one it holds back).
   if (credits_to_return_ > 0 && peer_holds_ * 2 <= lent_ && credits_ >= 1 &&
@@ -171,7 +180,6 @@ void RdmaConnection::Flush() {
     marker.kind = ControlKind::kCredit;
     if (PostControl(marker)) Bump(stats_.credit_messages);
   }
-  Post();
 }
 
 bool RdmaConnection::PostControl(const ControlMessage& message) {

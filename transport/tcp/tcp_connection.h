@@ -71,6 +71,9 @@ class TcpConnection final : public Connection,
 
   // Receive path (executor only).
   void ConsumeStaged();
+  // ConsumeStaged's prefix phase, on the `staged` bytes at `in`: false when
+  // the loop stops (more to read, or the connection failed).
+  bool TakePrefix(const std::byte* in, size_t staged);
   void ReadMore();
   // One non-blocking read into the staging area, handed to OnRead (or
   // OnReadError); kWouldBlock when the socket had nothing.

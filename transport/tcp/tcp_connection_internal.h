@@ -16,7 +16,7 @@ namespace rdmarpc::transport::tcp {
 
 // recv and sendmsg without glibc's cancellation bracketing. Both are
 // cancellation points, so glibc enables and disables asynchronous
-// cancellation around each call: about 60 instructions per message and side.
+// cancellation around each call, on every message of both sides.
 // These run only on rdmarpc's event-loop threads, which are never cancelled.
 // Same results and errno as the libc calls. Sanitizer builds keep the libc
 // calls, which the sanitizers intercept: TSan orders memory through the
