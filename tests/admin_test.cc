@@ -24,7 +24,7 @@
 #include "rpc/builtin/prometheus.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 #include "transport/rdma/device_info.h"
 #include "transport/uri.h"
 

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace {
 thread_local uint64_t allocations = 0;

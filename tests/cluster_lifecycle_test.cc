@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "naming/registration.h"
-#include "tests/cluster_support.h"
-#include "tests/etcd_process.h"
-#include "tests/test_support.h"
+#include "tests/support/cluster_support.h"
+#include "tests/support/etcd_process.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

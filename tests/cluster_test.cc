@@ -1,7 +1,7 @@
 // A Channel whose target names a cluster (rpc/common/cluster_options.h):
 // picking (round robin, least loaded, hash ring with bounded load), calls that
 // wait for a first connection, endpoints that die, outlier ejection; and the
-// same over a real etcd (tests/etcd_process.h) whose membership changes.
+// same over a real etcd (tests/support/etcd_process.h) whose membership changes.
 // With cluster_lifecycle_test.cc it makes one binary, cluster_test.
 #include <signal.h>
 
@@ -14,9 +14,9 @@
 #include "naming/etcd_client.h"
 #include "naming/registration.h"
 #include "rpc/common/event_loop.h"
-#include "tests/cluster_support.h"
-#include "tests/etcd_process.h"
-#include "tests/test_support.h"
+#include "tests/support/cluster_support.h"
+#include "tests/support/etcd_process.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

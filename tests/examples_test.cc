@@ -7,7 +7,7 @@
 #include "examples/echo/echo_service.h"
 #include "examples/kv/kv_service.h"
 #include "rpc/server.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::examples {
 namespace {

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "proto/health.rdmarpc.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

@@ -12,7 +12,7 @@
 //   (d) dropped the connection from its stats, with no call left live,
 //       counted a protocol error where the close is one, and deregistered
 //       every byte it had registered for the connection.
-#include "tests/hostile_peer.h"
+#include "tests/support/hostile_peer.h"
 
 #include <catch2/catch_test_macros.hpp>
 #include <chrono>
@@ -23,7 +23,7 @@
 
 #include "rpc/channel.h"
 #include "rpc/server.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::hostile {
 namespace {

@@ -15,7 +15,7 @@
 #include "base/log.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

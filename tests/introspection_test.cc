@@ -14,7 +14,7 @@
 #include "proto/introspection.rdmarpc.h"
 #include "rpc/server/metrics.h"
 #include "tests/proto/multi.rdmarpc.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 #include "transport/memory.h"
 
 namespace rdmarpc::test {

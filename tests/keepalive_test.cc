@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::testing {

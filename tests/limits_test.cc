@@ -14,7 +14,7 @@
 #include "rpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "rpc/channel.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

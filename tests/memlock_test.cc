@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "base/process_stats.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

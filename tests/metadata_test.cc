@@ -17,7 +17,7 @@
 #include "rpc/typed/typed_stream.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/proto/stream.rdmarpc.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

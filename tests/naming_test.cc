@@ -1,4 +1,4 @@
-// Naming against a real etcd (tests/etcd_process.h): the etcd client over
+// Naming against a real etcd (tests/support/etcd_process.h): the etcd client over
 // the HTTP/JSON gateway, registration with a lease, and the etcd:// and
 // list:// resolvers.
 #include <signal.h>
@@ -13,8 +13,8 @@
 #include "naming/etcd_client.h"
 #include "naming/registration.h"
 #include "naming/resolver.h"
-#include "tests/etcd_process.h"
-#include "tests/test_support.h"
+#include "tests/support/etcd_process.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc {
 namespace {

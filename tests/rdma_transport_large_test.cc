@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "rpc/common/event_loop.h"
-#include "tests/rdma_pair.h"
+#include "tests/support/rdma_pair.h"
 #include "transport/factory/factory.h"
 #include "transport/memory.h"
 #include "transport/rdma/completion_group.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "rpc/common/event_loop.h"
-#include "tests/rdma_pair.h"
+#include "tests/support/rdma_pair.h"
 #include "transport/factory/factory.h"
 #include "transport/rdma/device_info.h"
 #include "transport/rdma/rdma_connection.h"

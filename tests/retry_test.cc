@@ -8,7 +8,7 @@
 
 #include "rpc/channel.h"
 #include "rpc/server.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "base/tunables.h"
-#include "tests/rpc_semantics.h"
-#include "tests/test_support.h"
+#include "tests/support/rpc_semantics.h"
+#include "tests/support/test_support.h"
 #include "transport/factory/factory.h"
 
 namespace rdmarpc::testing {

@@ -2,7 +2,7 @@
 // calls, deadlines, cancellation, errors, limits, payloads, load. With
 // rpc_lifecycle_test.cc and rpc_wire_test.cc it makes one binary,
 // rpc_semantics_test.
-#include "tests/rpc_semantics.h"
+#include "tests/support/rpc_semantics.h"
 
 #include <atomic>
 #include <boost/asio/connect.hpp>
@@ -17,7 +17,7 @@
 
 #include "base/log.h"
 #include "rpc/wire/wire_codec.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 #include "transport/factory/factory.h"
 #include "transport/memory.h"
 #include "transport/uri.h"

@@ -14,8 +14,8 @@
 #include "base/log.h"
 #include "base/tunables.h"
 #include "rpc/wire/wire_codec.h"
-#include "tests/rpc_semantics.h"
-#include "tests/test_support.h"
+#include "tests/support/rpc_semantics.h"
+#include "tests/support/test_support.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::testing {

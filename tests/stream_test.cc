@@ -20,7 +20,7 @@
 #include "rpc/server.h"
 #include "rpc/typed/awaitable.h"
 #include "tests/proto/stream.rdmarpc.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 namespace {

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "rpc/common/event_loop.h"
-#include "tests/tcp_pair.h"
+#include "tests/support/tcp_pair.h"
 #include "transport/factory/factory.h"
 
 namespace rdmarpc::transport::testing {

@@ -12,7 +12,7 @@
 
 #include "base/large_block.h"
 #include "base/tunables.h"
-#include "tests/tcp_pair.h"
+#include "tests/support/tcp_pair.h"
 
 namespace rdmarpc::transport::testing {
 namespace {

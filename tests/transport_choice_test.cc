@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "rpc/common/event_loop.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 #include "transport/factory/factory.h"
 #include "transport/rdma/verbs.h"
 

@@ -13,7 +13,7 @@
 
 #include "rpc/typed/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::test {
 namespace {

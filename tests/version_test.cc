@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 #include "transport/frame.h"
 #include "transport/rdma/peer_checks.h"
 #include "transport/rdma/protocol.h"

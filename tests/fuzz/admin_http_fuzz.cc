@@ -27,7 +27,7 @@
 #include "rpc/channel.h"
 #include "rpc/server.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 #include "transport/uri.h"
 
 namespace asio = boost::asio;

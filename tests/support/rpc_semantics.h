@@ -1,11 +1,11 @@
-// What rpc_semantics_test's files share beyond tests/test_support.h.
+// What rpc_semantics_test's files share beyond tests/support/test_support.h.
 #ifndef RDMARPC_TESTS_RPC_SEMANTICS_H_
 #define RDMARPC_TESTS_RPC_SEMANTICS_H_
 
 #include <catch2/catch_test_macros.hpp>
 #include <future>
 
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "examples/common/flags.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 int main(int argc, char** argv) {
   using namespace rdmarpc;

@@ -1,4 +1,4 @@
-#include "tests/typed_services.h"
+#include "tests/support/typed_services.h"
 
 #include <chrono>
 #include <cstdint>

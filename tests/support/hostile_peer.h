@@ -29,7 +29,7 @@
 #include "rpc/server.h"
 #include "rpc/wire/call_header.h"
 #include "rpc/wire/wire_codec.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 #include "transport/frame.h"
 #include "transport/rdma/completion_group.h"
 #include "transport/rdma/protocol.h"

@@ -1,4 +1,4 @@
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,7 +20,7 @@
 
 #include "base/log.h"
 #include "rpc/builtin/introspection.h"
-#include "tests/typed_services.h"
+#include "tests/support/typed_services.h"
 #include "transport/rdma/cm_channel.h"
 #include "transport/rdma/verbs.h"
 

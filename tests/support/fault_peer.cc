@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "rpc/channel.h"
-#include "tests/test_support.h"
+#include "tests/support/test_support.h"
 
 using namespace rdmarpc;
 
