@@ -58,7 +58,7 @@ _rdmarpc_codegen = rule(
     attrs = {
         "proto": attr.label(mandatory = True, providers = [ProtoInfo]),
         "_plugin": attr.label(
-            default = Label("//tools/protoc-gen-rdmarpc"),
+            default = Label("//compiler:protoc-gen-rdmarpc"),
             executable = True,
             cfg = "host",
         ),

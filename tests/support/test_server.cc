@@ -27,13 +27,13 @@
 #include <thread>
 #include <vector>
 
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "tests/support/test_support.h"
 
 int main(int argc, char** argv) {
   using namespace rdmarpc;
   using namespace std::chrono;
-  const examples::Flags flags(argc, argv);
+  const rdmarpc::Flags flags(argc, argv);
   rpc::ServerOptions options;
   for (const testing::ServerOptionFlag& flag : testing::ServerOptionFlags()) {
     flag.set(options, flags.GetInt(flag.name, flag.get(options)));

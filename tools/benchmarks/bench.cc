@@ -74,7 +74,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "examples/echo/echo_service.h"
 #include "tools/benchmarks/poll_flag.h"
 #include "transport/uri.h"
@@ -112,7 +112,7 @@ int Serve(const std::string& uri, transport::PollMode poll) {
 }
 
 int Run(int argc, char** argv) {
-  const examples::Flags flags(argc, argv);
+  const rdmarpc::Flags flags(argc, argv);
   if (std::getenv("RDMARPC_LOG") == nullptr) {
     Log().set_level(spdlog::level::warn);
   }

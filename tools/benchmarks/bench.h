@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "base/buffer.h"
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "rpc/channel.h"
 #include "rpc/common/method_ref.h"
 #include "rpc/common/service.h"
@@ -153,7 +153,7 @@ double RawVerbs(const std::string& self, const std::string& ip,
 
 // The client of tools/bench-cpu (cpu_window.cc): --cpu-window N calls inside
 // the measurement window. Returns the process's exit code.
-int CpuWindow(const examples::Flags& flags);
+int CpuWindow(const rdmarpc::Flags& flags);
 
 rpc::ChannelOptions ChannelOptionsFor(const Options& options);
 // Closed loop, one call outstanding: round trips in µs, sorted.

@@ -59,7 +59,7 @@ uint64_t RunTypedCalls(examples::Echo::Stub& stub, rpc::Channel& channel,
 
 }  // namespace
 
-int CpuWindow(const examples::Flags& flags) {
+int CpuWindow(const rdmarpc::Flags& flags) {
   const long long calls = flags.GetInt("cpu-window", 10000);
   const int outstanding = static_cast<int>(flags.GetInt("outstanding", 1));
   const size_t size = static_cast<size_t>(flags.GetInt("size", 16));

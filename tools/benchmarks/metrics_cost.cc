@@ -5,13 +5,13 @@
 #include <cstdio>
 #include <future>
 
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
 
 int main(int argc, char** argv) {
   using namespace rdmarpc;
-  const examples::Flags flags(argc, argv);
+  const rdmarpc::Flags flags(argc, argv);
   const long long calls = flags.GetInt("calls", 20000);
   rpc::ServerOptions options;
   options.enable_metrics = flags.GetInt("metrics", 1) != 0;

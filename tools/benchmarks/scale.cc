@@ -54,7 +54,7 @@
 
 #include "base/log.h"
 #include "base/process_stats.h"
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "rpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
@@ -95,7 +95,7 @@ double Quantile(const std::vector<uint64_t>& histogram, double q) {
 
 // --- client process ----------------------------------------------------------
 
-int Client(const examples::Flags& flags) {
+int Client(const rdmarpc::Flags& flags) {
   const std::string uri = flags.Get("client", "");
   const int connections = static_cast<int>(flags.GetInt("connections", 1));
   const int outstanding = static_cast<int>(flags.GetInt("outstanding", 1));
@@ -223,7 +223,7 @@ ServerCounts CountServer(const rpc::Server& server) {
   return counts;
 }
 
-Row Measure(const examples::Flags& flags, const std::string& listen,
+Row Measure(const rdmarpc::Flags& flags, const std::string& listen,
             int connections, int outstanding) {
   const int processes = std::min<int>(
       connections, static_cast<int>(flags.GetInt("processes", 4)));
@@ -426,7 +426,7 @@ void WriteJson(const std::string& path, const std::vector<Row>& rows) {
 }
 
 int Main(int argc, char** argv) {
-  const examples::Flags flags(argc, argv);
+  const rdmarpc::Flags flags(argc, argv);
   // Thousands of connections open and close: their info lines are noise.
   if (std::getenv("RDMARPC_LOG") == nullptr) {
     Log().set_level(spdlog::level::warn);

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "base/latency_trace.h"
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "tools/benchmarks/pin.h"
 #include "tools/benchmarks/verbs_util.h"
 #include "transport/rdma/verbs.h"
@@ -139,7 +139,7 @@ bool Check(const std::vector<std::byte>& memory, uint8_t seed, size_t size) {
   return true;
 }
 
-int Run(const examples::Flags& flags) {
+int Run(const rdmarpc::Flags& flags) {
   const std::string ip = flags.Get("ip", "");
   const std::string mode = flags.Get("mode", "pingpong");
   const size_t size = static_cast<size_t>(flags.GetInt("size", 16));
@@ -309,5 +309,5 @@ int Run(const examples::Flags& flags) {
 }  // namespace rdmarpc::bench
 
 int main(int argc, char** argv) {
-  return rdmarpc::bench::Run(rdmarpc::examples::Flags(argc, argv));
+  return rdmarpc::bench::Run(rdmarpc::Flags(argc, argv));
 }

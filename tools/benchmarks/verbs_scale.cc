@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "tools/benchmarks/spawn.h"
 #include "tools/benchmarks/verbs_util.h"
 #include "transport/rdma/verbs.h"
@@ -135,7 +135,7 @@ struct Endpoint {
   }
 };
 
-int Client(const examples::Flags& flags) {
+int Client(const rdmarpc::Flags& flags) {
   const std::string ip = flags.Get("ip", "");
   const int port = static_cast<int>(flags.GetInt("port", 0));
   const int n = static_cast<int>(flags.GetInt("connections", 1));
@@ -229,7 +229,7 @@ double CpuSeconds() {
          usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
 }
 
-int Server(const examples::Flags& flags) {
+int Server(const rdmarpc::Flags& flags) {
   const std::string ip = flags.Get("ip", "");
   const int n = static_cast<int>(flags.GetInt("connections", 8));
   const int processes =
@@ -356,7 +356,7 @@ int Server(const examples::Flags& flags) {
 }  // namespace rdmarpc::bench
 
 int main(int argc, char** argv) {
-  const rdmarpc::examples::Flags flags(argc, argv);
+  const rdmarpc::Flags flags(argc, argv);
   if (flags.GetInt("client", 0) != 0) return rdmarpc::bench::Client(flags);
   return rdmarpc::bench::Server(flags);
 }

@@ -35,7 +35,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "rpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
@@ -91,7 +91,7 @@ class FaultService : public rpc::Service {
   std::atomic<uint64_t> corrupted_{0};
 };
 
-int Serve(const examples::Flags& flags) {
+int Serve(const rdmarpc::Flags& flags) {
   FaultService service;
   rpc::ServerOptions options;
   options.transport.max_payload_size = 8 << 20;
@@ -120,7 +120,7 @@ struct Tally {
   std::string first_error;  // The first failed call's status, whole.
 };
 
-int Load(const examples::Flags& flags) {
+int Load(const rdmarpc::Flags& flags) {
   const std::string name = flags.Get("name", "load");
   const auto seconds = std::chrono::seconds(flags.GetInt("seconds", 10));
   const uint64_t concurrency = flags.GetInt("concurrency", 4);
@@ -243,7 +243,7 @@ int Load(const examples::Flags& flags) {
 }  // namespace rdmarpc::tools
 
 int main(int argc, char** argv) {
-  const rdmarpc::examples::Flags flags(argc, argv);
+  const rdmarpc::Flags flags(argc, argv);
   const auto& mode = flags.positional();
   if (!mode.empty() && mode[0] == "server") return rdmarpc::tools::Serve(flags);
   if (!mode.empty() && mode[0] == "client") return rdmarpc::tools::Load(flags);

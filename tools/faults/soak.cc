@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "base/process_stats.h"
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "rpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
@@ -119,7 +119,7 @@ class SoakService : public rpc::Service {
   }
 };
 
-int Serve(const examples::Flags& flags) {
+int Serve(const rdmarpc::Flags& flags) {
   SoakService service;
   rpc::ServerOptions options;
   options.transport.max_payload_size = kMaxMessage;
@@ -159,7 +159,7 @@ struct Tally {
 
 class Client {
  public:
-  explicit Client(const examples::Flags& flags)
+  explicit Client(const rdmarpc::Flags& flags)
       : seconds_(flags.GetInt("seconds", 60)),
         report_seconds_(flags.GetInt("report-seconds", 60)),
         warmup_seconds_(flags.GetInt("warmup-seconds", 30)),
@@ -419,7 +419,7 @@ int main(int argc, char** argv) {
   // then freed 4 MiB messages stay in its arenas. The resident set then
   // follows live memory, which is what the soak watches.
   mallopt(M_MMAP_THRESHOLD, 256 << 10);
-  const rdmarpc::examples::Flags flags(argc, argv);
+  const rdmarpc::Flags flags(argc, argv);
   const auto& mode = flags.positional();
   if (!mode.empty() && mode[0] == "server") return rdmarpc::tools::Serve(flags);
   if (!mode.empty() && mode[0] == "client") {

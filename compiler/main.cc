@@ -1,7 +1,7 @@
 // protoc-gen-rdmarpc: protoc --plugin=protoc-gen-rdmarpc=PATH --rdmarpc_out=DIR
 #include <google/protobuf/compiler/plugin.h>
 
-#include "tools/protoc-gen-rdmarpc/generator.h"
+#include "compiler/generator.h"
 
 int main(int argc, char* argv[]) {
   rdmarpc::codegen::Generator generator;

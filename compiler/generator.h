@@ -16,8 +16,8 @@
 //       auto async_Say(const SayRequest&, [CallOptions,] CompletionToken);
 //     };
 //   };
-#ifndef RDMARPC_TOOLS_PROTOC_GEN_RDMARPC_GENERATOR_H_
-#define RDMARPC_TOOLS_PROTOC_GEN_RDMARPC_GENERATOR_H_
+#ifndef RDMARPC_COMPILER_GENERATOR_H_
+#define RDMARPC_COMPILER_GENERATOR_H_
 
 #include <google/protobuf/compiler/code_generator.h>
 
@@ -35,4 +35,4 @@ class Generator final : public google::protobuf::compiler::CodeGenerator {
 
 }  // namespace rdmarpc::codegen
 
-#endif  // RDMARPC_TOOLS_PROTOC_GEN_RDMARPC_GENERATOR_H_
+#endif  // RDMARPC_COMPILER_GENERATOR_H_

@@ -1,4 +1,4 @@
-#include "tools/protoc-gen-rdmarpc/generator.h"
+#include "compiler/generator.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>

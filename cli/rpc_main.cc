@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "examples/common/flags.h"
+#include "base/flags.h"
 #include "proto/introspection.rdmarpc.h"
 #include "rpc/channel.h"
 #include "transport/rdma/device_info.h"
@@ -503,7 +503,7 @@ int Main(int argc, char** argv) {
   std::vector<char*> arguments(argv, argv + argc);
   rpc::Metadata headers;
   if (!TakeHeaders(arguments, headers)) return Usage();
-  const examples::Flags flags(static_cast<int>(arguments.size()),
+  const rdmarpc::Flags flags(static_cast<int>(arguments.size()),
                               arguments.data());
   const auto& args = flags.positional();
   if (args.size() == 1 && args[0] == "devices") return Devices();
