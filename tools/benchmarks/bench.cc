@@ -73,8 +73,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/log.h"
 #include "base/flags.h"
+#include "base/log.h"
 #include "examples/echo/echo_service.h"
 #include "tools/benchmarks/poll_flag.h"
 #include "transport/uri.h"
@@ -111,6 +111,274 @@ int Serve(const std::string& uri, transport::PollMode poll) {
   return 0;
 }
 
+bool IsRdma(const Options& options) {
+  return options.uri.rfind("rdma://", 0) == 0;
+}
+bool IsBandwidth(const Options& options) {
+  return options.mode == "bandwidth" || options.mode == "stream";
+}
+// Where the RPC side's loops sleep between calls, rounds alternate RPC and
+// raw, so that a slow spell of this shared machine falls on both alike: TCP
+// latency and bandwidth, and RDMA bandwidth in event mode.
+bool AlternateBandwidth(const Options& options) {
+  return IsBandwidth(options) && options.raw &&
+         (!IsRdma(options) || options.poll == transport::PollMode::kEvent);
+}
+
+// The measuring run's options from the command line; false (after saying
+// why) on a bad one.
+bool ParseOptions(const rdmarpc::Flags& flags, Options* options,
+                  GridOptions* grid_options) {
+  options->uri = flags.Get("uri", options->uri);
+  options->mode = flags.Get("mode", options->mode);
+  const bool stream = options->mode == "stream";
+  const bool bandwidth = options->mode == "bandwidth" || stream;
+  const bool grid = options->mode == "grid";
+  std::string sizes =
+      flags.Get("sizes", stream      ? "1048576"
+                         : bandwidth ? "65536,1048576,4194304,67108864"
+                         : grid      ? "16,4096,65536,1048576,4194304"
+                                     : "16,4096,65536");
+  for (std::stringstream in(sizes); std::getline(in, sizes, ',');) {
+    options->sizes.push_back(std::stoull(sizes));
+  }
+  options->iters =
+      static_cast<int>(flags.GetInt("iters", bandwidth ? 32 : 20000));
+  options->warmup =
+      static_cast<int>(flags.GetInt("warmup", options->iters / 10));
+  options->outstanding = static_cast<int>(flags.GetInt("outstanding", 32));
+  options->connections = static_cast<int>(flags.GetInt("connections", 1));
+  options->seconds = std::stod(flags.Get("seconds", grid ? "1" : "3"));
+  if (std::string loads = flags.Get("loads", ""); !loads.empty()) {
+    grid_options->loads.clear();
+    for (std::stringstream in(loads); std::getline(in, loads, ',');) {
+      grid_options->loads.push_back(std::stoi(loads));
+    }
+  }
+  grid_options->reps =
+      static_cast<int>(flags.GetInt("reps", grid_options->reps));
+  grid_options->peer = flags.Get("peer", "");
+  const std::string poll = flags.Get("poll", "event");
+  options->poll = PollModeOrExit(poll, "bench");
+  options->raw = flags.GetInt("raw", 1) != 0;
+  options->pooled_grants = flags.GetInt("pooled-grants", 1) != 0;
+  options->by_name = flags.GetInt("by-name", 0) != 0;
+  options->json = flags.Get("json", "");
+  options->plot = flags.Get("plot", "");
+  options->stats = flags.GetInt("stats", 0) != 0;
+  options->metrics = flags.GetInt("metrics", 1) != 0;
+  options->handler_threads =
+      static_cast<int>(flags.GetInt("handler-threads", 0));
+  options->callback_threads =
+      static_cast<int>(flags.GetInt("callback-threads", 0));
+  options->window = static_cast<uint64_t>(flags.GetInt(
+      "window",
+      static_cast<long long>(tunables::kDefaultMaxRequestBytesInFlight)));
+  pin_sides = flags.GetInt(
+                  "pin", std::thread::hardware_concurrency() >= 2 ? 1 : 0) != 0;
+  if (options->mode != "latency" && options->mode != "throughput" &&
+      !bandwidth && !grid) {
+    std::fprintf(stderr,
+                 "bench: --mode latency|throughput|bandwidth|stream|grid\n");
+    return false;
+  }
+  return true;
+}
+
+// The raw baselines measured before any RPC event loop runs (a busy-polling
+// loop left spinning would take a core from them), one per size: NaN where
+// not measured here (or measured in alternating rounds later).
+std::vector<Result> RawBaselines(const Options& options, const char* self) {
+  const bool rdma = IsRdma(options);
+  const bool bandwidth = IsBandwidth(options);
+  std::vector<Result> raw(options.sizes.size());
+  for (size_t i = 0; i < options.sizes.size(); ++i) {
+    const size_t size = options.sizes[i];
+    Result& r = raw[i];
+    r.raw_p50 = r.raw_p99 = r.raw_gbps = NAN;
+    if (!options.raw) continue;
+    if (options.mode == "latency" && rdma &&
+        options.poll != transport::PollMode::kHybrid) {
+      r.raw_p50 = RawVerbs(self, HostOf(options.uri), "pingpong", size,
+                           options.iters, "p50 ");
+    } else if (options.mode == "latency" &&
+               options.poll == transport::PollMode::kBusy) {
+      const auto base = RawTcpPingPong(RawTcpLoop::kBusy, size, options.warmup,
+                                       options.iters);
+      r.raw_p50 = Percentile(base, 0.5);
+      r.raw_p99 = Percentile(base, 0.99);
+    } else if (bandwidth && !AlternateBandwidth(options)) {
+      r.raw_gbps = RawVerbs(self, HostOf(options.uri), "write-bw", size,
+                            options.iters, "outstanding: ");
+    }
+  }
+  return raw;
+}
+
+// A server of its own for the run (`options.uri`'s port is 0), serving
+// `service`; `options.uri` becomes the address it listens on.
+StatusOr<std::unique_ptr<rpc::Server>> StartServer(Options& options,
+                                                   BenchService& service) {
+  std::unique_ptr<rpc::Server> server;
+  rpc::ServerOptions server_options;
+  server_options.workers = 1;
+  server_options.handler_threads = options.handler_threads;
+  server_options.enable_metrics = options.metrics;
+  server_options.transport.poll_mode = options.poll;
+  server_options.transport.rdma_pooled_grants = options.pooled_grants;
+  server_options.transport.max_payload_size = 1ull << 30;
+  // 128 responses of 4 MiB in flight (the grid) fit its send queue.
+  server_options.transport.max_queued_bytes = 1ull << 30;
+  server_options.max_response_size = 1ull << 30;
+  server = std::make_unique<rpc::Server>(server_options);
+  server->RegisterService(&service);
+  auto bound = server->Listen(options.uri);
+  if (!bound.ok()) return bound.status();
+  options.uri = *bound;
+  return server;
+}
+
+// Latency in rounds that alternate RPC and raw ping-pongs (over TCP in event
+// mode also the epoll and bare-Asio floors), so that a slow spell of this
+// shared machine falls on all alike. A hybrid loop stops spinning between
+// rounds; a busy one would not, so busy mode measured its raw baseline
+// first. In hybrid mode the raw TCP ping-pong polls too; the raw verbs
+// ping-pong always does.
+void AlternatingLatency(const Options& options, rpc::Channel& channel,
+                        const transport::MemoryRegistration& arena, size_t size,
+                        const char* self, Result& r) {
+  const bool rdma = IsRdma(options);
+  constexpr int kRounds = 10;
+  std::vector<double> raw_samples, epoll_samples, asio_samples;
+  std::vector<double> raw_verbs_p50s;
+  std::vector<double> round_ratios, epoll_ratios, asio_ratios;
+  for (int round = 0; round < kRounds; ++round) {
+    const int n = RoundShare(options.iters, kRounds, round);
+    const auto rpc =
+        RpcLatency(channel, arena, size, round == 0 ? options.warmup : 0, n,
+                   options.by_name, r.errors);
+    r.samples.insert(r.samples.end(), rpc.begin(), rpc.end());
+    if (options.raw && rdma) {
+      const double base =
+          RawVerbs(self, HostOf(options.uri), "pingpong", size, n, "p50 ");
+      if (!rpc.empty() && std::isfinite(base)) {
+        raw_verbs_p50s.push_back(base);
+        round_ratios.push_back(Median(rpc) / base);
+      }
+    } else if (options.raw) {
+      const int warm = round == 0 ? options.warmup : 0;
+      const auto base =
+          options.poll == transport::PollMode::kHybrid
+              ? RawTcpPingPong(RawTcpLoop::kBusy, size, warm, n)
+              : RawTcpPingPong(RawTcpLoop::kBlocking, size, warm, n);
+      raw_samples.insert(raw_samples.end(), base.begin(), base.end());
+      if (!rpc.empty() && !base.empty()) {
+        round_ratios.push_back(Median(rpc) / Median(base));
+      }
+      if (options.poll != transport::PollMode::kEvent) continue;
+      const auto epoll = RawTcpPingPong(RawTcpLoop::kEpoll, size, warm, n);
+      epoll_samples.insert(epoll_samples.end(), epoll.begin(), epoll.end());
+      const auto floor = AsioTcpPingPong(size, warm, n);
+      asio_samples.insert(asio_samples.end(), floor.begin(), floor.end());
+      if (!base.empty() && !epoll.empty() && !floor.empty()) {
+        epoll_ratios.push_back(Median(epoll) / Median(base));
+        asio_ratios.push_back(Median(floor) / Median(base));
+      }
+    }
+  }
+  std::sort(r.samples.begin(), r.samples.end());
+  std::sort(raw_samples.begin(), raw_samples.end());
+  std::sort(epoll_samples.begin(), epoll_samples.end());
+  std::sort(asio_samples.begin(), asio_samples.end());
+  if (options.raw && rdma) {
+    r.raw_p50 = Median(raw_verbs_p50s);  // NaN if none ran.
+  } else if (options.raw) {
+    r.raw_p50 = Percentile(raw_samples, 0.5);
+    r.raw_p99 = Percentile(raw_samples, 0.99);
+    if (!epoll_samples.empty()) {
+      r.epoll_p50 = Percentile(epoll_samples, 0.5);
+      r.asio_p50 = Percentile(asio_samples, 0.5);
+    }
+    if (!epoll_ratios.empty()) {
+      r.epoll_round_ratio = Median(epoll_ratios);
+      r.asio_round_ratio = Median(asio_ratios);
+    }
+  }
+  if (!round_ratios.empty()) {
+    std::sort(round_ratios.begin(), round_ratios.end());
+    r.round_ratio_median = Percentile(round_ratios, 0.5);
+    r.round_ratio_min = round_ratios.front();
+    r.round_ratio_max = round_ratios.back();
+  }
+}
+
+// Bandwidth in rounds that alternate RPC and the raw stream or WRITEs, as
+// for latency.
+void AlternatingBandwidth(const Options& options, rpc::Channel& channel,
+                          const transport::MemoryRegistration& arena,
+                          size_t size, const char* self, Result& r) {
+  const bool rdma = IsRdma(options);
+  const bool stream = options.mode == "stream";
+  const auto raw_gbps = [&](int n) {
+    return rdma ? RawVerbs(self, HostOf(options.uri), "write-bw", size, n,
+                           "outstanding: ")
+                : RawTcpBandwidth(size, n, /*ack_each=*/!stream);
+  };
+  constexpr int kRounds = 4;
+  double rpc_seconds = 0, raw_seconds = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const int n = RoundShare(options.iters, kRounds, round);
+    if (n == 0) continue;
+    const double bytes = static_cast<double>(size) * n;
+    raw_seconds += bytes / 1e9 / raw_gbps(n);
+    rpc_seconds +=
+        bytes / 1e9 /
+        (stream ? RpcStreamBandwidth(channel, arena, size, n, r.errors)
+                : RpcBandwidth(channel, arena, size, n, r.errors));
+  }
+  const double bytes = static_cast<double>(size) * options.iters;
+  r.gbps = bytes / rpc_seconds / 1e9;
+  r.raw_gbps = bytes / raw_seconds / 1e9;
+}
+
+// One size's row.
+Result Measure(const Options& options, rpc::Channel& channel,
+               const transport::MemoryRegistration& arena, size_t size,
+               const Result& raw, const char* self) {
+  const bool rdma = IsRdma(options);
+  const bool stream = options.mode == "stream";
+  Result r;
+  r.mode = options.mode;
+  r.size = size;
+  r.raw_p50 = raw.raw_p50;
+  r.raw_p99 = raw.raw_p99;
+  r.raw_gbps = raw.raw_gbps;
+  if (options.mode == "latency" &&
+      (rdma ? options.poll == transport::PollMode::kHybrid
+            : options.poll != transport::PollMode::kBusy)) {
+    AlternatingLatency(options, channel, arena, size, self, r);
+  } else if (options.mode == "latency") {
+    r.samples = RpcLatency(channel, arena, size, options.warmup, options.iters,
+                           options.by_name, r.errors);
+  }
+  if (options.mode == "latency") {
+    r.p50 = Percentile(r.samples, 0.5);
+    r.p99 = Percentile(r.samples, 0.99);
+    r.p999 = Percentile(r.samples, 0.999);
+    r.max = r.samples.empty() ? 0 : r.samples.back();
+  } else if (options.mode == "throughput") {
+    r.calls_per_s = RpcThroughput(options, arena, size, r.errors);
+  } else if (AlternateBandwidth(options)) {
+    AlternatingBandwidth(options, channel, arena, size, self, r);
+  } else {
+    r.gbps =
+        stream
+            ? RpcStreamBandwidth(channel, arena, size, options.iters, r.errors)
+            : RpcBandwidth(channel, arena, size, options.iters, r.errors);
+  }
+  return r;
+}
+
 int Run(int argc, char** argv) {
   const rdmarpc::Flags flags(argc, argv);
   if (std::getenv("RDMARPC_LOG") == nullptr) {
@@ -122,124 +390,29 @@ int Run(int argc, char** argv) {
   }
   if (flags.Get("cpu-window", "") != "") return CpuWindow(flags);
   Options options;
-  options.uri = flags.Get("uri", options.uri);
-  options.mode = flags.Get("mode", options.mode);
-  const bool stream = options.mode == "stream";
-  const bool bandwidth = options.mode == "bandwidth" || stream;
-  const bool grid = options.mode == "grid";
-  std::string sizes =
-      flags.Get("sizes", stream      ? "1048576"
-                         : bandwidth ? "65536,1048576,4194304,67108864"
-                         : grid      ? "16,4096,65536,1048576,4194304"
-                                     : "16,4096,65536");
-  for (std::stringstream in(sizes); std::getline(in, sizes, ',');) {
-    options.sizes.push_back(std::stoull(sizes));
-  }
-  options.iters =
-      static_cast<int>(flags.GetInt("iters", bandwidth ? 32 : 20000));
-  options.warmup = static_cast<int>(flags.GetInt("warmup", options.iters / 10));
-  options.outstanding = static_cast<int>(flags.GetInt("outstanding", 32));
-  options.connections = static_cast<int>(flags.GetInt("connections", 1));
-  options.seconds = std::stod(flags.Get("seconds", grid ? "1" : "3"));
   GridOptions grid_options;
-  if (std::string loads = flags.Get("loads", ""); !loads.empty()) {
-    grid_options.loads.clear();
-    for (std::stringstream in(loads); std::getline(in, loads, ',');) {
-      grid_options.loads.push_back(std::stoi(loads));
-    }
-  }
-  grid_options.reps = static_cast<int>(flags.GetInt("reps", grid_options.reps));
-  grid_options.peer = flags.Get("peer", "");
-  const std::string poll = flags.Get("poll", "event");
-  options.poll = PollModeOrExit(poll, "bench");
-  options.raw = flags.GetInt("raw", 1) != 0;
-  options.pooled_grants = flags.GetInt("pooled-grants", 1) != 0;
-  options.by_name = flags.GetInt("by-name", 0) != 0;
-  options.json = flags.Get("json", "");
-  options.plot = flags.Get("plot", "");
-  options.stats = flags.GetInt("stats", 0) != 0;
-  options.metrics = flags.GetInt("metrics", 1) != 0;
-  options.handler_threads =
-      static_cast<int>(flags.GetInt("handler-threads", 0));
-  options.callback_threads =
-      static_cast<int>(flags.GetInt("callback-threads", 0));
-  options.window = static_cast<uint64_t>(flags.GetInt(
-      "window",
-      static_cast<long long>(tunables::kDefaultMaxRequestBytesInFlight)));
-  pin_sides = flags.GetInt(
-                  "pin", std::thread::hardware_concurrency() >= 2 ? 1 : 0) != 0;
-  if (options.mode != "latency" && options.mode != "throughput" && !bandwidth &&
-      !grid) {
-    std::fprintf(stderr,
-                 "bench: --mode latency|throughput|bandwidth|stream|grid\n");
-    return 64;
-  }
-
-  // The raw baselines first, while no RPC event loop runs: a busy-polling
-  // loop left spinning would take a core from the baseline.
-  const bool rdma = options.uri.rfind("rdma://", 0) == 0;
-  // Where the RPC side's loops sleep between calls, rounds alternate RPC
-  // and raw, so that a slow spell of this shared machine falls on both
-  // alike: TCP latency and bandwidth, and RDMA bandwidth in event mode.
-  const bool alternate_bandwidth =
-      bandwidth && options.raw &&
-      (!rdma || options.poll == transport::PollMode::kEvent);
-  // NaN where not measured here (or measured in alternating rounds below).
-  std::vector<Result> raw(options.sizes.size());
-  for (size_t i = 0; i < options.sizes.size(); ++i) {
-    const size_t size = options.sizes[i];
-    Result& r = raw[i];
-    r.raw_p50 = r.raw_p99 = r.raw_gbps = NAN;
-    if (!options.raw) continue;
-    if (options.mode == "latency" && rdma &&
-        options.poll != transport::PollMode::kHybrid) {
-      r.raw_p50 = RawVerbs(argv[0], HostOf(options.uri), "pingpong", size,
-                           options.iters, "p50 ");
-    } else if (options.mode == "latency" &&
-               options.poll == transport::PollMode::kBusy) {
-      const auto base = RawTcpPingPong(RawTcpLoop::kBusy, size, options.warmup,
-                                       options.iters);
-      r.raw_p50 = Percentile(base, 0.5);
-      r.raw_p99 = Percentile(base, 0.99);
-    } else if (bandwidth && !alternate_bandwidth) {
-      r.raw_gbps = RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
-                            options.iters, "outstanding: ");
-    }
-  }
-
-  // Our own server when the port is 0.
-  std::unique_ptr<rpc::Server> server;
-  BenchService service;
+  if (!ParseOptions(flags, &options, &grid_options)) return 64;
+  const std::vector<Result> raw = RawBaselines(options, argv[0]);
+  const bool rdma = IsRdma(options);
   auto parsed = transport::ParseUri(options.uri);
   if (!parsed.ok()) {
     std::fprintf(stderr, "bench: %s\n", parsed.status().ToString().c_str());
     return 64;
   }
+  BenchService service;
+  std::unique_ptr<rpc::Server> server;  // Our own when the port is 0.
   if (parsed->port == 0) {
-    rpc::ServerOptions server_options;
-    server_options.workers = 1;
-    server_options.handler_threads = options.handler_threads;
-    server_options.enable_metrics = options.metrics;
-    server_options.transport.poll_mode = options.poll;
-    server_options.transport.rdma_pooled_grants = options.pooled_grants;
-    server_options.transport.max_payload_size = 1ull << 30;
-    // 128 responses of 4 MiB in flight (the grid) fit its send queue.
-    server_options.transport.max_queued_bytes = 1ull << 30;
-    server_options.max_response_size = 1ull << 30;
-    server = std::make_unique<rpc::Server>(server_options);
-    server->RegisterService(&service);
-    auto bound = server->Listen(options.uri);
-    if (!bound.ok()) {
-      std::fprintf(stderr, "bench: %s\n", bound.status().ToString().c_str());
+    auto started = StartServer(options, service);
+    if (!started.ok()) {
+      std::fprintf(stderr, "bench: %s\n", started.status().ToString().c_str());
       return 1;
     }
-    options.uri = *bound;
+    server = std::move(*started);
   }
   const size_t largest =
       *std::max_element(options.sizes.begin(), options.sizes.end());
   auto arena = Arena(largest);
   rpc::Channel channel(options.uri, ChannelOptionsFor(options));
-
   if (pin_sides) {  // The channel's loop on CPU 0, the server's on CPU 1.
     std::promise<void> pinned;
     boost::asio::post(channel.executor(), [&] {
@@ -249,133 +422,19 @@ int Run(int argc, char** argv) {
     pinned.get_future().wait();
     RunCalls(channel, 1, 1, kPin, [] { return Buffer(); });
   }
-  if (grid) return RunGrid(options, grid_options, channel, *arena);
+  if (options.mode == "grid") {
+    return RunGrid(options, grid_options, channel, *arena);
+  }
   std::vector<Result> results;
   uint64_t total_errors = 0;
   for (size_t i = 0; i < options.sizes.size(); ++i) {
-    const size_t size = options.sizes[i];
-    Result r;
-    r.mode = options.mode;
-    r.size = size;
-    r.raw_p50 = raw[i].raw_p50;
-    r.raw_p99 = raw[i].raw_p99;
-    r.raw_gbps = raw[i].raw_gbps;
-    if (options.mode == "latency" &&
-        (rdma ? options.poll == transport::PollMode::kHybrid
-              : options.poll != transport::PollMode::kBusy)) {
-      // Rounds alternate RPC and raw ping-pongs (over TCP in event mode also
-      // the epoll and bare-Asio floors), so that a slow spell of this shared
-      // machine falls on all alike. A hybrid loop stops spinning between
-      // rounds; a busy one would not, so busy mode measured its raw
-      // baseline first. In hybrid mode the raw TCP ping-pong polls too; the
-      // raw verbs ping-pong always does.
-      constexpr int kRounds = 10;
-      std::vector<double> raw_samples, epoll_samples, asio_samples;
-      std::vector<double> raw_verbs_p50s;
-      std::vector<double> round_ratios, epoll_ratios, asio_ratios;
-      for (int round = 0; round < kRounds; ++round) {
-        const int n = RoundShare(options.iters, kRounds, round);
-        const auto rpc =
-            RpcLatency(channel, *arena, size, round == 0 ? options.warmup : 0,
-                       n, options.by_name, r.errors);
-        r.samples.insert(r.samples.end(), rpc.begin(), rpc.end());
-        if (options.raw && rdma) {
-          const double base = RawVerbs(argv[0], HostOf(options.uri), "pingpong",
-                                       size, n, "p50 ");
-          if (!rpc.empty() && std::isfinite(base)) {
-            raw_verbs_p50s.push_back(base);
-            round_ratios.push_back(Median(rpc) / base);
-          }
-        } else if (options.raw) {
-          const int warm = round == 0 ? options.warmup : 0;
-          const auto base =
-              options.poll == transport::PollMode::kHybrid
-                  ? RawTcpPingPong(RawTcpLoop::kBusy, size, warm, n)
-                  : RawTcpPingPong(RawTcpLoop::kBlocking, size, warm, n);
-          raw_samples.insert(raw_samples.end(), base.begin(), base.end());
-          if (!rpc.empty() && !base.empty()) {
-            round_ratios.push_back(Median(rpc) / Median(base));
-          }
-          if (options.poll != transport::PollMode::kEvent) continue;
-          const auto epoll = RawTcpPingPong(RawTcpLoop::kEpoll, size, warm, n);
-          epoll_samples.insert(epoll_samples.end(), epoll.begin(), epoll.end());
-          const auto floor = AsioTcpPingPong(size, warm, n);
-          asio_samples.insert(asio_samples.end(), floor.begin(), floor.end());
-          if (!base.empty() && !epoll.empty() && !floor.empty()) {
-            epoll_ratios.push_back(Median(epoll) / Median(base));
-            asio_ratios.push_back(Median(floor) / Median(base));
-          }
-        }
-      }
-      std::sort(r.samples.begin(), r.samples.end());
-      std::sort(raw_samples.begin(), raw_samples.end());
-      std::sort(epoll_samples.begin(), epoll_samples.end());
-      std::sort(asio_samples.begin(), asio_samples.end());
-      if (options.raw && rdma) {
-        r.raw_p50 = Median(raw_verbs_p50s);  // NaN if none ran.
-      } else if (options.raw) {
-        r.raw_p50 = Percentile(raw_samples, 0.5);
-        r.raw_p99 = Percentile(raw_samples, 0.99);
-        if (!epoll_samples.empty()) {
-          r.epoll_p50 = Percentile(epoll_samples, 0.5);
-          r.asio_p50 = Percentile(asio_samples, 0.5);
-        }
-        if (!epoll_ratios.empty()) {
-          r.epoll_round_ratio = Median(epoll_ratios);
-          r.asio_round_ratio = Median(asio_ratios);
-        }
-      }
-      if (!round_ratios.empty()) {
-        std::sort(round_ratios.begin(), round_ratios.end());
-        r.round_ratio_median = Percentile(round_ratios, 0.5);
-        r.round_ratio_min = round_ratios.front();
-        r.round_ratio_max = round_ratios.back();
-      }
-    } else if (options.mode == "latency") {
-      r.samples = RpcLatency(channel, *arena, size, options.warmup,
-                             options.iters, options.by_name, r.errors);
-    }
-    if (options.mode == "latency") {
-      r.p50 = Percentile(r.samples, 0.5);
-      r.p99 = Percentile(r.samples, 0.99);
-      r.p999 = Percentile(r.samples, 0.999);
-      r.max = r.samples.empty() ? 0 : r.samples.back();
-    } else if (options.mode == "throughput") {
-      r.calls_per_s = RpcThroughput(options, *arena, size, r.errors);
-    } else if (alternate_bandwidth) {
-      // Rounds alternate RPC and the raw stream or WRITEs, as for latency.
-      const auto raw_gbps = [&](int n) {
-        return rdma ? RawVerbs(argv[0], HostOf(options.uri), "write-bw", size,
-                               n, "outstanding: ")
-                    : RawTcpBandwidth(size, n, /*ack_each=*/!stream);
-      };
-      constexpr int kRounds = 4;
-      double rpc_seconds = 0, raw_seconds = 0;
-      for (int round = 0; round < kRounds; ++round) {
-        const int n = RoundShare(options.iters, kRounds, round);
-        if (n == 0) continue;
-        const double bytes = static_cast<double>(size) * n;
-        raw_seconds += bytes / 1e9 / raw_gbps(n);
-        rpc_seconds +=
-            bytes / 1e9 /
-            (stream ? RpcStreamBandwidth(channel, *arena, size, n, r.errors)
-                    : RpcBandwidth(channel, *arena, size, n, r.errors));
-      }
-      const double bytes = static_cast<double>(size) * options.iters;
-      r.gbps = bytes / rpc_seconds / 1e9;
-      r.raw_gbps = bytes / raw_seconds / 1e9;
-    } else {
-      r.gbps =
-          stream ? RpcStreamBandwidth(channel, *arena, size, options.iters,
-                                      r.errors)
-                 : RpcBandwidth(channel, *arena, size, options.iters, r.errors);
-    }
+    Result r =
+        Measure(options, channel, *arena, options.sizes[i], raw[i], argv[0]);
     total_errors += r.errors;
     if (options.stats && server) PrintServerStats(*server, r);
     results.push_back(std::move(r));
   }
-
-  PrintReport(options, poll, rdma, results);
+  PrintReport(options, flags.Get("poll", "event"), rdma, results);
   if (total_errors > 0)
     std::printf("errors: %llu calls failed\n",
                 static_cast<unsigned long long>(total_errors));

@@ -6,10 +6,13 @@
 #ifndef RDMARPC_TOOLS_BENCHMARKS_BENCH_H_
 #define RDMARPC_TOOLS_BENCHMARKS_BENCH_H_
 
+#include <atomic>
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -165,9 +168,35 @@ std::vector<double> RpcLatency(rpc::Channel& channel,
 double RpcThroughput(const Options& options,
                      const transport::MemoryRegistration& arena, size_t size,
                      uint64_t& errors);
-// `n` calls of `method`, `k` outstanding, each completion starting the next
-// on the channel's own thread; returns how many failed. `on_done` sees the
-// running count of completions.
+// The closed loop every call benchmark runs: `n` calls, `k` outstanding,
+// each completion starting the next on `channel`'s thread. `start(end)`
+// starts one call whose completion runs end(status); `on_done` sees the
+// running count of completions. Returns how many calls failed.
+template <typename Start>
+uint64_t ClosedLoop(rpc::Channel& channel, long long n, int k,
+                    const Start& start,
+                    const std::function<void(long long)>& on_done = {}) {
+  std::atomic<long long> issued{0}, done{0};
+  std::atomic<uint64_t> failed{0};
+  std::promise<void> finished;
+  std::function<void()> issue;
+  const auto end = [&](const Status& status) {
+    if (!status.ok()) failed++;
+    const long long count = ++done;
+    if (on_done) on_done(count);
+    if (count == n) return finished.set_value();
+    issue();
+  };
+  issue = [&] {
+    if (issued.fetch_add(1) < n) start(end);
+  };
+  boost::asio::post(channel.executor(), [&] {
+    for (int i = 0; i < k; ++i) issue();
+  });
+  finished.get_future().wait();
+  return failed.load();
+}
+// ClosedLoop over Channel::Call of `method` with `payload()`'s bytes.
 uint64_t RunCalls(rpc::Channel& channel, long long n, int k,
                   const rpc::MethodRef& method,
                   const std::function<Buffer()>& payload,

@@ -32,29 +32,19 @@ void Spin(long long iterations) {
   for (long long i = 0; i < iterations; ++i) asm volatile("" ::: "memory");
 }
 
-// RunCalls' typed twin: `n` Say calls on `stub`, `k` outstanding, each
-// completion starting the next on the channel's thread.
+// ClosedLoop over the generated stub: Say calls on `stub`.
 uint64_t RunTypedCalls(examples::Echo::Stub& stub, rpc::Channel& channel,
                        long long n, int k, const examples::EchoRequest& request,
-                       long long extra_per_call) {
-  std::atomic<long long> issued{0}, done{0};
-  std::atomic<uint64_t> failed{0};
-  std::promise<void> finished;
-  std::function<void()> issue = [&] {
-    if (issued.fetch_add(1) >= n) return;
-    stub.async_Say(request,
-                   [&](const Status& status, const examples::EchoReply&) {
-                     if (!status.ok()) failed++;
-                     Spin(extra_per_call);
-                     if (++done == n) return finished.set_value();
-                     issue();
-                   });
-  };
-  boost::asio::post(channel.executor(), [&] {
-    for (int i = 0; i < k; ++i) issue();
-  });
-  finished.get_future().wait();
-  return failed.load();
+                       const std::function<void(long long)>& on_done = {}) {
+  return ClosedLoop(
+      channel, n, k,
+      [&](const auto& end) {
+        stub.async_Say(
+            request, [&end](const Status& status, const examples::EchoReply&) {
+              end(status);
+            });
+      },
+      on_done);
 }
 
 }  // namespace
@@ -77,22 +67,23 @@ int CpuWindow(const rdmarpc::Flags& flags) {
   };
   const long long warmup = std::max<long long>(calls / 5, 1000);
   uint64_t failed = 0;
+  // The completion sees no extra callback unless asked: none is on the path
+  // the baseline counts.
+  std::function<void(long long)> on_done;
+  if (extra > 0) on_done = [extra](long long) { Spin(extra); };
   if (typed) {
     examples::Echo::Stub stub(channel);
     examples::EchoRequest request;
     request.set_payload(std::string(size, 'x'));
-    failed += RunTypedCalls(stub, *channel, warmup, outstanding, request, 0);
+    failed += RunTypedCalls(stub, *channel, warmup, outstanding, request);
     failed += RunCalls(*channel, 1, 1, kWindow, control("start"));
     Window(true);
-    failed += RunTypedCalls(stub, *channel, calls, outstanding, request, extra);
+    failed +=
+        RunTypedCalls(stub, *channel, calls, outstanding, request, on_done);
     Window(false);
   } else {
     auto arena = Arena(size);
     const auto echo = [&] { return Payload(*arena, size); };
-    // The completion sees no extra callback unless asked: none is on the
-    // path the baseline counts.
-    std::function<void(long long)> on_done;
-    if (extra > 0) on_done = [extra](long long) { Spin(extra); };
     failed += RunCalls(*channel, warmup, outstanding, kEcho, echo);
     failed += RunCalls(*channel, 1, 1, kWindow, control("start"));
     Window(true);

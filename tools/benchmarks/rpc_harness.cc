@@ -146,24 +146,13 @@ uint64_t RunCalls(rpc::Channel& channel, long long n, int k,
                   const std::function<Buffer()>& payload,
                   const rpc::CallOptions& options,
                   const std::function<void(long long)>& on_done) {
-  std::atomic<long long> issued{0}, done{0};
-  std::atomic<uint64_t> failed{0};
-  std::promise<void> finished;
-  std::function<void()> issue = [&] {
-    if (issued.fetch_add(1) >= n) return;
-    channel.Call(method, payload(), options, [&](const Status& status, Buffer) {
-      if (!status.ok()) failed++;
-      const long long count = ++done;
-      if (on_done) on_done(count);
-      if (count == n) return finished.set_value();
-      issue();
-    });
-  };
-  boost::asio::post(channel.executor(), [&] {
-    for (int i = 0; i < k; ++i) issue();
-  });
-  finished.get_future().wait();
-  return failed.load();
+  return ClosedLoop(
+      channel, n, k,
+      [&](const auto& end) {
+        channel.Call(method, payload(), options,
+                     [&end](const Status& status, Buffer) { end(status); });
+      },
+      on_done);
 }
 
 // `iters` Sink calls of `size` bytes, 2 outstanding: GB/s one way.
