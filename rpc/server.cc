@@ -437,7 +437,7 @@ Server::Server(ServerOptions options)
     impl_->FailListen(Status(
         StatusCode::kFailedPrecondition,
         "ServerOptions::admin_listen needs the admin endpoint linked in: "
-        "depend on //rpc:admin (@rdmarpc//:rdmarpc has it)"));
+        "depend on //rpc/builtin:admin (@rdmarpc//:rdmarpc has it)"));
   }
 }
 std::string Server::admin_uri() const { return impl_->admin_uri(); }

@@ -88,8 +88,8 @@ struct ServerOptions {
   // HTTP there, on the server's first event loop, until Shutdown; port 0
   // picks one (admin_uri()). Empty, the default: none. It shows every metric
   // to whoever connects: bind it to loopback, or to a management network,
-  // never where clients reach. Needs //rpc:admin linked in (@rdmarpc//:rdmarpc
-  // has it); without, Listen fails FAILED_PRECONDITION.
+  // never where clients reach. Needs //rpc/builtin:admin linked in
+  // (@rdmarpc//:rdmarpc has it); without, Listen fails FAILED_PRECONDITION.
   std::string admin_listen;
   naming::RegistrationOptions registration;
   // Shutdown with a grace period first tells each client GOAWAY and serves
@@ -198,8 +198,9 @@ class Server {
 };
 
 namespace internal {
-// Set by //rpc:admin when it is linked in: opens ServerOptions::admin_listen
-// (EnableAdmin). The server's core builds no HTTP server of its own.
+// Set by //rpc/builtin:admin when it is linked in: opens
+// ServerOptions::admin_listen (EnableAdmin). The server's core builds no HTTP
+// server of its own.
 using AdminFromOptions = void (*)(Server& server, const std::string& uri);
 extern AdminFromOptions admin_from_options;
 }  // namespace internal

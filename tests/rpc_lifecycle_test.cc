@@ -411,7 +411,7 @@ TEST_CASE("errors: a handler that drops a live call") {
 }
 
 // This binary links the server's core without the admin endpoint
-// (//rpc:admin): asking for one is a clear error, not a silent no-op.
+// (//rpc/builtin:admin): asking for one is a clear error, not a silent no-op.
 TEST_CASE("errors: admin_listen without the admin endpoint linked in") {
   REQUIRE(rpc::internal::admin_from_options == nullptr);
   rpc::ServerOptions options;
@@ -420,7 +420,8 @@ TEST_CASE("errors: admin_listen without the admin endpoint linked in") {
   const StatusOr<std::string> bound = server.Listen(ListenUri());
   REQUIRE(!bound.ok());
   CHECK(bound.status().code() == StatusCode::kFailedPrecondition);
-  CHECK(bound.status().message().find("//rpc:admin") != std::string::npos);
+  CHECK(bound.status().message().find("//rpc/builtin:admin") !=
+        std::string::npos);
   CHECK(server.admin_uri().empty());
 }
 
