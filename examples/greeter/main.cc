@@ -5,10 +5,9 @@
 #include "rdmarpc/server.h"
 
 class GreeterImpl : public greeter::Greeter::Service {
-  void Hello(
-      std::shared_ptr<
-          rdmarpc::rpc::TypedCall<greeter::HelloRequest, greeter::HelloReply>>
-          call) override {
+  void Hello(std::shared_ptr<
+             rdmarpc::TypedCall<greeter::HelloRequest, greeter::HelloReply>>
+                 call) override {
     call->response().set_text("hello, " + call->request().name());
     call->Finish();  // Any thread, now or later.
   }
@@ -16,11 +15,11 @@ class GreeterImpl : public greeter::Greeter::Service {
 
 int main() {
   GreeterImpl impl;
-  rdmarpc::rpc::Server server;
+  rdmarpc::Server server;
   server.RegisterService(&impl);
   std::string uri = *server.Listen("tcp://127.0.0.1:0");
 
-  greeter::Greeter::Stub stub(std::make_shared<rdmarpc::rpc::Channel>(uri));
+  greeter::Greeter::Stub stub(std::make_shared<rdmarpc::Channel>(uri));
   greeter::HelloRequest request;
   request.set_name("rdma");
   auto [status, reply] =

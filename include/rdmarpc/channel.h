@@ -1,25 +1,25 @@
 // The client side of rdmarpc.
 //
-//   rdmarpc::rpc::Channel          a virtual connection to one server URI:
+//   rdmarpc::Channel          a virtual connection to one server URI:
 //                                  connects on the first call, multiplexes
 //                                  calls, reconnects (with backoff) after a
 //                                  lost connection. Generated stubs take a
 //                                  std::shared_ptr<Channel>.
-//   rdmarpc::rpc::ChannelOptions   transport options, request size limit,
+//   rdmarpc::ChannelOptions   transport options, request size limit,
 //                                  where callbacks run (callback_threads).
-//   rdmarpc::rpc::CallOptions      a deadline (CallOptions::WithTimeout), a
+//   rdmarpc::CallOptions      a deadline (CallOptions::WithTimeout), a
 //                                  CallCancellation to cancel the call, and
 //                                  its metadata (request headers; where the
 //                                  response's headers and trailers go).
-//   rdmarpc::rpc::Metadata         headers or trailers: (key, value) pairs.
-//   rdmarpc::rpc::ClientInterceptor, TokenClientInterceptor
+//   rdmarpc::Metadata         headers or trailers: (key, value) pairs.
+//   rdmarpc::ClientInterceptor, TokenClientInterceptor
 //                                  code that sees every call before it is
 //                                  sent and at its end
 //                                  (rpc/common/interceptor.h).
-//   rdmarpc::rpc::MethodRef        names a method ("pkg.Service", "Method")
+//   rdmarpc::MethodRef        names a method ("pkg.Service", "Method")
 //                                  by a 64-bit id computed at compile time;
 //                                  generated classes have one per method.
-//   rdmarpc::rpc::Payload          a message and its attachment: bulk bytes
+//   rdmarpc::Payload          a message and its attachment: bulk bytes
 //                                  sent beside it, never copied into it.
 //
 //   using namespace rdmarpc;
@@ -46,5 +46,38 @@
 #include "rpc/common/metadata.h"      // IWYU pragma: export
 #include "rpc/common/method_ref.h"    // IWYU pragma: export
 #include "rpc/common/payload.h"       // IWYU pragma: export
+
+// One namespace for what an application names: rdmarpc::X is the same
+// entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
+// declares (either spelling compiles; write rdmarpc::X).
+namespace rdmarpc {
+using rpc::Channel;
+using rpc::ChannelOptions;
+using rpc::ChannelState;
+using rpc::ChannelStats;
+using rpc::CallOptions;
+using rpc::CallCancellation;
+using rpc::Metadata;
+using rpc::ResponseMetadata;
+using rpc::MethodRef;
+using rpc::Payload;
+using rpc::ResponseCallback;
+using rpc::ClientInterceptor;
+using rpc::ClientCallInfo;
+using rpc::TokenClientInterceptor;
+using rpc::Executor;
+using rpc::ThreadPool;
+using rpc::ClusterOptions;
+using rpc::EndpointStats;
+using rpc::HealthCheck;
+using rpc::LoadBalancing;
+using rpc::OutlierDetection;
+using rpc::RetryPolicy;
+using rpc::RetryBudget;
+using rpc::ClientStream;
+using rpc::StreamKind;
+using transport::TransportOptions;
+using transport::PollMode;
+}  // namespace rdmarpc
 
 #endif  // RDMARPC_CHANNEL_H_

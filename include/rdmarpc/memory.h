@@ -1,6 +1,6 @@
 // Registered memory for zero-copy sends over RDMA.
 //
-//   rdmarpc::transport::MemoryRegistration
+//   rdmarpc::MemoryRegistration
 //       Allocate(bytes)              fresh memory, registered once;
 //       Register(std::span<std::byte>)  your own memory, registered once;
 //       Slice(offset, n)             a Buffer inside it, for a request or a
@@ -16,5 +16,12 @@
 
 #include "rdmarpc/buffer.h"    // IWYU pragma: export
 #include "transport/memory.h"  // IWYU pragma: export
+
+// One namespace for what an application names: rdmarpc::X is the same
+// entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
+// declares (either spelling compiles; write rdmarpc::X).
+namespace rdmarpc {
+using transport::MemoryRegistration;
+}  // namespace rdmarpc
 
 #endif  // RDMARPC_MEMORY_H_

@@ -1,34 +1,34 @@
 // The server side of rdmarpc.
 //
-//   rdmarpc::rpc::Server          serves registered services on one or more
+//   rdmarpc::Server          serves registered services on one or more
 //                                 URIs (tcp://, rdma://, auto://):
 //                                 RegisterService, Listen, Shutdown(grace),
 //                                 stats(), per-method metrics.
-//   rdmarpc::rpc::ServerOptions   worker threads, transport options (poll
+//   rdmarpc::ServerOptions   worker threads, transport options (poll
 //                                 mode, payload and memory limits), calls
 //                                 and connections allowed, where handlers
 //                                 run (rpc/common/executor.h), interceptors,
 //                                 and admin_listen: an HTTP endpoint with
 //                                 /metrics for Prometheus and a status page
 //                                 (docs/admin.md).
-//   rdmarpc::rpc::Service         a service: generated ones derive from it
+//   rdmarpc::Service         a service: generated ones derive from it
 //                                 (Foo::Service, from foo.rdmarpc.h); code
 //                                 without generated stubs adds methods with
 //                                 AddMethod(name, handler), bytes in and out.
-//   rdmarpc::rpc::ServerCall      one call as its handler sees it: request(),
+//   rdmarpc::ServerCall      one call as its handler sees it: request(),
 //                                 deadline(), IsCancelled(), OnCancel(), and
 //                                 Finish(status, response) from any thread;
 //                                 request_metadata(), response_headers(),
 //                                 response_trailers().
-//   rdmarpc::rpc::ServerInterceptor, TokenServerInterceptor,
+//   rdmarpc::ServerInterceptor, TokenServerInterceptor,
 //   LoggingServerInterceptor      code that sees every call before its
 //                                 handler and at its end
 //                                 (rpc/common/interceptor.h).
-//   rdmarpc::transport::TransportOptions, PollMode
+//   rdmarpc::TransportOptions, PollMode
 //                                 in ServerOptions::transport.
 //
 //   MyServiceImpl impl;                      // derives from Foo::Service
-//   rdmarpc::rpc::Server server;
+//   rdmarpc::Server server;
 //   server.RegisterService(&impl);
 //   auto uri = server.Listen("auto://0.0.0.0:7000");  // StatusOr<std::string>
 //
@@ -46,5 +46,28 @@
 #include "rpc/common/server_call.h"  // IWYU pragma: export
 #include "rpc/common/service.h"      // IWYU pragma: export
 #include "rpc/server.h"              // IWYU pragma: export
+
+// One namespace for what an application names: rdmarpc::X is the same
+// entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
+// declares (either spelling compiles; write rdmarpc::X).
+namespace rdmarpc {
+using rpc::Server;
+using rpc::ServerOptions;
+using rpc::ServerStats;
+using rpc::SideEndpoint;
+using rpc::Service;
+using rpc::MethodHandler;
+using rpc::ServerCall;
+using rpc::ServerInterceptor;
+using rpc::TokenServerInterceptor;
+using rpc::LoggingServerInterceptor;
+using rpc::Executor;
+using rpc::ThreadPool;
+using rpc::Metadata;
+using rpc::Payload;
+using rpc::StreamKind;
+using transport::TransportOptions;
+using transport::PollMode;
+}  // namespace rdmarpc
 
 #endif  // RDMARPC_SERVER_H_

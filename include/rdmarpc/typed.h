@@ -2,16 +2,16 @@
 // from rdmarpc_cc_proto_library) are built on. You rarely include this
 // yourself: the generated header does.
 //
-//   rdmarpc::rpc::TypedCall<Request, Response>   a typed ServerCall: request(),
+//   rdmarpc::TypedCall<Request, Response>   a typed ServerCall: request(),
 //                                                response(), Finish(), and
 //                                                the attachments.
-//   rdmarpc::rpc::ClientContext                  a call's options and
+//   rdmarpc::ClientContext                  a call's options and
 //                                                attachments, client side.
 //   Stub::async_Method([context,] request, [options,] token) takes an Asio
 //   completion token with the signature void(rdmarpc::Status, Response): a
 //   callback, boost::asio::use_future, or boost::asio::use_awaitable (include
 //   rdmarpc/awaitable.h).
-//   rdmarpc::rpc::TypedServerStream, TypedClientStream   streaming methods
+//   rdmarpc::TypedServerStream, TypedClientStream   streaming methods
 //                                                (rpc/typed/typed_stream.h): a
 //                                                stub's Open<Method>(...).
 #ifndef RDMARPC_TYPED_H_
@@ -21,5 +21,15 @@
 #include "rdmarpc/server.h"          // IWYU pragma: export
 #include "rpc/typed/typed.h"         // IWYU pragma: export
 #include "rpc/typed/typed_stream.h"  // IWYU pragma: export
+
+// One namespace for what an application names: rdmarpc::X is the same
+// entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
+// declares (either spelling compiles; write rdmarpc::X).
+namespace rdmarpc {
+using rpc::TypedCall;
+using rpc::TypedServerStream;
+using rpc::TypedClientStream;
+using rpc::ClientContext;
+}  // namespace rdmarpc
 
 #endif  // RDMARPC_TYPED_H_

@@ -11,13 +11,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: client URI NAME\n");
     return 64;
   }
-  hello::Greeter::Stub stub(std::make_shared<rdmarpc::rpc::Channel>(argv[1]));
+  hello::Greeter::Stub stub(std::make_shared<rdmarpc::Channel>(argv[1]));
   hello::HelloRequest request;
   request.set_name(argv[2]);
   auto [status, reply] =
       stub.async_Hello(
               request,
-              rdmarpc::rpc::CallOptions::WithTimeout(std::chrono::seconds(10)),
+              rdmarpc::CallOptions::WithTimeout(std::chrono::seconds(10)),
               boost::asio::use_future)
           .get();
   if (!status.ok()) {

@@ -7,7 +7,7 @@
 
 class GreeterImpl : public hello::Greeter::Service {
   void Hello(std::shared_ptr<
-             rdmarpc::rpc::TypedCall<hello::HelloRequest, hello::HelloReply>>
+             rdmarpc::TypedCall<hello::HelloRequest, hello::HelloReply>>
                  call) override {
     call->response().set_text("hello, " + call->request().name());
     call->Finish();

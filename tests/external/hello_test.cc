@@ -20,13 +20,13 @@ void Expect(bool ok, const char* what) {
 
 int main() {
   GreeterImpl impl;
-  rdmarpc::rpc::Server server;
+  rdmarpc::Server server;
   server.RegisterService(&impl);
   auto uri = server.Listen("tcp://127.0.0.1:0");
   Expect(uri.ok(), "the server listens");
   if (!uri.ok()) return 1;
 
-  auto channel = std::make_shared<rdmarpc::rpc::Channel>(*uri);
+  auto channel = std::make_shared<rdmarpc::Channel>(*uri);
   hello::Greeter::Stub stub(channel);
   hello::HelloRequest request;
   request.set_name("bazel");
@@ -36,7 +36,7 @@ int main() {
   Expect(reply.text() == "hello, bazel", "Hello's reply is \"hello, bazel\"");
 
   // A method this server does not serve: a clear status, not a hang.
-  constexpr rdmarpc::rpc::MethodRef kMissing("hello.Greeter", "Missing");
+  constexpr rdmarpc::MethodRef kMissing("hello.Greeter", "Missing");
   std::promise<rdmarpc::Status> missing;
   channel->Call(
       kMissing, rdmarpc::Buffer(), {},
@@ -46,7 +46,7 @@ int main() {
       "an unknown method is UNIMPLEMENTED");
 
   // A client's own admin endpoint (rdmarpc/admin.h), on a port it picks.
-  auto admin = rdmarpc::rpc::ClientAdmin::Start("http://127.0.0.1:0");
+  auto admin = rdmarpc::ClientAdmin::Start("http://127.0.0.1:0");
   Expect(admin.ok() && (*admin)->uri().rfind("http://127.0.0.1:", 0) == 0 &&
              (*admin)->uri() != "http://127.0.0.1:0",
          "a client opens its admin endpoint on a port of its own");

@@ -9,9 +9,9 @@
 
 int main(int argc, char** argv) {
   GreeterImpl impl;
-  rdmarpc::rpc::Server server;
+  rdmarpc::Server server;
   server.RegisterService(&impl);
-  rdmarpc::rpc::EnableIntrospection(server);
+  rdmarpc::EnableIntrospection(server);
   auto uri = server.Listen(argc > 1 ? argv[1] : "tcp://127.0.0.1:0");
   if (!uri.ok()) {
     std::fprintf(stderr, "%s\n", uri.status().ToString().c_str());
