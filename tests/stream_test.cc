@@ -493,11 +493,14 @@ class Numbers final : public pb::Numbers::Service {
           SumFrom(stream, sum + number->value());
         });
   }
+  // Each number doubled, with the attachment it came with sent back.
   void Double(std::shared_ptr<InStream> stream) override {
-    stream->async_Read(
-        [this, stream](const Status& status, std::optional<pb::Number> number) {
+    stream->async_ReadWithAttachment(
+        [this, stream](const Status& status, std::optional<pb::Number> number,
+                       Buffer attachment) {
           if (!number) return stream->Finish(status);
           stream->async_Write(MakeNumber(2 * number->value()),
+                              std::move(attachment),
                               [this, stream](const Status& written) {
                                 if (written.ok()) Double(stream);
                               });
@@ -533,6 +536,39 @@ TEST_CASE("typed stream: server-streaming with use_future") {
   auto [status, end] = stream->async_Read(asio::use_future).get();
   CHECK(status.ok());
   CHECK_FALSE(end.has_value());
+  CHECK(std::get<0>(stream->async_Finish(asio::use_future).get()).ok());
+}
+
+TEST_CASE("typed stream: attachments beside messages, both ways") {
+  TypedFixture f;
+  auto stream = f.stub.OpenDouble(rpc::CallOptions::WithTimeout(30s));
+  for (const size_t size : {size_t{0}, size_t{100}, size_t{300} << 10}) {
+    std::vector<std::byte> bytes(size);
+    for (size_t i = 0; i < size; ++i) bytes[i] = std::byte(i * 7 + size);
+    REQUIRE(stream
+                ->async_Write(MakeNumber(static_cast<int64_t>(size)),
+                              Buffer::CopyOf(bytes), asio::use_future)
+                .get()
+                .ok());
+    auto [status, number, attachment] =
+        stream->async_ReadWithAttachment(asio::use_future).get();
+    REQUIRE(status.ok());
+    REQUIRE(number.has_value());
+    CHECK(number->value() == 2 * static_cast<int64_t>(size));
+    REQUIRE(attachment.size() == size);
+    CHECK(std::equal(bytes.begin(), bytes.end(), attachment.data()));
+  }
+  // async_Read still reads a message that came with an attachment.
+  REQUIRE(stream
+              ->async_Write(MakeNumber(4),
+                            Buffer::CopyOf(std::vector<std::byte>(64)),
+                            asio::use_future)
+              .get()
+              .ok());
+  auto [status, number] = stream->async_Read(asio::use_future).get();
+  REQUIRE(status.ok());
+  CHECK(number->value() == 8);
+  stream->WritesDone();
   CHECK(std::get<0>(stream->async_Finish(asio::use_future).get()).ok());
 }
 

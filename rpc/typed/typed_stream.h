@@ -15,6 +15,12 @@
 //   stream->async_Read(token)     void(Status, std::optional<Response>)
 //   stream->async_Finish(token)   void(Status, Response)
 //
+// Either side may send bulk bytes beside a message, as a unary call's
+// attachment (on RDMA from registered memory, never copied into the
+// message): async_Write(message, attachment, token) sends one, and
+// async_ReadWithAttachment(token), void(Status, std::optional<Message>,
+// Buffer), receives it (async_Read releases it).
+//
 // Every operation takes any Asio completion token (a callback,
 // boost::asio::use_future, boost::asio::use_awaitable), one Read and one
 // Write outstanding at a time. A read without a message is the end: OK once
@@ -67,16 +73,29 @@ auto AsyncOperation(const boost::asio::any_io_executor& fallback, Token&& token,
 // The next message of a stream, parsed as `Message`. A message that does
 // not parse ends the read with its error (INVALID_ARGUMENT), as a unary
 // request that does not parse.
+// `deliver` gets (Status, std::optional<Message>, Buffer attachment): the
+// attachment, empty when the peer sent none, as it arrived (never copied).
 template <typename Message, typename Deliver>
-StreamReadCallback ParsingReader(Deliver deliver) {
+StreamReadCallback AttachmentReader(Deliver deliver) {
   return [deliver = std::move(deliver)](
              const Status& status, std::optional<Payload> payload) mutable {
-    if (!payload) return deliver(status, std::optional<Message>());
+    if (!payload) return deliver(status, std::optional<Message>(), Buffer());
     std::optional<Message> message(std::in_place);
     const Status parsed = ParseMessage(payload->message, *message);
-    if (!parsed.ok()) return deliver(parsed, std::optional<Message>());
-    deliver(Status(), std::move(message));
+    if (!parsed.ok()) {
+      return deliver(parsed, std::optional<Message>(), Buffer());
+    }
+    deliver(Status(), std::move(message), std::move(payload->attachment));
   };
+}
+// AttachmentReader for a `deliver` of (Status, std::optional<Message>): an
+// attachment, if the peer sent one, is released.
+template <typename Message, typename Deliver>
+StreamReadCallback ParsingReader(Deliver deliver) {
+  return AttachmentReader<Message>(
+      [deliver = std::move(deliver)](
+          const Status& status, std::optional<Message> message,
+          Buffer) mutable { deliver(status, std::move(message)); });
 }
 
 }  // namespace internal
@@ -113,14 +132,32 @@ class TypedServerStream {
           call->Read(internal::ParsingReader<Request>(std::move(deliver)));
         });
   }
+  // async_Read, with the message's attachment: bulk bytes the client sent
+  // beside it (async_Write's attachment form), empty if none. Signature
+  // void(Status, std::optional<Request>, Buffer).
+  template <typename Token>
+  auto async_ReadWithAttachment(Token&& token) {
+    return internal::AsyncOperation<Status, std::optional<Request>, Buffer>(
+        boost::asio::system_executor(), std::forward<Token>(token),
+        [call = call_](auto deliver) {
+          call->Read(internal::AttachmentReader<Request>(std::move(deliver)));
+        });
+  }
   // Server- and bidi-streaming: sends `message`; completes once the
   // client's window let it go. Signature void(Status).
   template <typename Token>
   auto async_Write(const Response& message, Token&& token) {
+    return async_Write(message, Buffer(), std::forward<Token>(token));
+  }
+  // async_Write with `attachment` sent beside the message, as a unary
+  // call's attachment is: on RDMA straight from its registered memory.
+  template <typename Token>
+  auto async_Write(const Response& message, Buffer attachment, Token&& token) {
     return internal::AsyncOperation<Status>(
         boost::asio::system_executor(), std::forward<Token>(token),
         [call = call_,
-         payload = Payload(SerializeMessage(message))](auto deliver) mutable {
+         payload = Payload(SerializeMessage(message), std::move(attachment))](
+            auto deliver) mutable {
           call->Write(std::move(payload),
                       [deliver = std::move(deliver)](
                           const Status& status) mutable { deliver(status); });
@@ -169,10 +206,17 @@ class TypedClientStream {
   // server's window let it go. Signature void(Status).
   template <typename Token>
   auto async_Write(const Request& message, Token&& token) {
+    return async_Write(message, Buffer(), std::forward<Token>(token));
+  }
+  // async_Write with `attachment` sent beside the message (see
+  // TypedServerStream::async_Write).
+  template <typename Token>
+  auto async_Write(const Request& message, Buffer attachment, Token&& token) {
     return internal::AsyncOperation<Status>(
         channel_->completion_executor(), std::forward<Token>(token),
         [stream = stream_.get(),
-         payload = Payload(SerializeMessage(message))](auto deliver) mutable {
+         payload = Payload(SerializeMessage(message), std::move(attachment))](
+            auto deliver) mutable {
           stream->Write(std::move(payload),
                         [deliver = std::move(deliver)](
                             const Status& status) mutable { deliver(status); });
@@ -192,6 +236,22 @@ class TypedClientStream {
                   const Status& status,
                   std::optional<Response> message) mutable {
                 deliver(NameMethodInError(*method, status), std::move(message));
+              }));
+        });
+  }
+  // async_Read, with the message's attachment (empty if none). Signature
+  // void(Status, std::optional<Response>, Buffer).
+  template <typename Token>
+  auto async_ReadWithAttachment(Token&& token) {
+    return internal::AsyncOperation<Status, std::optional<Response>, Buffer>(
+        channel_->completion_executor(), std::forward<Token>(token),
+        [stream = stream_.get(), method = &method_](auto deliver) {
+          stream->Read(internal::AttachmentReader<Response>(
+              [deliver = std::move(deliver), method](
+                  const Status& status, std::optional<Response> message,
+                  Buffer attachment) mutable {
+                deliver(NameMethodInError(*method, status), std::move(message),
+                        std::move(attachment));
               }));
         });
   }
