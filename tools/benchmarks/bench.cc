@@ -132,7 +132,7 @@ bool ParseOptions(const rdmarpc::Flags& flags, Options* options,
   options->uri = flags.Get("uri", options->uri);
   options->mode = flags.Get("mode", options->mode);
   const bool stream = options->mode == "stream";
-  const bool bandwidth = options->mode == "bandwidth" || stream;
+  const bool bandwidth = IsBandwidth(*options);
   const bool grid = options->mode == "grid";
   std::string sizes =
       flags.Get("sizes", stream      ? "1048576"
