@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <map>
 #include <mutex>
@@ -10,7 +11,6 @@
 
 #include "transport/rdma/device_events.h"
 #include "transport/rdma/loop_state.h"
-#include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::transport::rdma {
@@ -76,10 +76,9 @@ Status CmChannel::Open() {
   return Status();
 }
 
-void CmChannel::Register(rdma_cm_id* id,
-                         std::weak_ptr<RdmaConnection> connection,
+void CmChannel::Register(rdma_cm_id* id, std::weak_ptr<CmEventHandler> handler,
                          uint64_t owner) {
-  ids_[id] = {std::move(connection), owner};
+  ids_[id] = {std::move(handler), owner};
 }
 
 void CmChannel::Forget(rdma_cm_id* id, uint64_t owner) {
@@ -168,12 +167,12 @@ void CmChannel::Watch() {
                        continue;
                      }
                      auto it = self->ids_.find(event->id);
-                     std::shared_ptr<RdmaConnection> connection;
+                     std::shared_ptr<CmEventHandler> handler;
                      if (it != self->ids_.end()) {
-                       connection = it->second.connection.lock();
+                       handler = it->second.handler.lock();
                      }
-                     if (connection) {
-                       connection->OnCmEvent(event);  // Acknowledges it.
+                     if (handler) {
+                       handler->OnCmEvent(event);  // Acknowledges it.
                      } else {
                        rdma_ack_cm_event(event);
                      }

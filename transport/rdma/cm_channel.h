@@ -22,7 +22,21 @@
 
 namespace rdmarpc::transport::rdma {
 
-class RdmaConnection;
+// What an id's events go to: a connection (rdma_connection.h).
+class CmEventHandler {
+ public:
+  CmEventHandler(const CmEventHandler&) = delete;
+  CmEventHandler& operator=(const CmEventHandler&) = delete;
+
+ protected:
+  CmEventHandler() = default;
+  ~CmEventHandler() = default;  // Owned as its connection.
+
+ private:
+  friend class CmChannel;
+  // Handles `event`, and acknowledges it (rdma_ack_cm_event).
+  virtual void OnCmEvent(rdma_cm_event* event) = 0;
+};
 
 class CmChannel : public std::enable_shared_from_this<CmChannel> {
  public:
@@ -37,9 +51,9 @@ class CmChannel : public std::enable_shared_from_this<CmChannel> {
 
   rdma_event_channel* get() const { return events_.get(); }
 
-  // Events for `id` go to `connection` (`owner` names it) while it lives,
+  // Events for `id` go to `handler` (`owner` names it) while it lives,
   // until Forget (on the loop thread).
-  void Register(rdma_cm_id* id, std::weak_ptr<RdmaConnection> connection,
+  void Register(rdma_cm_id* id, std::weak_ptr<CmEventHandler> handler,
                 uint64_t owner);
   // Unless `id` has been registered again since, by another owner.
   void Forget(rdma_cm_id* id, uint64_t owner);
@@ -71,7 +85,7 @@ class CmChannel : public std::enable_shared_from_this<CmChannel> {
   EventChannel events_;
   boost::asio::posix::stream_descriptor fd_;
   struct Registered {
-    std::weak_ptr<RdmaConnection> connection;
+    std::weak_ptr<CmEventHandler> handler;
     uint64_t owner = 0;
   };
   std::unordered_map<rdma_cm_id*, Registered> ids_;

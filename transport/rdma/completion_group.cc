@@ -10,7 +10,6 @@
 
 #include "base/log.h"
 #include "base/pooled_handler.h"
-#include "transport/rdma/connection_internal.h"
 #include "transport/rdma/loop_state.h"
 
 namespace rdmarpc::transport::rdma {
@@ -247,9 +246,9 @@ Status CompletionGroup::Open() {
 }
 
 void CompletionGroup::Attach(uint32_t qp_num,
-                             std::weak_ptr<RdmaConnection> connection,
+                             std::weak_ptr<CompletionMember> member,
                              uint64_t id) {
-  connections_[qp_num] = {std::move(connection), id};
+  connections_[qp_num] = {std::move(member), id};
   live_qps.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -350,11 +349,11 @@ Status CompletionGroup::GrowSendSlots() {
 }
 
 std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireSendSlot(
-    RdmaConnection* waiter) {
+    CompletionMember* waiter) {
   if (free_send_slots_.empty() && !GrowSendSlots().ok()) {
     if (!waiter->waiting_for_staging_) {
       waiter->waiting_for_staging_ = true;
-      send_waiters_.push_back(waiter->weak_from_this());
+      send_waiters_.push_back(waiter->WeakMember());
     }
     return std::nullopt;
   }
@@ -364,7 +363,7 @@ std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireSendSlot(
 }
 
 std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireBounceChunk(
-    RdmaConnection* waiter, Status* error) {
+    CompletionMember* waiter, Status* error) {
   if (free_bounces_.empty()) {
     // Every chunk is busy (or none exists yet): more, while the pool may
     // grow; without any at all the large send cannot go.
@@ -381,7 +380,7 @@ std::optional<CompletionGroup::SendSlot> CompletionGroup::AcquireBounceChunk(
   if (free_bounces_.empty()) {
     if (!waiter->waiting_for_staging_) {
       waiter->waiting_for_staging_ = true;
-      send_waiters_.push_back(waiter->weak_from_this());
+      send_waiters_.push_back(waiter->WeakMember());
     }
     return std::nullopt;
   }
@@ -483,10 +482,10 @@ void CompletionGroup::TouchFlushWanted() {
   }
 }
 
-void CompletionGroup::Touch(const std::shared_ptr<RdmaConnection>& connection) {
-  if (connection->touched_) return;
-  connection->touched_ = true;
-  touched_.push_back(connection);
+void CompletionGroup::Touch(const std::shared_ptr<CompletionMember>& member) {
+  if (member->touched_) return;
+  member->touched_ = true;
+  touched_.push_back(member);
 }
 
 bool CompletionGroup::Drain() {
@@ -511,7 +510,7 @@ bool CompletionGroup::Drain() {
     for (int i = 0; i < n; ++i) {
       const ibv_wc& wc = wcs[i];
       const bool receive = (wc.wr_id >> kTagShift) == kRecvTag;
-      std::shared_ptr<RdmaConnection> connection;
+      std::shared_ptr<CompletionMember> connection;
       if (auto it = connections_.find(wc.qp_num); it != connections_.end()) {
         connection = it->second.connection.lock();
       }
@@ -519,7 +518,7 @@ bool CompletionGroup::Drain() {
         Touch(connection);
         // Reset even if a handler throws (the event loop logs and goes on).
         struct Last {
-          explicit Last(RdmaConnection* c) { delivering_last = c; }
+          explicit Last(const CompletionMember* c) { delivering_last = c; }
           ~Last() { delivering_last = nullptr; }
         } guard(i == last ? connection.get() : nullptr);
         connection->OnCompletion(wc);
@@ -538,7 +537,7 @@ void CompletionGroup::FinishBatch() {
   // Slots came free: the connections that waited for one try again.
   if ((!free_send_slots_.empty() || !free_bounces_.empty()) &&
       !send_waiters_.empty()) {
-    std::vector<std::weak_ptr<RdmaConnection>> waiters;
+    std::vector<std::weak_ptr<CompletionMember>> waiters;
     waiters.swap(send_waiters_);
     for (const auto& weak : waiters) {
       if (auto waiter = weak.lock()) {
@@ -560,7 +559,7 @@ void CompletionGroup::FailAll(const Status& status) {
   failed_ = true;
   Log().error("RDMA completion group on {} failed: {}",
               DeviceName(domain_->verbs()), status.message());
-  std::vector<std::shared_ptr<RdmaConnection>> all;
+  std::vector<std::shared_ptr<CompletionMember>> all;
   for (const auto& [qp, member] : connections_) {
     if (auto connection = member.connection.lock()) all.push_back(connection);
   }

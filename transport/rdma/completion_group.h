@@ -12,8 +12,9 @@
 // channel watched by the loop's io_context, one shared receive queue, and
 // the registered pools its connections' receives and send staging come from.
 // The group polls the CQ and hands each completion to the connection whose
-// QP produced it (by qp_num); a completion of a QP that is gone is dropped,
-// its receive buffer re-posted.
+// QP produced it (by qp_num), which it knows only as a CompletionMember
+// (completion_member.h); a completion of a QP that is gone is dropped, its
+// receive buffer re-posted.
 //
 // Receive credits (protocol.h). The group lends receive buffers to its
 // connections' peers: a connection Reserves kRdmaInitialCredits when it
@@ -43,13 +44,12 @@
 
 #include "base/status_or.h"
 #include "transport/connection.h"
+#include "transport/rdma/completion_member.h"
 #include "transport/rdma/grant_pool.h"
 #include "transport/rdma/registration_cache.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::transport::rdma {
-
-class RdmaConnection;
 
 // Queue pairs of this process's RDMA connections, process-wide.
 uint64_t LiveQueuePairs();
@@ -146,10 +146,10 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   ibv_cq* cq() const { return cq_.get(); }
   ibv_srq* srq() const { return srq_; }
 
-  // A connection's QP: its completions go to `connection` (`id` names it)
-  // while it lives, until Detach (which its ReleaseDevice calls, on the
-  // loop, after destroying the QP).
-  void Attach(uint32_t qp_num, std::weak_ptr<RdmaConnection> connection,
+  // A connection's QP: its completions go to `member` (`id` names it) while
+  // it lives, until Detach (which its ReleaseDevice calls, on the loop,
+  // after destroying the QP).
+  void Attach(uint32_t qp_num, std::weak_ptr<CompletionMember> member,
               uint64_t id);
   void Detach(uint32_t qp_num, uint64_t id);
   // Gives back the place Join took.
@@ -184,7 +184,7 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
     std::byte* data = nullptr;
     uint32_t lkey = 0;
   };
-  std::optional<SendSlot> AcquireSendSlot(RdmaConnection* waiter);
+  std::optional<SendSlot> AcquireSendSlot(CompletionMember* waiter);
   void ReleaseSendSlot(uint32_t index) { free_send_slots_.push_back(index); }
 
   // A bounce chunk (kRdmaBounceChunkSize bytes) through which a large
@@ -192,7 +192,7 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   // them (tunables::kRdmaGroupBounceChunks). Nullopt when all are busy and
   // the pool cannot grow (`waiter` is flushed once one is released), or,
   // with `error` set, when none can be registered at all.
-  std::optional<SendSlot> AcquireBounceChunk(RdmaConnection* waiter,
+  std::optional<SendSlot> AcquireBounceChunk(CompletionMember* waiter,
                                              Status* error);
   void ReleaseBounceChunk(uint32_t index) { free_bounces_.push_back(index); }
 
@@ -209,7 +209,7 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   void OnCqReady();
   void PollLoop();
   bool Drain();
-  void Touch(const std::shared_ptr<RdmaConnection>& connection);
+  void Touch(const std::shared_ptr<CompletionMember>& member);
   void FinishBatch();
   void TouchFlushWanted();  // Connections whose off-loop frame waits.
   void FailAll(const Status& status);
@@ -255,17 +255,17 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   std::vector<uint32_t> free_send_slots_;
   std::vector<uint32_t> free_bounces_;
   // Connections waiting for a send slot or a bounce chunk.
-  std::vector<std::weak_ptr<RdmaConnection>> send_waiters_;
+  std::vector<std::weak_ptr<CompletionMember>> send_waiters_;
 
   struct Member {
-    std::weak_ptr<RdmaConnection> connection;  // Expired once destroyed.
+    std::weak_ptr<CompletionMember> connection;  // Expired once destroyed.
     uint64_t id = 0;
   };
   std::unordered_map<uint32_t, Member> connections_;  // By QP number.
   // Connections that had completions in the batch being drained, and the
   // batch being finished (kept, so their capacity is reused).
-  std::vector<std::shared_ptr<RdmaConnection>> touched_;
-  std::vector<std::shared_ptr<RdmaConnection>> finishing_;
+  std::vector<std::shared_ptr<CompletionMember>> touched_;
+  std::vector<std::shared_ptr<CompletionMember>> finishing_;
 };
 
 }  // namespace rdmarpc::transport::rdma

@@ -1,7 +1,8 @@
 // RdmaConnection: close (graceful drain, teardown).
 #include <boost/asio/post.hpp>
 
-#include "transport/rdma/connection_internal.h"
+#include "transport/rdma/loop_state.h"
+#include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -1,4 +1,6 @@
 // RdmaConnection: connection setup (rdma_cm events, resources, the handshake).
+#include "transport/rdma/rdma_connection.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 
@@ -8,8 +10,8 @@
 #include <cstring>
 
 #include "base/log.h"
-#include "transport/rdma/connection_internal.h"
 #include "transport/rdma/device_info.h"
+#include "transport/rdma/loop_state.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -52,6 +52,7 @@
 #include "transport/memory.h"
 #include "transport/rdma/cm_channel.h"
 #include "transport/rdma/completion_group.h"
+#include "transport/rdma/completion_member.h"
 #include "transport/rdma/device_events.h"
 #include "transport/rdma/grant_memory.h"
 #include "transport/rdma/peer_checks.h"
@@ -64,6 +65,8 @@ namespace rdmarpc::transport::rdma {
 
 class RdmaConnection final
     : public Connection,
+      public CmEventHandler,
+      public CompletionMember,
       public std::enable_shared_from_this<RdmaConnection> {
  public:
   // Runs once: OK when the connection is established, else why not; with
@@ -179,7 +182,7 @@ class RdmaConnection final
 
   // Connection setup (rdma_cm events).
   Status OpenEventChannel();  // Joins the loop's CmChannel.
-  void OnCmEvent(rdma_cm_event* event);
+  void OnCmEvent(rdma_cm_event* event) override;
   // OnCmEvent's cases. `params`: the listener's, with its accept or reject
   // (active side only); `refused`: rejected for lack of resources.
   void OnRouteResolved();
@@ -197,7 +200,7 @@ class RdmaConnection final
 
   // Completions, from the group (or, for those that came before Start,
   // replayed by Start).
-  void OnCompletion(const ibv_wc& wc);
+  void OnCompletion(const ibv_wc& wc) override;
   void OnReceive(const std::byte* data, uint32_t bytes);
   void OnWriteLanded(uint32_t imm, uint32_t bytes);
   // Receive-credit accounting for one message received from the peer (a
@@ -206,7 +209,7 @@ class RdmaConnection final
   // only frames show a busy peer that is lent more.
   bool UseCredit(bool frame);
   // The group ended a batch that had completions of ours: flush.
-  void AfterBatch(bool woken);
+  void AfterBatch(bool woken) override;
   void OnControl(const ControlMessage& message);
   void OnRts(const ControlMessage& rts);
   // Standing grants (protocol.h). Ours for the peer: an RTS that uses the
@@ -329,7 +332,10 @@ class RdmaConnection final
 
   void MaybeFinishClose();
   void ProtocolError(const Status& error);
-  void CloseNow(const Status& reason);
+  void CloseNow(const Status& reason) override;
+  std::weak_ptr<CompletionMember> WeakMember() override {
+    return weak_from_this();
+  }
   // UNAVAILABLE "connection to PEER lost: WHY", for a connection that dies.
   Status Lost(std::string_view why) const;
   // A verbs async event of this connection's device (device_events.h): a
@@ -352,7 +358,7 @@ class RdmaConnection final
   bool established_ = false;
   // Inside observer_->OnFrame (loop thread): CloseNow defers OnClose.
   bool in_observer_ = false;
-  bool torn_down_ = false;
+  // torn_down_ (CompletionMember): set once it is being torn down.
   Status close_reason_;
   ConnParams peer_params_;
   std::string host_;  // Active side only.
@@ -372,10 +378,6 @@ class RdmaConnection final
   uint32_t qp_num_ = 0;
   bool attached_ = false;  // group_ delivers the QP's completions to us.
   uint32_t max_inline_ = 0;
-  // Set by the group while this connection is in its batch, and while it
-  // waits for a send-staging slot.
-  bool touched_ = false;
-  bool waiting_for_staging_ = false;
   static uint64_t NextId();
   const uint64_t id_in_group_ = NextId();  // Unique (Attach, Detach).
   // Receive completions that came before Start, or while a landed frame's
@@ -427,9 +429,8 @@ class RdmaConnection final
   // uncontended lock and unlock are one atomic instruction each.
   mutable FutexMutex mu_;
   RingQueue<OutgoingFrame> queue_;  // Guarded by mu_.
-  // Written under mu_. The busy loop reads it without the lock, as a hint
-  // that a frame is waiting for Flush.
-  std::atomic<bool> flush_pending_{false};
+  // flush_pending_ (CompletionMember) is written under mu_. The busy loop
+  // reads it without the lock, as a hint that a frame is waiting for Flush.
   // The group's flush_wanted(), set once with the group (before the
   // connection is anyone else's) and kept after it leaves: Send reads it
   // from any thread. Null in event mode, where no poll waits on it.

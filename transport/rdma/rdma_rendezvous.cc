@@ -6,8 +6,9 @@
 #include <cstring>
 
 #include "base/log.h"
-#include "transport/rdma/connection_internal.h"
+#include "transport/rdma/completion_member.h"
 #include "transport/rdma/grant_memory.h"
+#include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -5,7 +5,8 @@
 
 #include "base/latency_trace.h"
 #include "base/pooled_handler.h"
-#include "transport/rdma/connection_internal.h"
+#include "transport/rdma/completion_member.h"
+#include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport::rdma {
 

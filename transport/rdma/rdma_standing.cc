@@ -4,8 +4,8 @@
 #include <bit>
 
 #include "base/log.h"
-#include "transport/rdma/connection_internal.h"
 #include "transport/rdma/grant_memory.h"
+#include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -6,7 +6,8 @@
 #include <cstring>
 
 #include "base/log.h"
-#include "transport/rdma/connection_internal.h"
+#include "transport/rdma/completion_member.h"
+#include "transport/rdma/rdma_connection.h"
 
 namespace rdmarpc::transport::rdma {
 
