@@ -179,6 +179,8 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
                 "// Opens a $kind_name$ call (rdmarpc/typed.h).\n"
                 "std::unique_ptr<::rdmarpc::rpc::TypedClientStream<$request$, "
                 "$response$>>\n");
+        // With options alone, or with a ClientContext (which must outlive
+        // the stream): its headers both ways and its attachments.
         if (method->client_streaming()) {
           p.Print(MethodVars(method),
                   "Open$method$(const ::rdmarpc::rpc::CallOptions& options = "
@@ -187,6 +189,14 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
                   "$response$>(\n"
                   "      channel_, k$method$Method,\n"
                   "      ::rdmarpc::rpc::StreamKind::$kind$, options);\n"
+                  "}\n"
+                  "std::unique_ptr<::rdmarpc::rpc::TypedClientStream<"
+                  "$request$, $response$>>\n"
+                  "Open$method$(::rdmarpc::rpc::ClientContext& context) {\n"
+                  "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
+                  "$response$>(\n"
+                  "      channel_, k$method$Method,\n"
+                  "      ::rdmarpc::rpc::StreamKind::$kind$, context);\n"
                   "}\n\n");
         } else {
           p.Print(MethodVars(method),
@@ -196,6 +206,16 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
                   "$response$>(\n"
                   "      channel_, k$method$Method,\n"
                   "      ::rdmarpc::rpc::StreamKind::$kind$, options, "
+                  "&request);\n"
+                  "}\n"
+                  "std::unique_ptr<::rdmarpc::rpc::TypedClientStream<"
+                  "$request$, $response$>>\n"
+                  "Open$method$(::rdmarpc::rpc::ClientContext& context,\n"
+                  "    const $request$& request) {\n"
+                  "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
+                  "$response$>(\n"
+                  "      channel_, k$method$Method,\n"
+                  "      ::rdmarpc::rpc::StreamKind::$kind$, context, "
                   "&request);\n"
                   "}\n\n");
         }
@@ -225,6 +245,21 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
           "  return ::rdmarpc::rpc::AsyncUnaryCall<$response$>(\n"
           "      *channel_, k$method$Method, request, context,\n"
           "      std::forward<CompletionToken>(token));\n"
+          "}\n"
+          "// Blocking: returns once the call completed, with `*response`\n"
+          "// set when OK. Not on the channel's own threads (callbacks),\n"
+          "// whose completion it would wait behind.\n"
+          "::rdmarpc::Status $method$(::rdmarpc::rpc::ClientContext& "
+          "context,\n"
+          "    const $request$& request, $response$* response) {\n"
+          "  return ::rdmarpc::rpc::BlockingUnaryCall(\n"
+          "      async_$method$(context, request, "
+          "::rdmarpc::rpc::kBlocking), response);\n"
+          "}\n"
+          "::rdmarpc::Status $method$(const $request$& request,\n"
+          "    $response$* response) {\n"
+          "  ::rdmarpc::rpc::ClientContext context;\n"
+          "  return $method$(context, request, response);\n"
           "}\n\n");
     }
     p.Outdent();

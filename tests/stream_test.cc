@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -478,19 +479,46 @@ class Numbers final : public pb::Numbers::Service {
   using Stream = rpc::TypedServerStream<pb::Count, pb::Number>;
   using InStream = rpc::TypedServerStream<pb::Number, pb::Number>;
 
-  void Range(std::shared_ptr<Stream> stream) override { RangeFrom(stream, 0); }
-  static void RangeFrom(std::shared_ptr<Stream> stream, int64_t next) {
-    if (next == stream->request().n()) return stream->Finish(Status());
-    stream->async_Write(MakeNumber(next), [stream, next](const Status& status) {
-      if (status.ok()) RangeFrom(stream, next + 1);
-    });
+  // 0..n-1; the request's attachment goes back with the first number, its
+  // header "echo" as a response header, and the count as a trailer.
+  void Range(std::shared_ptr<Stream> stream) override {
+    if (auto echo = stream->request_metadata().Get("echo")) {
+      stream->response_headers().Add("echo", std::string(*echo));
+    }
+    stream->response_trailers().Add("count",
+                                    std::to_string(stream->request().n()));
+    RangeFrom(stream, 0, stream->TakeRequestAttachment());
   }
-  void Sum(std::shared_ptr<InStream> stream) override { SumFrom(stream, 0); }
-  static void SumFrom(std::shared_ptr<InStream> stream, int64_t sum) {
-    stream->async_Read(
-        [stream, sum](const Status& status, std::optional<pb::Number> number) {
-          if (!number) return stream->Finish(status, MakeNumber(sum));
-          SumFrom(stream, sum + number->value());
+  static void RangeFrom(std::shared_ptr<Stream> stream, int64_t next,
+                        Buffer attachment = Buffer()) {
+    if (next == stream->request().n()) return stream->Finish(Status());
+    stream->async_Write(MakeNumber(next), std::move(attachment),
+                        [stream, next](const Status& status) {
+                          if (status.ok()) RangeFrom(stream, next + 1);
+                        });
+  }
+  // A coroutine handler (SpawnHandler): the sum, with the last attachment
+  // sent back beside it; a negative number throws.
+  void Sum(std::shared_ptr<InStream> stream) override {
+    rpc::SpawnHandler(
+        stream,
+        [](std::shared_ptr<InStream> stream) -> asio::awaitable<Status> {
+          int64_t sum = 0;
+          Buffer last;
+          for (;;) {
+            auto [status, number, attachment] =
+                co_await stream->async_ReadWithAttachment(asio::use_awaitable);
+            if (!number) {
+              if (!status.ok()) co_return status;
+              break;
+            }
+            if (number->value() < 0) throw std::runtime_error("negative");
+            sum += number->value();
+            if (attachment.size() > 0) last = std::move(attachment);
+          }
+          stream->response() = MakeNumber(sum);
+          stream->set_response_attachment(std::move(last));
+          co_return Status();
         });
   }
   // Each number doubled, with the attachment it came with sent back.
@@ -610,6 +638,60 @@ TEST_CASE("typed stream: client-streaming and bidi in a coroutine") {
   CHECK(sum == 55);
   CHECK(double_status.ok());
   CHECK(doubled == std::vector<int64_t>{0, 2, 4, 6, 8});
+}
+
+// A ClientContext serves a stream as it serves a unary call: its options and
+// headers go out, the request's attachment with a server-streaming call's
+// request, and the response's headers, trailers and attachment land in it.
+TEST_CASE("typed stream: a ClientContext, server-streaming") {
+  TypedFixture f;
+  rpc::ClientContext context(rpc::CallOptions::WithTimeout(30s));
+  context.AddMetadata("echo", "blue");
+  context.set_request_attachment(Buffer::CopyOf(std::string_view("bulk")));
+  pb::Count count;
+  count.set_n(3);
+  auto stream = f.stub.OpenRange(context, count);
+  auto [status, first, attachment] =
+      stream->async_ReadWithAttachment(asio::use_future).get();
+  REQUIRE(status.ok());
+  CHECK(first->value() == 0);
+  CHECK(attachment.view() == "bulk");
+  CHECK(context.response_headers().Get("echo") == "blue");
+  int64_t read = 1;
+  while (std::get<1>(stream->async_Read(asio::use_future).get())) ++read;
+  CHECK(read == 3);
+  CHECK(std::get<0>(stream->async_Finish(asio::use_future).get()).ok());
+  CHECK(context.response_trailers().Get("count") == "3");
+}
+
+TEST_CASE("typed stream: a ClientContext, client-streaming to a coroutine") {
+  TypedFixture f;
+  rpc::ClientContext context(rpc::CallOptions::WithTimeout(30s));
+  auto stream = f.stub.OpenSum(context);
+  for (int64_t i = 1; i <= 4; ++i) {
+    Buffer attachment =
+        i == 3 ? Buffer::CopyOf(std::string_view("third")) : Buffer();
+    REQUIRE(stream
+                ->async_Write(MakeNumber(i), std::move(attachment),
+                              asio::use_future)
+                .get()
+                .ok());
+  }
+  stream->WritesDone();
+  auto [status, sum] = stream->async_Finish(asio::use_future).get();
+  REQUIRE(status.ok());
+  CHECK(sum.value() == 10);
+  CHECK(context.response_attachment().view() == "third");
+
+  // A coroutine handler that throws finishes its call INTERNAL.
+  auto bad = f.stub.OpenSum(context);
+  REQUIRE(bad->async_Write(MakeNumber(-1), asio::use_future).get().ok());
+  bad->WritesDone();
+  auto [thrown, unused] = bad->async_Finish(asio::use_future).get();
+  CHECK(thrown.code() == StatusCode::kInternal);
+  CHECK(thrown.message().find("the handler threw: negative") !=
+        std::string::npos);
+  CHECK(context.response_attachment().size() == 0);
 }
 
 TEST_CASE("typed stream: an unimplemented streaming method is UNIMPLEMENTED") {

@@ -3,14 +3,18 @@
 // runs these cases against one on the other host.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cstdint>
 #include <cstring>
 #include <future>
 #include <span>
+#include <stdexcept>
 #include <thread>
 
+#include "rpc/server.h"
 #include "rpc/typed/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/support/test_support.h"
@@ -281,6 +285,64 @@ TEST_CASE("typed: a handler's error and a nested message type") {
   auto [status, described] = stub.async_Describe(note, asio::use_future).get();
   REQUIRE(status.ok());
   CHECK(described.text() == "note: hello");
+}
+
+TEST_CASE("typed: the blocking form of a unary method") {
+  Fixture f;
+  Calculator::Stub calculator(f.channel);
+  Number sum;
+  REQUIRE(calculator.Add(MakePair(40, 2), &sum).ok());
+  CHECK(sum.value() == 42);
+
+  // With a context: its options, and an error leaves the response alone.
+  Clock::Stub clock(f.channel);
+  rpc::ClientContext context(rpc::CallOptions::WithTimeout(10s));
+  Pair_Note note;
+  Pair_Note described;
+  described.set_text("untouched");
+  const Status empty = clock.Describe(context, note, &described);
+  CHECK(empty.code() == StatusCode::kInvalidArgument);
+  CHECK(described.text() == "untouched");
+  note.set_text("hello");
+  REQUIRE(clock.Describe(context, note, &described).ok());
+  CHECK(described.text() == "note: hello");
+}
+
+// Handlers written as coroutines (SpawnHandler): Add waits on a timer of its
+// loop before it answers; Divide throws on zero, else fails.
+class CoroutineCalculator final : public Calculator::Service {
+  void Add(std::shared_ptr<rpc::TypedCall<Pair, Number>> call) override {
+    rpc::SpawnHandler(call, [](auto call) -> asio::awaitable<Status> {
+      asio::steady_timer timer(co_await asio::this_coro::executor, 1ms);
+      co_await timer.async_wait(asio::use_awaitable);
+      call->response().set_value(call->request().a() + call->request().b());
+      co_return Status();
+    });
+  }
+  void Divide(std::shared_ptr<rpc::TypedCall<Pair, Number>> call) override {
+    rpc::SpawnHandler(call, [](auto call) -> asio::awaitable<Status> {
+      if (call->request().b() == 0) throw std::invalid_argument("zero");
+      co_return Status(StatusCode::kFailedPrecondition, "not today");
+    });
+  }
+};
+
+TEST_CASE("typed: a handler written as a coroutine") {
+  CoroutineCalculator service;
+  rpc::Server server;
+  server.RegisterService(&service);
+  auto uri = server.Listen(testing::ListenUri());
+  REQUIRE(uri.ok());
+  Calculator::Stub stub(std::make_shared<rpc::Channel>(*uri));
+  Number sum;
+  REQUIRE(stub.Add(MakePair(40, 2), &sum).ok());
+  CHECK(sum.value() == 42);
+  Number quotient;
+  const Status thrown = stub.Divide(MakePair(1, 0), &quotient);
+  CHECK(thrown.code() == StatusCode::kInternal);
+  CHECK(thrown.message().find("the handler threw: zero") != std::string::npos);
+  CHECK(stub.Divide(MakePair(1, 1), &quotient).code() ==
+        StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("typed: a request that does not parse gets INVALID_ARGUMENT") {

@@ -18,6 +18,7 @@
 #define RDMARPC_RPC_COMMON_SERVER_CALL_H_
 
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -66,6 +67,9 @@ class ServerCall {
   uint64_t request_size() const { return request_size_; }
   // When the client stops waiting, if it set a deadline.
   std::optional<Clock::time_point> deadline() const { return deadline_; }
+  // The event loop of the call's connection: where a coroutine handler
+  // runs (SpawnHandler, rpc/typed/awaitable.h).
+  boost::asio::any_io_executor executor() const;
 
   // Metadata (rpc/common/metadata.h). The client's request headers.
   const Metadata& request_metadata() const {

@@ -105,6 +105,10 @@ void ServerCall::StartStream(StreamKind kind, uint64_t window_messages,
   stream_ = std::make_unique<Stream>(kind, window_messages, window_bytes);
 }
 
+boost::asio::any_io_executor ServerCall::executor() const {
+  return session_->connection().executor();
+}
+
 void ServerCall::Post(UniqueFunction<void()> task) {
   session_->Post(std::move(task));
 }

@@ -10,6 +10,8 @@
 //   - a callback:            [](Status status, Response response) { ... }
 //   - asio::use_future:      std::future<std::tuple<Status, Response>>
 //   - asio::use_awaitable:   auto [status, response] = co_await ...;
+// and the generated stub has a blocking form of each unary method:
+//   Status status = stub.Say(context, request, &response);
 // The handler runs on its associated executor (a coroutine's own), or,
 // when it has none, where the channel runs callbacks: on its event loop or
 // its callback executor (ChannelOptions::callback_threads).
@@ -32,9 +34,12 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/prefer.hpp>
+#include <boost/asio/use_future.hpp>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "base/buffer.h"
@@ -218,6 +223,17 @@ auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
       channel, method, request, Access::OptionsFor(context),
       std::move(Access::request_attachment(context)), &response_attachment,
       std::forward<CompletionToken>(token));
+}
+
+// Blocking calls (a generated stub's <Method>(context, request, &response)):
+// the token they pass to async_<Method>, and the wait for its future.
+inline constexpr boost::asio::use_future_t<> kBlocking{};
+template <typename Response>
+Status BlockingUnaryCall(std::future<std::tuple<Status, Response>> future,
+                         Response* response) {
+  auto [status, reply] = future.get();
+  if (status.ok() && response != nullptr) *response = std::move(reply);
+  return status;
 }
 
 }  // namespace rdmarpc::rpc

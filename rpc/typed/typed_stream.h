@@ -9,7 +9,10 @@
 //   stream->async_Write(message, token)           void(Status)
 //   stream->Finish(status[, response])
 //
-// Client side, the stub's Open<Method>(...) returns a TypedClientStream:
+// Client side, the stub's Open<Method>([context,] [request]) returns a
+// TypedClientStream; a ClientContext (rpc/typed/client_context.h) serves a
+// stream as it serves a unary call (options, headers both ways,
+// attachments), or CallOptions alone:
 //   stream->async_Write(message, token)           void(Status)
 //   stream->WritesDone()
 //   stream->async_Read(token)     void(Status, std::optional<Response>)
@@ -106,8 +109,13 @@ class TypedServerStream {
   explicit TypedServerStream(std::shared_ptr<ServerCall> call)
       : call_(std::move(call)) {}
 
-  // A server-streaming call's request.
+  // A server-streaming call's request, and the attachment the client sent
+  // beside it (empty if none; take it to keep its bytes without a copy).
   const Request& request() const { return request_; }
+  const Buffer& request_attachment() const {
+    return call_->request_attachment();
+  }
+  Buffer TakeRequestAttachment() { return call_->TakeRequestAttachment(); }
   std::optional<Clock::time_point> deadline() const {
     return call_->deadline();
   }
@@ -163,11 +171,28 @@ class TypedServerStream {
                           const Status& status) mutable { deliver(status); });
         });
   }
-  // Ends the call. A client-streaming call's OK carries `response`.
-  void Finish(const Status& status) { call_->Finish(status); }
+  // A client-streaming call's response, sent by a Finish that is OK (as a
+  // TypedCall's, for handlers that return their status: SpawnHandler), with
+  // the attachment set here.
+  Response& response() {
+    has_response_ = true;
+    return response_;
+  }
+  void set_response_attachment(Buffer attachment) {
+    has_response_ = true;
+    response_attachment_ = std::move(attachment);
+  }
+  // Ends the call. A client-streaming call's OK carries response() if it
+  // was set, or `response`.
+  void Finish(const Status& status) {
+    if (!status.ok() || !has_response_) return call_->Finish(status);
+    call_->Finish(status, Payload(SerializeMessage(response_),
+                                  std::move(response_attachment_)));
+  }
   void Finish(const Status& status, const Response& response) {
     if (!status.ok()) return call_->Finish(status);
-    call_->Finish(status, Payload(SerializeMessage(response)));
+    call_->Finish(status, Payload(SerializeMessage(response),
+                                  std::move(response_attachment_)));
   }
 
  private:
@@ -176,6 +201,9 @@ class TypedServerStream {
 
   std::shared_ptr<ServerCall> call_;
   Request request_;
+  bool has_response_ = false;
+  Response response_;
+  Buffer response_attachment_;
 };
 
 // A generic handler for a streaming method of `kind`: hands a
@@ -196,11 +224,16 @@ MethodHandler MakeStreamHandler(StreamKind kind, F handle) {
 template <typename Request, typename Response>
 class TypedClientStream {
  public:
+  // `response_attachment`, unless null, receives a client-streaming call's
+  // response attachment before async_Finish's handler runs (a
+  // ClientContext's: OpenTypedStream).
   TypedClientStream(std::shared_ptr<Channel> channel, const MethodRef& method,
-                    std::unique_ptr<ClientStream> stream)
+                    std::unique_ptr<ClientStream> stream,
+                    Buffer* response_attachment = nullptr)
       : channel_(std::move(channel)),
         method_(method),
-        stream_(std::move(stream)) {}
+        stream_(std::move(stream)),
+        response_attachment_(response_attachment) {}
 
   // Client- and bidi-streaming: sends `message`; completes once the
   // server's window let it go. Signature void(Status).
@@ -261,8 +294,9 @@ class TypedClientStream {
   auto async_Finish(Token&& token) {
     return internal::AsyncOperation<Status, Response>(
         channel_->completion_executor(), std::forward<Token>(token),
-        [stream = stream_.get(), method = &method_](auto deliver) {
-          stream->Finish([deliver = std::move(deliver), method](
+        [stream = stream_.get(), method = &method_,
+         sink = response_attachment_](auto deliver) {
+          stream->Finish([deliver = std::move(deliver), method, sink](
                              const Status& status, Payload payload) mutable {
             Response response;
             Status result = NameMethodInError(*method, status);
@@ -271,6 +305,9 @@ class TypedClientStream {
               if (!result.ok()) {
                 result = Status(StatusCode::kInternal, result.message());
               }
+            }
+            if (result.ok() && sink != nullptr) {
+              *sink = std::move(payload.attachment);
             }
             deliver(std::move(result), std::move(response));
           });
@@ -291,6 +328,7 @@ class TypedClientStream {
   const std::shared_ptr<Channel> channel_;
   const MethodRef& method_;
   std::unique_ptr<ClientStream> stream_;
+  Buffer* const response_attachment_;
 };
 
 // Opens a typed stream of `kind` to `method`; `request` is a
@@ -306,6 +344,30 @@ std::unique_ptr<TypedClientStream<Request, Response>> OpenTypedStream(
   auto stream = channel->OpenStream(method, kind, options, std::move(payload));
   return std::make_unique<TypedClientStream<Request, Response>>(
       std::move(channel), method, std::move(stream));
+}
+
+// OpenTypedStream with `context`, which must outlive the stream: its options
+// and request headers; a server-streaming call's request goes with the
+// context's request attachment. The server's response headers and trailers
+// land in the context as they arrive (ClientContext::response_headers), and
+// a client-streaming call's response attachment once async_Finish
+// completed OK.
+template <typename Request, typename Response>
+std::unique_ptr<TypedClientStream<Request, Response>> OpenTypedStream(
+    std::shared_ptr<Channel> channel, const MethodRef& method, StreamKind kind,
+    ClientContext& context, const Request* request = nullptr) {
+  using Access = internal::ClientContextAccess;
+  Payload payload;
+  if (request != nullptr) {
+    payload = Payload(SerializeMessage(*request),
+                      std::move(Access::request_attachment(context)));
+  }
+  Buffer& response_attachment = Access::response_attachment(context);
+  response_attachment.Reset();
+  auto stream = channel->OpenStream(method, kind, Access::OptionsFor(context),
+                                    std::move(payload));
+  return std::make_unique<TypedClientStream<Request, Response>>(
+      std::move(channel), method, std::move(stream), &response_attachment);
 }
 
 }  // namespace rdmarpc::rpc
