@@ -5,15 +5,19 @@
 //   rdmarpc::TypedCall<Request, Response>   a typed ServerCall: request(),
 //                                                response(), Finish(), and
 //                                                the attachments.
-//   rdmarpc::ClientContext                  a call's options and
-//                                                attachments, client side.
+//   rdmarpc::ClientContext                  a call's options, headers
+//                                                and attachments, client
+//                                                side, unary or streaming.
 //   Stub::async_Method([context,] request, [options,] token) takes an Asio
 //   completion token with the signature void(rdmarpc::Status, Response): a
 //   callback, boost::asio::use_future, or boost::asio::use_awaitable (include
-//   rdmarpc/awaitable.h).
+//   rdmarpc/awaitable.h); Stub::Method([context,] request, &response)
+//   blocks and returns the Status.
 //   rdmarpc::TypedServerStream, TypedClientStream   streaming methods
 //                                                (rpc/typed/typed_stream.h): a
-//                                                stub's Open<Method>(...).
+//                                                stub's Open<Method>([context
+//                                                or options,] [request]).
+//   A handler written as a coroutine: rdmarpc::SpawnHandler (awaitable.h).
 #ifndef RDMARPC_TYPED_H_
 #define RDMARPC_TYPED_H_
 
