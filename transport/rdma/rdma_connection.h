@@ -125,9 +125,6 @@ class RdmaConnection final
                  const TransportOptions& options);  // Use Connect/Accept.
 
  private:
-  friend class CmChannel;
-  friend class CompletionGroup;
-
   // A large frame of ours waiting for its grant, then being written.
   struct OutgoingTransfer {
     uint32_t id = 0;
