@@ -1,4 +1,4 @@
-#include "base/buffer.h"
+#include "rdmarpc/buffer.h"
 
 #include <atomic>
 #include <cassert>

@@ -14,7 +14,7 @@
 
 #include <cstddef>
 
-#include "base/buffer.h"
+#include "rdmarpc/buffer.h"
 
 namespace rdmarpc {
 

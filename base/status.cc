@@ -1,4 +1,4 @@
-#include "base/status.h"
+#include "rdmarpc/status.h"
 
 #include <array>
 

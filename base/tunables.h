@@ -320,9 +320,9 @@ inline constexpr size_t kMaxMethodNameSize = 16 * 1024;
 // now + timeout from overflowing the clock's range).
 inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
 
-// Metadata (rpc/common/metadata.h), each block as limits count it (keys, values
-// and 32 bytes an entry): what a sender refuses to send above, and what a
-// receiver accepts by default (gRPC's default too). The count bounds the
+// Metadata (include/rdmarpc/metadata.h), each block as limits count it (keys,
+// values and 32 bytes an entry): what a sender refuses to send above, and what
+// a receiver accepts by default (gRPC's default too). The count bounds the
 // encoded block, whose framing is at most 12 bytes an entry.
 inline constexpr size_t kMaxMetadataSize = 16 * 1024;
 inline constexpr size_t kDefaultMaxMetadataSize = 8 * 1024;

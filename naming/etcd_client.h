@@ -12,7 +12,7 @@
 // answer within request_timeout). A request fails UNAVAILABLE only once
 // every member has failed it. An answer that is an error (a lease not
 // found, say) is not retried: it comes back with etcd's gRPC code, which
-// is rdmarpc's (base/status.h).
+// is rdmarpc's (include/rdmarpc/status.h).
 //
 // Threads: every callback runs on the client's executor. The methods may be
 // called from any thread.
@@ -28,10 +28,10 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status_or.h"
-#include "base/unique_function.h"
 #include "naming/etcd.pb.h"
 #include "naming/options.h"
+#include "rdmarpc/status.h"
+#include "rdmarpc/unique_function.h"
 
 namespace rdmarpc::naming {
 

@@ -22,9 +22,9 @@
 #include <string>
 #include <string_view>
 
-#include "base/status_or.h"
 #include "naming/etcd_client.h"
 #include "naming/options.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::naming {
 

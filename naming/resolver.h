@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status_or.h"
 #include "naming/options.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::naming {
 

@@ -11,7 +11,7 @@
 //                rpc::CallOptions::WithTimeout(100ms),
 //                [](const Status& status, Buffer response) { ... });
 //
-// A call with an attachment (rpc/common/payload.h) passes a Payload, and a
+// A call with an attachment (include/rdmarpc/payload.h) passes a Payload, and a
 // callback that takes a Payload gets the response's attachment too:
 //   channel.Call(kPut, rpc::Payload(std::move(message), std::move(bulk)),
 //                options, [](const Status& status, rpc::Payload response) {
@@ -41,14 +41,14 @@
 #include <string_view>
 #include <vector>
 
-#include "base/buffer.h"
-#include "base/status.h"
 #include "base/tunables.h"
-#include "rpc/common/call_options.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/call_options.h"
+#include "rdmarpc/method_ref.h"
+#include "rdmarpc/payload.h"
+#include "rdmarpc/status.h"
 #include "rpc/common/channel_options.h"
 #include "rpc/common/client_stream.h"
-#include "rpc/common/method_ref.h"
-#include "rpc/common/payload.h"
 #include "rpc/common/stream.h"
 
 namespace rdmarpc::rpc {
@@ -74,7 +74,7 @@ class Channel {
 
   // Starts a call; callable from any thread. `done` gets the status and, when
   // it is OK, the response payload. The request names the method by its id
-  // (rpc/common/method_ref.h): fewer bytes on the wire than the names.
+  // (include/rdmarpc/method_ref.h): fewer bytes on the wire than the names.
   CallId Call(const MethodRef& method, Payload request,
               const CallOptions& options, ResponseCallback done);
   // The same, naming the method by service and method names: for callers

@@ -10,8 +10,8 @@
 
 #include "base/log.h"
 #include "naming/registration.h"
+#include "rdmarpc/method_ref.h"
 #include "rpc/common/event_loop.h"
-#include "rpc/common/method_ref.h"
 #include "rpc/server/server_session.h"
 #include "transport/factory/factory.h"
 #include "transport/uri.h"

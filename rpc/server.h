@@ -26,10 +26,10 @@
 #include <string_view>
 #include <vector>
 
-#include "base/status_or.h"
 #include "base/tunables.h"
 #include "naming/options.h"
-#include "rpc/common/executor.h"
+#include "rdmarpc/executor.h"
+#include "rdmarpc/status.h"
 #include "rpc/common/interceptor.h"
 #include "rpc/common/service.h"
 #include "rpc/server/metrics.h"
@@ -43,8 +43,8 @@ struct ServerOptions {
   transport::TransportOptions transport;
   // Larger responses are replaced by RESOURCE_EXHAUSTED.
   uint64_t max_response_size = tunables::kDefaultMaxPayloadSize;
-  // A request whose metadata is larger, as rpc/common/metadata.h counts it, is
-  // answered RESOURCE_EXHAUSTED without running its handler.
+  // A request whose metadata is larger, as include/rdmarpc/metadata.h counts
+  // it, is answered RESOURCE_EXHAUSTED without running its handler.
   size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;
   // Per-method metrics (rpc/server/metrics.h); cheap enough to leave on.
   bool enable_metrics = true;
@@ -62,11 +62,11 @@ struct ServerOptions {
   // say no, and clients can go elsewhere. 0 or absent: no limit.
   uint32_t max_concurrency = 0;
   std::map<std::string, uint32_t, std::less<>> method_max_concurrency;
-  // Where handlers run (rpc/common/executor.h). By default (0, no executor) on
-  // the connection's worker thread: the fastest, but a handler that blocks
-  // holds up that worker's other connections. With handler_threads > 0, on
-  // a pool of that many threads the server owns (its destructor runs the
-  // handlers given to the pool and waits for them); with handler_executor
+  // Where handlers run (include/rdmarpc/executor.h). By default (0, no
+  // executor) on the connection's worker thread: the fastest, but a handler
+  // that blocks holds up that worker's other connections. With handler_threads
+  // > 0, on a pool of that many threads the server owns (its destructor runs
+  // the handlers given to the pool and waits for them); with handler_executor
   // set, there instead: it must have run every task before the services
   // are gone (those the server owns go with it).
   int handler_threads = 0;

@@ -1,5 +1,5 @@
 // Buffer::Split: two owners of one block, released once, by the last.
-#include "base/buffer.h"
+#include "rdmarpc/buffer.h"
 
 #include <catch2/catch_test_macros.hpp>
 #include <cstddef>

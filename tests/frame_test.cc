@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "base/buffer.h"
+#include "rdmarpc/buffer.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::transport {

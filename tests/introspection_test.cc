@@ -12,10 +12,10 @@
 
 #include "base/log.h"
 #include "proto/introspection.rdmarpc.h"
+#include "rdmarpc/memory.h"
 #include "rpc/server/metrics.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/support/test_support.h"
-#include "transport/memory.h"
 
 namespace rdmarpc::test {
 namespace {
@@ -257,9 +257,9 @@ TEST_CASE("metrics: no registration per large call") {
   CHECK(after.rdma().registrations() == before.rdma().registrations());
 }
 
-// The same with the bulk as typed attachments (rpc/common/payload.h): sent from
-// a MemoryRegistration (registered once), bounced back by the handler from the
-// grant block it landed in, 200 calls register nothing.
+// The same with the bulk as typed attachments (include/rdmarpc/payload.h): sent
+// from a MemoryRegistration (registered once), bounced back by the handler from
+// the grant block it landed in, 200 calls register nothing.
 TEST_CASE("metrics: no registration per call with large attachments") {
   Fixture f(/*pooled_grants=*/true);
   Blob::Stub stub(f.channel);

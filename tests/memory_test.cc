@@ -1,6 +1,6 @@
 // MemoryRegistration (the registry behind zero-copy sends) and the plan that
 // cuts a large frame into RDMA WRITEs. Neither needs a device.
-#include "transport/memory.h"
+#include "rdmarpc/memory.h"
 
 #include <algorithm>
 #include <catch2/catch_test_macros.hpp>

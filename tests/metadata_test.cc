@@ -1,5 +1,5 @@
-// Call metadata (rpc/common/metadata.h): request headers, response headers and
-// trailers, text and binary, on unary and streaming calls, generic and
+// Call metadata (include/rdmarpc/metadata.h): request headers, response headers
+// and trailers, text and binary, on unary and streaming calls, generic and
 // typed; the limits at both ends. Over tcp:// natively; over rdma:// in the
 // VM suite (RDMARPC_TEST_TRANSPORT). Raw frames a Channel would never send
 // (a malformed block) are in rpc_semantics_test, "metadata: ...".

@@ -1,6 +1,6 @@
 // MethodId, the id a request can name its method by, and MethodIndex, the
 // server's table of methods by id.
-#include "rpc/common/method_ref.h"
+#include "rdmarpc/method_ref.h"
 
 #include <catch2/catch_test_macros.hpp>
 

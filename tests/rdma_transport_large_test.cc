@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "rdmarpc/memory.h"
 #include "rpc/common/event_loop.h"
 #include "tests/support/rdma_pair.h"
 #include "transport/factory/factory.h"
-#include "transport/memory.h"
 #include "transport/rdma/completion_group.h"
 #include "transport/rdma/grant_memory.h"
 #include "transport/rdma/loop_state.h"

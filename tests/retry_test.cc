@@ -1,7 +1,7 @@
-// Retries and hedging (rpc/common/retry_options.h), counted on the servers: a
-// call runs twice only where its policy allows it (an idempotent method), a
-// call refused before it ran is sent again whatever its method, the budget
-// bounds what retries add, and a hedge answers for a slow server.
+// Retries and hedging (include/rdmarpc/retry_options.h), counted on the
+// servers: a call runs twice only where its policy allows it (an idempotent
+// method), a call refused before it ran is sent again whatever its method, the
+// budget bounds what retries add, and a hedge answers for a slow server.
 #include <catch2/catch_test_macros.hpp>
 #include <future>
 #include <thread>

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "base/log.h"
+#include "rdmarpc/memory.h"
 #include "rpc/wire/wire_codec.h"
 #include "tests/support/test_support.h"
 #include "transport/factory/factory.h"
-#include "transport/memory.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::testing {

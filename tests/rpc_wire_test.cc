@@ -365,9 +365,10 @@ TEST_CASE("malformed: a WINDOW that opens nothing, a HALF_CLOSE with bytes") {
   }
 }
 
-// Metadata blocks no Channel sends (rpc/common/metadata.h): a block that does
-// not parse, or breaks the key rules, fails that call INVALID_ARGUMENT; the
-// connection serves the next call. Trailers on a REQUEST break the protocol.
+// Metadata blocks no Channel sends (include/rdmarpc/metadata.h): a block that
+// does not parse, or breaks the key rules, fails that call INVALID_ARGUMENT;
+// the connection serves the next call. Trailers on a REQUEST break the
+// protocol.
 TEST_CASE("metadata: a malformed request block fails that call only") {
   if (OverRdma()) SKIP("raw bytes need a TCP socket");
   TestServer server;

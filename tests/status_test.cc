@@ -1,8 +1,6 @@
-#include "base/status.h"
+#include "rdmarpc/status.h"
 
 #include <catch2/catch_test_macros.hpp>
-
-#include "base/status_or.h"
 
 namespace rdmarpc {
 namespace {

@@ -1,7 +1,7 @@
 // UniqueFunction stores a small callable inline (with its own move and
 // destructor) and a large one on the heap, and must move, call and destroy
 // each exactly as the callable asks.
-#include "base/unique_function.h"
+#include "rdmarpc/unique_function.h"
 
 #include <array>
 #include <catch2/catch_test_macros.hpp>

@@ -32,10 +32,9 @@
 #include <string_view>
 #include <utility>
 
-#include "base/buffer.h"
-#include "base/status.h"
-#include "base/status_or.h"
 #include "base/tunables.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/status.h"
 #include "transport/frame.h"
 #include "transport/header_bytes.h"
 

@@ -25,8 +25,8 @@
 #include <cstdint>
 #include <span>
 
-#include "base/status.h"
 #include "base/tunables.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::transport {
 

@@ -17,9 +17,9 @@
 #include <string_view>
 #include <utility>
 
-#include "base/buffer.h"
 #include "base/buffer_pool.h"
 #include "base/tunables.h"
+#include "rdmarpc/buffer.h"
 
 namespace rdmarpc::transport {
 

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "base/log.h"
-#include "base/status.h"
+#include "rdmarpc/status.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::transport {

@@ -1,4 +1,4 @@
-#include "transport/memory.h"
+#include "rdmarpc/memory.h"
 
 #include <unistd.h>
 
@@ -9,10 +9,10 @@
 #include <mutex>
 #include <vector>
 
-namespace rdmarpc::transport {
+namespace rdmarpc {
 
 // Every live registration by start address, and who to tell when one ends.
-class Registry {
+class MemoryRegistry {
  public:
   static StatusOr<std::shared_ptr<MemoryRegistration>> Add(std::byte* data,
                                                            size_t size,
@@ -31,8 +31,9 @@ class Registry {
 
 namespace {
 
-Registry& TheRegistry() {
-  static auto* registry = new Registry;  // Never destroyed: no exit order.
+MemoryRegistry& TheRegistry() {
+  static auto* registry =
+      new MemoryRegistry;  // Never destroyed: no exit order.
   return *registry;
 }
 
@@ -42,16 +43,15 @@ void ReleaseSlice(void* context, std::byte* /*block*/) noexcept {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<MemoryRegistration>> Registry::Add(std::byte* data,
-                                                            size_t size,
-                                                            bool owned) {
+StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistry::Add(
+    std::byte* data, size_t size, bool owned) {
   if (size == 0 || data == nullptr) {
     return Status(StatusCode::kInvalidArgument,
                   "cannot register an empty range of memory");
   }
   const auto start = reinterpret_cast<uintptr_t>(data);
   const uintptr_t end = start + size;
-  Registry& registry = TheRegistry();
+  MemoryRegistry& registry = TheRegistry();
   std::lock_guard lock(registry.mu);
   auto after = registry.entries.upper_bound(start);
   if (after != registry.entries.begin()) {
@@ -78,7 +78,7 @@ StatusOr<std::shared_ptr<MemoryRegistration>> Registry::Add(std::byte* data,
   auto registration = std::make_shared<MemoryRegistration>(
       MemoryRegistration::Key(), data, size, owned, registry.next_id++);
   registry.entries.insert_or_assign(
-      start, Registry::Entry{end, registration.get(), registration});
+      start, MemoryRegistry::Entry{end, registration.get(), registration});
   return registration;
 }
 
@@ -88,7 +88,7 @@ MemoryRegistration::MemoryRegistration(Key, std::byte* data, size_t size,
 
 StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistration::Register(
     std::span<std::byte> memory) {
-  return Registry::Add(memory.data(), memory.size(), /*owned=*/false);
+  return MemoryRegistry::Add(memory.data(), memory.size(), /*owned=*/false);
 }
 
 StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistration::Allocate(
@@ -110,7 +110,7 @@ StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistration::Allocate(
                   "cannot allocate " + std::to_string(size) +
                       " bytes of registered memory");
   }
-  auto registration = Registry::Add(data, size, /*owned=*/true);
+  auto registration = MemoryRegistry::Add(data, size, /*owned=*/true);
   if (!registration.ok()) std::free(data);
   return registration;
 }
@@ -118,18 +118,18 @@ StatusOr<std::shared_ptr<MemoryRegistration>> MemoryRegistration::Allocate(
 std::shared_ptr<MemoryRegistration> MemoryRegistration::Find(
     std::span<const std::byte> bytes) {
   const auto start = reinterpret_cast<uintptr_t>(bytes.data());
-  Registry& registry = TheRegistry();
+  MemoryRegistry& registry = TheRegistry();
   std::lock_guard lock(registry.mu);
   auto after = registry.entries.upper_bound(start);
   if (after == registry.entries.begin()) return nullptr;
-  const Registry::Entry& entry = std::prev(after)->second;
+  const MemoryRegistry::Entry& entry = std::prev(after)->second;
   if (entry.end < start + bytes.size()) return nullptr;
   return entry.weak.lock();
 }
 
 MemoryRegistration::~MemoryRegistration() {
   {
-    Registry& registry = TheRegistry();
+    MemoryRegistry& registry = TheRegistry();
     std::lock_guard lock(registry.mu);
     auto it = registry.entries.find(reinterpret_cast<uintptr_t>(data_));
     if (it != registry.entries.end() && it->second.registration == this) {
@@ -149,19 +149,19 @@ Buffer MemoryRegistration::Slice(size_t offset, size_t size) {
 }
 
 void MemoryRegistration::AddObserver(Observer* observer) {
-  Registry& registry = TheRegistry();
+  MemoryRegistry& registry = TheRegistry();
   std::lock_guard lock(registry.mu);
   registry.observers.push_back(observer);
 }
 
 void MemoryRegistration::RemoveObserver(Observer* observer) {
-  Registry& registry = TheRegistry();
+  MemoryRegistry& registry = TheRegistry();
   std::lock_guard lock(registry.mu);
   std::erase(registry.observers, observer);
 }
 
 size_t MemoryRegistration::LiveCount() {
-  Registry& registry = TheRegistry();
+  MemoryRegistry& registry = TheRegistry();
   std::lock_guard lock(registry.mu);
   size_t live = 0;
   for (const auto& [start, entry] : registry.entries) {
@@ -170,4 +170,4 @@ size_t MemoryRegistration::LiveCount() {
   return live;
 }
 
-}  // namespace rdmarpc::transport
+}  // namespace rdmarpc

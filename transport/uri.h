@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::transport {
 

@@ -2,9 +2,10 @@
 //                   [--attachment 1] [--wire 1]
 // Sends N echo calls of BYTES each (one at a time), checks every reply and
 // prints latency percentiles. The bytes go in the request's `payload` field,
-// or with --attachment 1 beside it as an attachment (rpc/common/payload.h),
-// which protobuf never copies. With --wire 1, then prints the server's counters
-// of what crossed the wire (examples/common/wire.h).
+// or with --attachment 1 beside it as an attachment
+// (include/rdmarpc/payload.h), which protobuf never copies. With --wire 1, then
+// prints the server's counters of what crossed the wire
+// (examples/common/wire.h).
 #include <algorithm>
 #include <boost/asio/use_future.hpp>
 #include <cstdio>

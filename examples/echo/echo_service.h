@@ -1,5 +1,5 @@
 // The echo example's service: returns the request's payload, and its
-// attachment (rpc/common/payload.h) as the response's, neither copied.
+// attachment (include/rdmarpc/payload.h) as the response's, neither copied.
 #ifndef RDMARPC_EXAMPLES_ECHO_ECHO_SERVICE_H_
 #define RDMARPC_EXAMPLES_ECHO_ECHO_SERVICE_H_
 

@@ -37,15 +37,15 @@
 #ifndef RDMARPC_CHANNEL_H_
 #define RDMARPC_CHANNEL_H_
 
-#include "rdmarpc/buffer.h"           // IWYU pragma: export
-#include "rdmarpc/status.h"           // IWYU pragma: export
-#include "rpc/channel.h"              // IWYU pragma: export
-#include "rpc/common/call_options.h"  // IWYU pragma: export
-#include "rpc/common/executor.h"      // IWYU pragma: export
-#include "rpc/common/interceptor.h"   // IWYU pragma: export
-#include "rpc/common/metadata.h"      // IWYU pragma: export
-#include "rpc/common/method_ref.h"    // IWYU pragma: export
-#include "rpc/common/payload.h"       // IWYU pragma: export
+#include "rdmarpc/buffer.h"          // IWYU pragma: export
+#include "rdmarpc/call_options.h"    // IWYU pragma: export
+#include "rdmarpc/executor.h"        // IWYU pragma: export
+#include "rdmarpc/metadata.h"        // IWYU pragma: export
+#include "rdmarpc/method_ref.h"      // IWYU pragma: export
+#include "rdmarpc/payload.h"         // IWYU pragma: export
+#include "rdmarpc/status.h"          // IWYU pragma: export
+#include "rpc/channel.h"             // IWYU pragma: export
+#include "rpc/common/interceptor.h"  // IWYU pragma: export
 
 // One namespace for what an application names: rdmarpc::X is the same
 // entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
@@ -55,29 +55,18 @@ using rpc::Channel;
 using rpc::ChannelOptions;
 using rpc::ChannelState;
 using rpc::ChannelStats;
-using rpc::CallOptions;
-using rpc::CallCancellation;
-using rpc::Metadata;
-using rpc::ResponseMetadata;
-using rpc::MethodRef;
-using rpc::Payload;
-using rpc::ResponseCallback;
-using rpc::ClientInterceptor;
 using rpc::ClientCallInfo;
-using rpc::TokenClientInterceptor;
-using rpc::Executor;
-using rpc::ThreadPool;
+using rpc::ClientInterceptor;
+using rpc::ClientStream;
 using rpc::ClusterOptions;
 using rpc::EndpointStats;
 using rpc::HealthCheck;
 using rpc::LoadBalancing;
 using rpc::OutlierDetection;
-using rpc::RetryPolicy;
-using rpc::RetryBudget;
-using rpc::ClientStream;
 using rpc::StreamKind;
-using transport::TransportOptions;
+using rpc::TokenClientInterceptor;
 using transport::PollMode;
+using transport::TransportOptions;
 }  // namespace rdmarpc
 
 #endif  // RDMARPC_CHANNEL_H_

@@ -7,10 +7,10 @@
 //   rdmarpc::ServerOptions   worker threads, transport options (poll
 //                                 mode, payload and memory limits), calls
 //                                 and connections allowed, where handlers
-//                                 run (rpc/common/executor.h), interceptors,
-//                                 and admin_listen: an HTTP endpoint with
-//                                 /metrics for Prometheus and a status page
-//                                 (docs/admin.md).
+//                                 run (include/rdmarpc/executor.h),
+//                                 interceptors, and admin_listen: an HTTP
+//                                 endpoint with /metrics for Prometheus and a
+//                                 status page (docs/admin.md).
 //   rdmarpc::Service         a service: generated ones derive from it
 //                                 (Foo::Service, from foo.rdmarpc.h); code
 //                                 without generated stubs adds methods with
@@ -40,8 +40,8 @@
 #define RDMARPC_SERVER_H_
 
 #include "rdmarpc/buffer.h"          // IWYU pragma: export
+#include "rdmarpc/executor.h"        // IWYU pragma: export
 #include "rdmarpc/status.h"          // IWYU pragma: export
-#include "rpc/common/executor.h"     // IWYU pragma: export
 #include "rpc/common/interceptor.h"  // IWYU pragma: export
 #include "rpc/common/server_call.h"  // IWYU pragma: export
 #include "rpc/common/service.h"      // IWYU pragma: export
@@ -51,23 +51,19 @@
 // entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
 // declares (either spelling compiles; write rdmarpc::X).
 namespace rdmarpc {
-using rpc::Server;
-using rpc::ServerOptions;
-using rpc::ServerStats;
-using rpc::SideEndpoint;
-using rpc::Service;
+using rpc::LoggingServerInterceptor;
 using rpc::MethodHandler;
+using rpc::Server;
 using rpc::ServerCall;
 using rpc::ServerInterceptor;
-using rpc::TokenServerInterceptor;
-using rpc::LoggingServerInterceptor;
-using rpc::Executor;
-using rpc::ThreadPool;
-using rpc::Metadata;
-using rpc::Payload;
+using rpc::ServerOptions;
+using rpc::ServerStats;
+using rpc::Service;
+using rpc::SideEndpoint;
 using rpc::StreamKind;
-using transport::TransportOptions;
+using rpc::TokenServerInterceptor;
 using transport::PollMode;
+using transport::TransportOptions;
 }  // namespace rdmarpc
 
 #endif  // RDMARPC_SERVER_H_

@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::rpc {
 

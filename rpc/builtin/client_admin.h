@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 #include "rpc/builtin/admin.h"
 #include "rpc/common/event_loop.h"
 

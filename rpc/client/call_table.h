@@ -16,12 +16,12 @@
 #include <utility>
 #include <vector>
 
-#include "base/buffer.h"
-#include "base/status.h"
-#include "base/unique_function.h"
-#include "rpc/common/call_options.h"
-#include "rpc/common/metadata.h"
-#include "rpc/common/payload.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/call_options.h"
+#include "rdmarpc/metadata.h"
+#include "rdmarpc/payload.h"
+#include "rdmarpc/status.h"
+#include "rdmarpc/unique_function.h"
 
 namespace rdmarpc::rpc {
 

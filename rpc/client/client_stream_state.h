@@ -10,8 +10,8 @@
 #include <mutex>
 #include <optional>
 
-#include "base/status.h"
-#include "base/unique_function.h"
+#include "rdmarpc/status.h"
+#include "rdmarpc/unique_function.h"
 #include "rpc/client/callback_runner.h"
 #include "rpc/common/client_stream.h"
 #include "rpc/common/stream.h"

@@ -15,7 +15,7 @@
 #include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/tunables.h"
-#include "rpc/common/retry_options.h"
+#include "rdmarpc/retry_options.h"
 #include "rpc/wire/wire_codec.h"
 
 namespace rdmarpc::rpc {

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "base/futex_mutex.h"
-#include "base/status_or.h"
 #include "base/tunables.h"
+#include "rdmarpc/status.h"
 #include "rpc/client/call_table.h"
 #include "rpc/client/callback_runner.h"
 #include "rpc/client/client_stream_state.h"
@@ -33,8 +33,9 @@ namespace rdmarpc::rpc {
 
 class CallHeader;  // rpc/wire/call_header.h
 
-// Marks a call that failed before it was sent (rpc/common/retry_options.h): a
-// retry policy may send it again, whatever its method.
+// Marks a call that failed before it was sent
+// (include/rdmarpc/retry_options.h): a retry policy may send it again, whatever
+// its method.
 void MarkNotRun(const std::shared_ptr<ResponseMetadata>& sink);
 
 class Subchannel final : public transport::ConnectionObserver,

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "base/log.h"
-#include "rpc/common/method_ref.h"
 #include "proto/health.pb.h"
+#include "rdmarpc/method_ref.h"
 #include "rpc/cluster/cluster.h"
 
 namespace rdmarpc::rpc {

@@ -5,8 +5,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <random>
 
+#include "rdmarpc/method_ref.h"
 #include "rpc/client/callback_runner.h"
-#include "rpc/common/method_ref.h"
 
 namespace rdmarpc::rpc {
 

@@ -1,6 +1,6 @@
 // Retrier: the calls of a Channel that have a retry policy
-// (rpc/common/retry_options.h says what it does). Internal to the rpc layer:
-// rpc/channel.cc hands it the calls whose method has a policy, and it
+// (include/rdmarpc/retry_options.h says what it does). Internal to the rpc
+// layer: rpc/channel.cc hands it the calls whose method has a policy, and it
 // starts their attempts through the channel's own call path.
 #ifndef RDMARPC_RPC_CLUSTER_RETRY_H_
 #define RDMARPC_RPC_CLUSTER_RETRY_H_
@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "rdmarpc/call_options.h"
+#include "rdmarpc/retry_options.h"
 #include "rpc/client/call_table.h"
-#include "rpc/common/call_options.h"
-#include "rpc/common/retry_options.h"
 
 namespace rdmarpc::rpc {
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "base/tunables.h"
+#include "rdmarpc/executor.h"
+#include "rdmarpc/retry_options.h"
 #include "rpc/common/cluster_options.h"
-#include "rpc/common/executor.h"
 #include "rpc/common/interceptor.h"
-#include "rpc/common/retry_options.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
@@ -45,14 +45,14 @@ struct ChannelOptions {
   uint64_t max_request_bytes_in_flight =
       tunables::kDefaultMaxRequestBytesInFlight;
   // A response whose metadata (headers and trailers each, as
-  // rpc/common/metadata.h counts them) is larger fails RESOURCE_EXHAUSTED.
+  // include/rdmarpc/metadata.h counts them) is larger fails RESOURCE_EXHAUSTED.
   size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;
   std::chrono::milliseconds initial_backoff =
       tunables::kInitialReconnectBackoff;
   std::chrono::milliseconds max_backoff = tunables::kMaxReconnectBackoff;
   double backoff_multiplier = tunables::kReconnectBackoffMultiplier;
-  // Where completion callbacks run (rpc/common/executor.h). By default (0, no
-  // executor) on the channel's event-loop thread: the fastest, but a
+  // Where completion callbacks run (include/rdmarpc/executor.h). By default (0,
+  // no executor) on the channel's event-loop thread: the fastest, but a
   // callback that blocks holds up every connection on that loop. With
   // callback_threads > 0, on a pool of that many threads the channel owns;
   // with callback_executor set, there instead (it must outlive the channel).
@@ -67,8 +67,8 @@ struct ChannelOptions {
   // (rpc/common/cluster_options.h). Each server's connection has the options
   // above.
   ClusterOptions cluster;
-  // Retries and hedging (rpc/common/retry_options.h): `retry` for every method,
-  // unless method_retry has a policy for it ("pkg.Service/Method"). By
+  // Retries and hedging (include/rdmarpc/retry_options.h): `retry` for every
+  // method, unless method_retry has a policy for it ("pkg.Service/Method"). By
   // default none: max_attempts 1.
   RetryPolicy retry;
   std::map<std::string, RetryPolicy, std::less<>> method_retry;
@@ -85,8 +85,8 @@ struct ChannelStats {
   uint64_t late_responses_dropped = 0;
   // MESSAGE and WINDOW frames for a call that is not an open stream.
   uint64_t stream_frames_dropped = 0;
-  // Retry policies (rpc/common/retry_options.h): attempts sent again, hedges,
-  // and retries or hedges the budget refused.
+  // Retry policies (include/rdmarpc/retry_options.h): attempts sent again,
+  // hedges, and retries or hedges the budget refused.
   uint64_t retries = 0;
   uint64_t hedges = 0;
   uint64_t retries_throttled = 0;

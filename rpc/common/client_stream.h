@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "rpc/common/metadata.h"
-#include "rpc/common/payload.h"
+#include "rdmarpc/metadata.h"
+#include "rdmarpc/payload.h"
 #include "rpc/common/stream.h"
 
 namespace rdmarpc::rpc {

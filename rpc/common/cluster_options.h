@@ -37,7 +37,7 @@
 #include <string>
 
 #include "naming/resolver.h"
-#include "rpc/common/call_options.h"
+#include "rdmarpc/call_options.h"
 
 namespace rdmarpc::rpc {
 

@@ -1,9 +1,9 @@
-#include "rpc/common/executor.h"
+#include "rdmarpc/executor.h"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 class ThreadPool::Impl {
  public:
@@ -23,4 +23,4 @@ Executor ThreadPool::executor() {
   };
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

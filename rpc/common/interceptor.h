@@ -36,8 +36,8 @@
 #include <string>
 #include <string_view>
 
-#include "base/status.h"
-#include "rpc/common/call_options.h"
+#include "rdmarpc/call_options.h"
+#include "rdmarpc/status.h"
 #include "rpc/common/stream.h"
 
 namespace rdmarpc::rpc {

@@ -1,8 +1,8 @@
-#include "rpc/common/metadata.h"
+#include "rdmarpc/metadata.h"
 
 #include "base/log.h"  // fmt, through spdlog.
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 namespace {
 
 bool KeyChar(char c) {
@@ -62,4 +62,4 @@ Status ValidateMetadata(const Metadata& metadata, std::string_view what) {
   return Status();
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

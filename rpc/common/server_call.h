@@ -27,13 +27,12 @@
 #include <optional>
 #include <string>
 
-#include "base/buffer.h"
-#include "base/status.h"
-#include "base/status_or.h"
-#include "base/unique_function.h"
-#include "rpc/common/call_options.h"
-#include "rpc/common/metadata.h"
-#include "rpc/common/payload.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/call_options.h"
+#include "rdmarpc/metadata.h"
+#include "rdmarpc/payload.h"
+#include "rdmarpc/status.h"
+#include "rdmarpc/unique_function.h"
 #include "rpc/common/stream.h"
 #include "transport/connection.h"
 
@@ -57,7 +56,7 @@ class ServerCall {
   const std::string& service() const { return *service_; }
   const std::string& method() const { return *method_; }
   // The request's message. With an attachment, a window on the same block
-  // as it (rpc/common/payload.h).
+  // as it (include/rdmarpc/payload.h).
   const Buffer& request() const { return request_; }
   // The request's attachment; empty if it has none. The handler may take it
   // to keep its bytes beyond the call (into a store, say) without a copy.
@@ -71,7 +70,7 @@ class ServerCall {
   // runs (SpawnHandler, rpc/typed/awaitable.h).
   boost::asio::any_io_executor executor() const;
 
-  // Metadata (rpc/common/metadata.h). The client's request headers.
+  // Metadata (include/rdmarpc/metadata.h). The client's request headers.
   const Metadata& request_metadata() const {
     return metadata_ ? metadata_->request : EmptyMetadata();
   }

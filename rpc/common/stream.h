@@ -8,10 +8,10 @@
 #include <optional>
 #include <utility>
 
-#include "base/status.h"
 #include "base/tunables.h"
-#include "base/unique_function.h"
-#include "rpc/common/payload.h"
+#include "rdmarpc/payload.h"
+#include "rdmarpc/status.h"
+#include "rdmarpc/unique_function.h"
 
 namespace rdmarpc::rpc {
 

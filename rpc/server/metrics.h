@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::rpc {
 

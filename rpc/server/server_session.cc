@@ -8,7 +8,7 @@
 #include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/tunables.h"
-#include "rpc/common/retry_options.h"
+#include "rdmarpc/retry_options.h"
 #include "rpc/wire/wire_codec.h"
 
 namespace rdmarpc::rpc {
@@ -51,7 +51,7 @@ StatusCode ServerSession::Queue(uint64_t id, transport::OutgoingFrame frame,
 }
 
 void ServerSession::ReplyNotRun(uint64_t id, const Status& status) {
-  // The trailer block, encoded once (rpc/common/retry_options.h).
+  // The trailer block, encoded once (include/rdmarpc/retry_options.h).
   static const std::string* const kTrailers = [] {
     Metadata trailers;
     trailers.Add(kNotRunTrailer, "1");

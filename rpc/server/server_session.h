@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rpc/common/executor.h"
+#include "rdmarpc/executor.h"
 #include "rpc/common/interceptor.h"
 #include "rpc/common/server_call.h"
 #include "rpc/common/service.h"

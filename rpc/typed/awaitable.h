@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "base/status.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::rpc {
 

@@ -1,7 +1,7 @@
 // ClientContext: what a typed call carries besides its request and
 // response messages, as gRPC's ClientContext or brpc's Controller: the
-// call's options, its metadata (rpc/common/metadata.h) and its attachments
-// (rpc/common/payload.h).
+// call's options, its metadata (include/rdmarpc/metadata.h) and its attachments
+// (include/rdmarpc/payload.h).
 //
 //   rpc::ClientContext context(rpc::CallOptions::WithTimeout(1s));
 //   context.AddMetadata("tenant", "blue");
@@ -20,9 +20,9 @@
 #include <string>
 #include <utility>
 
-#include "base/buffer.h"
-#include "rpc/common/call_options.h"
-#include "rpc/common/metadata.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/call_options.h"
+#include "rdmarpc/metadata.h"
 
 namespace rdmarpc::rpc {
 namespace internal {

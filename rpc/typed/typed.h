@@ -16,11 +16,11 @@
 // when it has none, where the channel runs callbacks: on its event loop or
 // its callback executor (ChannelOptions::callback_threads).
 //
-// Metadata (rpc/common/metadata.h): a handler reads request_metadata() and
+// Metadata (include/rdmarpc/metadata.h): a handler reads request_metadata() and
 // fills response_headers() and response_trailers(); a client sets and reads
 // them through a ClientContext.
 //
-// Attachments (rpc/common/payload.h): a handler reads the request's with
+// Attachments (include/rdmarpc/payload.h): a handler reads the request's with
 // request_attachment() and sends one with set_response_attachment(); a
 // client passes a ClientContext (rpc/typed/client_context.h) to the stub's
 // overload that takes one.
@@ -42,10 +42,10 @@
 #include <tuple>
 #include <utility>
 
-#include "base/buffer.h"
-#include "base/status.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/payload.h"
+#include "rdmarpc/status.h"
 #include "rpc/channel.h"
-#include "rpc/common/payload.h"
 #include "rpc/common/server_call.h"
 #include "rpc/common/service.h"
 #include "rpc/typed/client_context.h"
@@ -197,9 +197,9 @@ auto StartUnaryCall(Channel& channel, const MethodRef& method,
 
 }  // namespace internal
 
-// Calls `method` (by its id: rpc/common/method_ref.h) with `request`. Generated
-// stubs call this with their static MethodRefs: `method` must outlive the
-// call.
+// Calls `method` (by its id: include/rdmarpc/method_ref.h) with `request`.
+// Generated stubs call this with their static MethodRefs: `method` must outlive
+// the call.
 template <typename Response, typename CompletionToken>
 auto AsyncUnaryCall(Channel& channel, const MethodRef& method,
                     const google::protobuf::MessageLite& request,

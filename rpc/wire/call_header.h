@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "rpc/common/metadata.h"
+#include "rdmarpc/metadata.h"
 
 namespace rdmarpc::rpc {
 

@@ -1,5 +1,5 @@
-// MethodIndex: a server's methods by MethodId (rpc/common/method_ref.h), for
-// the requests that name their method by id.
+// MethodIndex: a server's methods by MethodId (include/rdmarpc/method_ref.h),
+// for the requests that name their method by id.
 //
 // Ids are hashes, so two methods may share one. Such an id is ambiguous: it
 // finds neither method, and both stay callable by name. The server logs the

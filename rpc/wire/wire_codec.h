@@ -6,16 +6,16 @@
 #include <span>
 #include <string_view>
 
-#include "base/buffer.h"
-#include "base/status_or.h"
-#include "rpc/common/payload.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/payload.h"
+#include "rdmarpc/status.h"
 #include "rpc/wire/call_header.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
 
-// A request names its method by `method_id` (rpc/common/method_ref.h; service
-// and method empty) or, with `method_id` 0, by service and method. The
+// A request names its method by `method_id` (include/rdmarpc/method_ref.h;
+// service and method empty) or, with `method_id` 0, by service and method. The
 // header carries what is set: empty names and a 0 id are not encoded. The
 // frame's payload is the message, then the attachment.
 // `metadata` is an encoded block (EncodeOutgoingMetadata), empty for none.
@@ -51,10 +51,10 @@ transport::OutgoingFrame MakeHalfCloseFrame(uint64_t call_id);
 transport::OutgoingFrame MakeWindowFrame(uint64_t call_id, uint64_t messages,
                                          uint64_t bytes);
 
-// Metadata to send (rpc/common/metadata.h): the encoded block, empty for none;
-// INVALID_ARGUMENT for a key or value the rules refuse, RESOURCE_EXHAUSTED
-// above tunables::kMaxMetadataSize. `what` names it in the error ("request
-// metadata").
+// Metadata to send (include/rdmarpc/metadata.h): the encoded block, empty for
+// none; INVALID_ARGUMENT for a key or value the rules refuse,
+// RESOURCE_EXHAUSTED above tunables::kMaxMetadataSize. `what` names it in the
+// error ("request metadata").
 StatusOr<std::string> EncodeOutgoingMetadata(const Metadata& metadata,
                                              std::string_view what);
 // A received metadata block, checked and, unless `out` is null, decoded

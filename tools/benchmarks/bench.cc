@@ -50,8 +50,8 @@
 //               control lets it: GB/s one way, against the raw WRITE stream
 //               (rdma://) or the raw one-way socket stream (tcp://)
 //
-// Calls name their method by id (rpc/common/method_ref.h), as generated stubs
-// do;
+// Calls name their method by id (include/rdmarpc/method_ref.h), as generated
+// stubs do;
 // --by-name 1 makes the latency loop send the service and method names
 // instead, to measure what the longer request costs. --handler-threads N
 // runs the in-process server's handlers on a pool of N threads instead of

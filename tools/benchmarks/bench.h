@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "base/buffer.h"
 #include "base/flags.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/memory.h"
+#include "rdmarpc/method_ref.h"
 #include "rpc/channel.h"
-#include "rpc/common/method_ref.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
-#include "transport/memory.h"
 
 namespace rdmarpc::bench {
 

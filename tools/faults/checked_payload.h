@@ -15,7 +15,7 @@
 #include <iterator>
 #include <random>
 
-#include "base/buffer.h"
+#include "rdmarpc/buffer.h"
 
 namespace rdmarpc::tools {
 

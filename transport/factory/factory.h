@@ -22,7 +22,7 @@
 #include <memory>
 #include <string_view>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::transport {

@@ -16,7 +16,7 @@
 #include <memory>
 #include <unordered_map>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 #include "transport/rdma/device_events.h"
 #include "transport/rdma/verbs.h"
 

@@ -42,7 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 #include "transport/connection.h"
 #include "transport/rdma/completion_member.h"
 #include "transport/rdma/grant_pool.h"

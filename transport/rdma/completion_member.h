@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "base/status.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::transport::rdma {
 

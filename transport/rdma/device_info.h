@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "base/buffer.h"
+#include "rdmarpc/buffer.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -12,8 +12,7 @@
 #include <optional>
 #include <span>
 
-#include "base/status.h"
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 #include "transport/frame.h"
 #include "transport/rdma/protocol.h"
 

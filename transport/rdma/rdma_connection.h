@@ -47,9 +47,9 @@
 
 #include "base/futex_mutex.h"
 #include "base/ring_queue.h"
+#include "rdmarpc/memory.h"
 #include "transport/connection.h"
 #include "transport/keepalive.h"
-#include "transport/memory.h"
 #include "transport/rdma/cm_channel.h"
 #include "transport/rdma/completion_group.h"
 #include "transport/rdma/completion_member.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::transport::rdma {

@@ -13,7 +13,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "transport/memory.h"
+#include "rdmarpc/memory.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::transport::rdma {

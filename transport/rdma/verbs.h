@@ -16,7 +16,7 @@
 #include <string_view>
 #include <utility>
 
-#include "base/status_or.h"
+#include "rdmarpc/status.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -7,7 +7,7 @@
 // Executor, the server hands each handler to it instead, and the loop goes
 // back to its connections at once.
 //
-//   rpc::ServerOptions options;
+//   rdmarpc::ServerOptions options;
 //   options.handler_threads = 8;             // A pool the server owns, or
 //   options.handler_executor = [&](rdmarpc::UniqueFunction<void()> task) {
 //     my_pool.Submit(std::move(task));       // any executor of your own.
@@ -15,15 +15,15 @@
 //
 // An Executor runs each task it is given exactly once, on any thread, later
 // or at once; it must not drop one, and it must outlive what hands it tasks.
-#ifndef RDMARPC_RPC_COMMON_EXECUTOR_H_
-#define RDMARPC_RPC_COMMON_EXECUTOR_H_
+#ifndef RDMARPC_EXECUTOR_H_
+#define RDMARPC_EXECUTOR_H_
 
 #include <functional>
 #include <memory>
 
-#include "base/unique_function.h"
+#include "rdmarpc/unique_function.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 using Executor = std::function<void(UniqueFunction<void()> task)>;
 
@@ -45,6 +45,13 @@ class ThreadPool {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the name this had before it moved to rdmarpc::; it goes in
+// the next release.
+namespace rpc {
+using rdmarpc::Executor;
+using rdmarpc::ThreadPool;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_EXECUTOR_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_EXECUTOR_H_

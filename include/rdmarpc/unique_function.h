@@ -3,8 +3,8 @@
 // Completion handlers (an Asio coroutine's, a promise) are often move-only;
 // std::function cannot hold them. Callables up to kInlineSize bytes are
 // stored inline, so the common small lambda costs no allocation.
-#ifndef RDMARPC_BASE_UNIQUE_FUNCTION_H_
-#define RDMARPC_BASE_UNIQUE_FUNCTION_H_
+#ifndef RDMARPC_UNIQUE_FUNCTION_H_
+#define RDMARPC_UNIQUE_FUNCTION_H_
 
 #include <cassert>
 #include <cstddef>
@@ -120,4 +120,4 @@ class UniqueFunction<R(Args...)> {
 
 }  // namespace rdmarpc
 
-#endif  // RDMARPC_BASE_UNIQUE_FUNCTION_H_
+#endif  // RDMARPC_UNIQUE_FUNCTION_H_

@@ -28,15 +28,15 @@
 //
 // Channel::Cancel(id) of a call with retries cancels the attempt it names;
 // a CallCancellation (CallOptions::cancellation) reaches every attempt.
-#ifndef RDMARPC_RPC_COMMON_RETRY_OPTIONS_H_
-#define RDMARPC_RPC_COMMON_RETRY_OPTIONS_H_
+#ifndef RDMARPC_RETRY_OPTIONS_H_
+#define RDMARPC_RETRY_OPTIONS_H_
 
 #include <chrono>
 #include <vector>
 
-#include "base/status.h"
+#include "rdmarpc/status.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 struct RetryPolicy {
   // Attempts in all, the first included: 1 means no retry and no hedge.
@@ -60,6 +60,13 @@ struct RetryBudget {
 // ran: the request did not run, so sending it again is safe.
 inline constexpr char kNotRunTrailer[] = "rdmarpc-not-run";
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the name this had before it moved to rdmarpc::; it goes in
+// the next release.
+namespace rpc {
+using rdmarpc::RetryBudget;
+using rdmarpc::RetryPolicy;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_RETRY_OPTIONS_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_RETRY_OPTIONS_H_

@@ -8,7 +8,7 @@
 // response_trailers(); the client reads them through
 // CallOptions::response_metadata or a ClientContext).
 //
-//   rpc::CallOptions options;
+//   rdmarpc::CallOptions options;
 //   options.metadata.Add("authorization", "Bearer 8f1e...");
 //   options.metadata.Add("trace-bin", std::string("\x01\x02", 2));
 //
@@ -20,8 +20,8 @@
 // one above its own limit (ServerOptions and ChannelOptions
 // max_metadata_size, 8 KiB by default): the call, not the connection, fails
 // RESOURCE_EXHAUSTED. docs/protocol.md, "Metadata", has the wire format.
-#ifndef RDMARPC_RPC_COMMON_METADATA_H_
-#define RDMARPC_RPC_COMMON_METADATA_H_
+#ifndef RDMARPC_METADATA_H_
+#define RDMARPC_METADATA_H_
 
 #include <cstddef>
 #include <optional>
@@ -30,9 +30,9 @@
 #include <utility>
 #include <vector>
 
-#include "base/status.h"
+#include "rdmarpc/status.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 class Metadata {
  public:
@@ -95,6 +95,13 @@ Status ValidateMetadata(const Metadata& metadata, std::string_view what);
 // Whether `key` may name an entry.
 bool ValidMetadataKey(std::string_view key);
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the name this had before it moved to rdmarpc::; it goes in
+// the next release.
+namespace rpc {
+using rdmarpc::Metadata;
+using rdmarpc::ResponseMetadata;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_METADATA_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_METADATA_H_

@@ -1,6 +1,6 @@
 // Per-call options: deadline (or timeout), cancellation, metadata.
-#ifndef RDMARPC_RPC_COMMON_CALL_OPTIONS_H_
-#define RDMARPC_RPC_COMMON_CALL_OPTIONS_H_
+#ifndef RDMARPC_CALL_OPTIONS_H_
+#define RDMARPC_CALL_OPTIONS_H_
 
 #include <chrono>
 #include <cstdint>
@@ -9,9 +9,9 @@
 #include <mutex>
 #include <optional>
 
-#include "rpc/common/metadata.h"
+#include "rdmarpc/metadata.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 using Clock = std::chrono::steady_clock;
 
@@ -66,8 +66,8 @@ struct CallOptions {
   // connection is lost still fails UNAVAILABLE: it may have run.)
   bool wait_for_ready = false;
 
-  // Request headers sent with the call (rpc/common/metadata.h). A block the
-  // rules refuse fails the call locally: INVALID_ARGUMENT for a bad key or
+  // Request headers sent with the call (include/rdmarpc/metadata.h). A block
+  // the rules refuse fails the call locally: INVALID_ARGUMENT for a bad key or
   // value, RESOURCE_EXHAUSTED above kMaxMetadataSize.
   Metadata metadata;
   // If set, receives the server's response headers and trailers before the
@@ -95,6 +95,14 @@ struct CallOptions {
   }
 };
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the name this had before it moved to rdmarpc::; it goes in
+// the next release.
+namespace rpc {
+using rdmarpc::CallCancellation;
+using rdmarpc::CallOptions;
+using rdmarpc::Clock;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_CALL_OPTIONS_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_CALL_OPTIONS_H_

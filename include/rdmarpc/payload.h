@@ -14,17 +14,17 @@
 //  - received: it is a window on the block the frame landed in (an RDMA
 //    grant, or the block a TCP read filled), handed over uncopied; its
 //    memory goes back to the transport when the Buffer is destroyed.
-#ifndef RDMARPC_RPC_COMMON_PAYLOAD_H_
-#define RDMARPC_RPC_COMMON_PAYLOAD_H_
+#ifndef RDMARPC_PAYLOAD_H_
+#define RDMARPC_PAYLOAD_H_
 
 #include <cstdint>
 #include <utility>
 
-#include "base/buffer.h"
-#include "base/status.h"
-#include "base/unique_function.h"
+#include "rdmarpc/buffer.h"
+#include "rdmarpc/status.h"
+#include "rdmarpc/unique_function.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 struct Payload {
   Buffer message;
@@ -60,6 +60,13 @@ inline Payload SplitPayload(Buffer payload, uint64_t attachment_size) {
 // message, and the attachment is released.
 using ResponseCallback = UniqueFunction<void(const Status&, Payload response)>;
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the name this had before it moved to rdmarpc::; it goes in
+// the next release.
+namespace rpc {
+using rdmarpc::Payload;
+using rdmarpc::ResponseCallback;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_PAYLOAD_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_PAYLOAD_H_

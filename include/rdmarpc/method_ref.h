@@ -8,18 +8,18 @@
 // "rdmarpc.bench.Bench"/"Echo"), and the server matches one integer instead
 // of two strings.
 //
-//   constexpr rpc::MethodRef kSay("pkg.Echo", "Say");  // Hashed at compile
+//   constexpr rdmarpc::MethodRef kSay("pkg.Echo", "Say");  // Hashed at compile
 //   time. channel.Call(kSay, request, options, done);
 //
 // Generated stubs hold one MethodRef per method. A server that has no
 // method with a request's id answers UNIMPLEMENTED naming the id.
-#ifndef RDMARPC_RPC_COMMON_METHOD_REF_H_
-#define RDMARPC_RPC_COMMON_METHOD_REF_H_
+#ifndef RDMARPC_METHOD_REF_H_
+#define RDMARPC_METHOD_REF_H_
 
 #include <cstdint>
 #include <string_view>
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 // 64-bit FNV-1a of "<service>/<method>". 0 means "no id" on the wire, so a
 // hash of 0 becomes 1. Two methods of one server may share an id only with
@@ -43,8 +43,8 @@ class MethodRef {
  public:
   // For the third argument: the method may run twice for one call without
   // harm, so a channel's retry policy may send a failed call again
-  // (rpc/common/retry_options.h). Generated stubs pass it for the methods whose
-  // .proto says `option idempotency_level = IDEMPOTENT;` (or
+  // (include/rdmarpc/retry_options.h). Generated stubs pass it for the methods
+  // whose .proto says `option idempotency_level = IDEMPOTENT;` (or
   // NO_SIDE_EFFECTS).
   static constexpr bool kIdempotent = true;
 
@@ -68,6 +68,13 @@ class MethodRef {
   bool idempotent_;
 };
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the name this had before it moved to rdmarpc::; it goes in
+// the next release.
+namespace rpc {
+using rdmarpc::MethodId;
+using rdmarpc::MethodRef;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_METHOD_REF_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_METHOD_REF_H_
