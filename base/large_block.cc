@@ -10,7 +10,7 @@
 #include <new>
 #include <vector>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc {
 namespace {

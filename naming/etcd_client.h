@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "naming/etcd.pb.h"
-#include "naming/options.h"
+#include "rdmarpc/naming_options.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/unique_function.h"
 

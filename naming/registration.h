@@ -23,7 +23,7 @@
 #include <string_view>
 
 #include "naming/etcd_client.h"
-#include "naming/options.h"
+#include "rdmarpc/naming_options.h"
 #include "rdmarpc/status.h"
 
 namespace rdmarpc::naming {

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "naming/options.h"
+#include "rdmarpc/naming_options.h"
 #include "rdmarpc/status.h"
 
 namespace rdmarpc::naming {

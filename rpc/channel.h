@@ -41,15 +41,15 @@
 #include <string_view>
 #include <vector>
 
-#include "base/tunables.h"
 #include "rdmarpc/buffer.h"
 #include "rdmarpc/call_options.h"
+#include "rdmarpc/channel_options.h"
+#include "rdmarpc/client_stream.h"
 #include "rdmarpc/method_ref.h"
 #include "rdmarpc/payload.h"
 #include "rdmarpc/status.h"
-#include "rpc/common/channel_options.h"
-#include "rpc/common/client_stream.h"
-#include "rpc/common/stream.h"
+#include "rdmarpc/stream.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::rpc {
 

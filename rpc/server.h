@@ -26,11 +26,11 @@
 #include <string_view>
 #include <vector>
 
-#include "base/tunables.h"
-#include "naming/options.h"
 #include "rdmarpc/executor.h"
+#include "rdmarpc/interceptor.h"
+#include "rdmarpc/naming_options.h"
 #include "rdmarpc/status.h"
-#include "rpc/common/interceptor.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/common/service.h"
 #include "rpc/server/metrics.h"
 #include "transport/connection.h"
@@ -72,7 +72,7 @@ struct ServerOptions {
   int handler_threads = 0;
   Executor handler_executor;
   // Run, in order, before each call's handler and at its end
-  // (rpc/common/interceptor.h): a token check, logging, metrics.
+  // (include/rdmarpc/interceptor.h): a token check, logging, metrics.
   std::vector<std::shared_ptr<ServerInterceptor>> interceptors;
   // Registers the server in etcd while it serves, for clients whose target
   // is "etcd://.../prefix" (naming/registration.h): register_at is

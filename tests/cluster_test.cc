@@ -1,8 +1,8 @@
-// A Channel whose target names a cluster (rpc/common/cluster_options.h):
+// A Channel whose target names a cluster (include/rdmarpc/cluster_options.h):
 // picking (round robin, least loaded, hash ring with bounded load), calls that
 // wait for a first connection, endpoints that die, outlier ejection; and the
-// same over a real etcd (tests/support/etcd_process.h) whose membership changes.
-// With cluster_lifecycle_test.cc it makes one binary, cluster_test.
+// same over a real etcd (tests/support/etcd_process.h) whose membership
+// changes. With cluster_lifecycle_test.cc it makes one binary, cluster_test.
 #include <signal.h>
 
 #include <catch2/catch_test_macros.hpp>

@@ -1,8 +1,8 @@
-// Interceptors (rpc/common/interceptor.h): chains on both sides that see each
-// call and stream with its metadata, reject it, rewrite its metadata and
+// Interceptors (include/rdmarpc/interceptor.h): chains on both sides that see
+// each call and stream with its metadata, reject it, rewrite its metadata and
 // observe its end; the token check and the logging interceptor rdmarpc ships.
 // Over tcp:// natively; over rdma:// in the VM suite (RDMARPC_TEST_TRANSPORT).
-#include "rpc/common/interceptor.h"
+#include "rdmarpc/interceptor.h"
 
 #include <catch2/catch_test_macros.hpp>
 #include <chrono>

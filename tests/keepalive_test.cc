@@ -1,8 +1,9 @@
 // Keepalive (transport/keepalive.h): a dead peer is noticed on an idle or a
 // busy connection, by a client and by a server, and a live one never is.
-// Intervals are shortened here; the defaults are in base/tunables.h. The
-// [tcp] cases use raw sockets; the others run over rdma:// in the VM too, and
-// tools/softroce/link-suite takes a real link down under an open connection.
+// Intervals are shortened here; the defaults are in include/rdmarpc/tunables.h.
+// The [tcp] cases use raw sockets; the others run over rdma:// in the VM too,
+// and tools/softroce/link-suite takes a real link down under an open
+// connection.
 #include "transport/keepalive.h"
 
 #include <arpa/inet.h>

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/buffer_pool.h"
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc {
 namespace {

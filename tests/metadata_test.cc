@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/typed/typed_stream.h"

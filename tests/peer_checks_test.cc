@@ -5,7 +5,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::transport::rdma {
 namespace {

@@ -8,7 +8,7 @@
 #include <future>
 #include <thread>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 #include "tests/support/rpc_semantics.h"
 #include "tests/support/test_support.h"
 #include "transport/factory/factory.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/wire/wire_codec.h"
 #include "tests/support/rpc_semantics.h"
 #include "tests/support/test_support.h"

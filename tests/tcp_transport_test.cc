@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/large_block.h"
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 #include "tests/support/tcp_pair.h"
 
 namespace rdmarpc::transport::testing {

@@ -32,9 +32,10 @@
 #include <string_view>
 #include <utility>
 
-#include "base/tunables.h"
 #include "rdmarpc/buffer.h"
 #include "rdmarpc/status.h"
+#include "rdmarpc/transport_options.h"
+#include "rdmarpc/tunables.h"
 #include "transport/frame.h"
 #include "transport/header_bytes.h"
 
@@ -366,87 +367,6 @@ class Connection {
   // Bytes of frames queued and not yet handed to the socket or the send
   // queue (waiting for room, or on RDMA for credits): the queue's depth now.
   virtual uint64_t queued_bytes() const = 0;
-};
-
-// How a connection waits for what the peer sends. Busy and hybrid modes
-// trade a core for latency: no sleep and wake-up per message.
-enum class PollMode {
-  // The event loop waits: RDMA on the CQ's completion channel, TCP for the
-  // socket to become readable (default).
-  kEvent,
-  // Poll continuously from the event loop (RDMA: the CQ; TCP: non-blocking
-  // reads), yielding to its other handlers between turns. Each connection
-  // polls on its own: meant for a few connections per loop.
-  kBusy,
-  // Poll for up to hybrid_spin after activity, then wait as kEvent does.
-  kHybrid,
-};
-
-// "event", "busy" or "hybrid" (as flags and tools spell them); nullopt for
-// anything else.
-inline std::optional<PollMode> PollModeFromName(std::string_view name) {
-  if (name == "event") return PollMode::kEvent;
-  if (name == "busy") return PollMode::kBusy;
-  if (name == "hybrid") return PollMode::kHybrid;
-  return std::nullopt;
-}
-
-// Options shared by every transport.
-struct TransportOptions {
-  // Largest payload this side accepts; larger ones are dropped and answered
-  // with RESOURCE_EXHAUSTED.
-  uint64_t max_payload_size = tunables::kDefaultMaxPayloadSize;
-  // Bytes of frames queued on a connection and not yet handed to the
-  // socket or the send queue: a peer that stops reading stalls the sender,
-  // and Send answers RESOURCE_EXHAUSTED past this, so memory stays bounded.
-  // One frame of any size is accepted into an empty queue, and a frame that
-  // may wait (OutgoingFrame::may_wait) into any.
-  uint64_t max_queued_bytes = tunables::kDefaultMaxQueuedBytes;
-  std::chrono::milliseconds connect_timeout = tunables::kConnectTimeout;
-  // RDMA only. Bytes of receive grants (memory registered for peers' large
-  // frames) this process may hold at once, counted over every connection
-  // and checked against each connection's own limit. A payload that would
-  // exceed it is dropped and answered with RESOURCE_EXHAUSTED.
-  uint64_t max_grant_bytes = tunables::kDefaultMaxGrantBytes;
-  PollMode poll_mode = PollMode::kEvent;
-  std::chrono::microseconds hybrid_spin{50};
-  // Keepalive (transport/keepalive.h): PING after `keepalive_interval` of
-  // receiving nothing; close (DEADLINE_EXCEEDED, so calls fail UNAVAILABLE)
-  // after `keepalive_timeout`. An interval of 0 turns keepalive off.
-  std::chrono::milliseconds keepalive_interval = tunables::kKeepaliveInterval;
-  std::chrono::milliseconds keepalive_timeout = tunables::kKeepaliveTimeout;
-  // RDMA: the QP's local ACK timeout exponent (4.096 us << it per try, see
-  // base/tunables.h). Lower recovers a lost packet sooner on a lossy link
-  // (docs/reliability.md measures 14 against 16), and gives up on a stalled
-  // peer sooner too.
-  uint8_t rdma_ack_timeout = tunables::kRdmaAckTimeout;
-  // How many times the QP resends after an ACK timeout or a sequence NAK
-  // before it fails the connection (3 bits; set by the connecting side).
-  // Per the spec 7 is seven tries; rxe reads 7 as "forever", which rides out
-  // heavy reordering (docs/reliability.md) and leaves a dead link to
-  // keepalive.
-  uint8_t rdma_retry_count = tunables::kRdmaRetryCount;
-  // RDMA: bytes the process's receive and send pools may register in all
-  // (checked by the group that would grow them); see
-  // tunables::kDefaultRdmaMaxPoolBytes.
-  uint64_t rdma_max_pool_bytes = tunables::kDefaultRdmaMaxPoolBytes;
-  // RDMA: a large frame lands in a block of the device's grant pool, behind
-  // a memory window bound for it (no ibv_reg_mr per frame), where the device
-  // has type 2 windows. False registers every grant for itself.
-  bool rdma_pooled_grants = true;
-  // RDMA: which device, port and GID a connection or listener uses. Empty:
-  // the device that owns the route to the peer (or the listener's address),
-  // as rdma_cm picks it. Otherwise the source (or bind) address is the one
-  // of GID `rdma_gid_index` of that port (-1: its first RoCE v2 GID holding
-  // an IP address), and a connection whose queue pair ends up elsewhere
-  // fails with the reason. URI: ?device=rxe1&port_num=1&gid_index=1.
-  std::string rdma_device;
-  uint8_t rdma_port_num = 1;
-  int rdma_gid_index = -1;
-  // RDMA: the IP type of service the queue pair's packets carry (its GRH
-  // traffic class on RoCE), 0 to 255; -1 leaves rdma_cm's default. URI:
-  // ?tos=104.
-  int rdma_tos = -1;
 };
 
 // What Send returns once the connection to `peer` is closing or closed.

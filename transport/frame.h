@@ -25,8 +25,8 @@
 #include <cstdint>
 #include <span>
 
-#include "base/tunables.h"
 #include "rdmarpc/status.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::transport {
 

@@ -18,8 +18,8 @@
 #include <utility>
 
 #include "base/buffer_pool.h"
-#include "base/tunables.h"
 #include "rdmarpc/buffer.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::transport {
 

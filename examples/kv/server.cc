@@ -7,8 +7,8 @@
 // whose --uri is that etcd:// target (docs/cluster.md).
 // With --token, every call must carry "authorization: Bearer TOKEN" (the
 // client's --token); --log-calls 1 logs each call's end. Both are
-// interceptors (rdmarpc/server.h, rpc/common/interceptor.h). A token crosses
-// tcp:// in the clear: use it on a trusted network only.
+// interceptors (rdmarpc/server.h, include/rdmarpc/interceptor.h). A token
+// crosses tcp:// in the clear: use it on a trusted network only.
 #include <chrono>
 #include <memory>
 

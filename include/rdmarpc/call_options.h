@@ -76,8 +76,9 @@ struct CallOptions {
   std::shared_ptr<ResponseMetadata> response_metadata;
 
   // For a channel whose target is a cluster balanced by a hash ring
-  // (rpc/common/cluster_options.h): the call's key, e.g. BalanceKey(user_id).
-  // Calls with the same key go to the same server while it is there.
+  // (include/rdmarpc/cluster_options.h): the call's key, e.g.
+  // BalanceKey(user_id). Calls with the same key go to the same server while it
+  // is there.
   std::optional<uint64_t> balance_key;
 
   // A timeout past what the clock can represent saturates to "very late".

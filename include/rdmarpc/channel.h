@@ -15,7 +15,7 @@
 //   rdmarpc::ClientInterceptor, TokenClientInterceptor
 //                                  code that sees every call before it is
 //                                  sent and at its end
-//                                  (rpc/common/interceptor.h).
+//                                  (include/rdmarpc/interceptor.h).
 //   rdmarpc::MethodRef        names a method ("pkg.Service", "Method")
 //                                  by a 64-bit id computed at compile time;
 //                                  generated classes have one per method.
@@ -37,36 +37,21 @@
 #ifndef RDMARPC_CHANNEL_H_
 #define RDMARPC_CHANNEL_H_
 
-#include "rdmarpc/buffer.h"          // IWYU pragma: export
-#include "rdmarpc/call_options.h"    // IWYU pragma: export
-#include "rdmarpc/executor.h"        // IWYU pragma: export
-#include "rdmarpc/metadata.h"        // IWYU pragma: export
-#include "rdmarpc/method_ref.h"      // IWYU pragma: export
-#include "rdmarpc/payload.h"         // IWYU pragma: export
-#include "rdmarpc/status.h"          // IWYU pragma: export
-#include "rpc/channel.h"             // IWYU pragma: export
-#include "rpc/common/interceptor.h"  // IWYU pragma: export
+#include "rdmarpc/buffer.h"        // IWYU pragma: export
+#include "rdmarpc/call_options.h"  // IWYU pragma: export
+#include "rdmarpc/executor.h"      // IWYU pragma: export
+#include "rdmarpc/interceptor.h"   // IWYU pragma: export
+#include "rdmarpc/metadata.h"      // IWYU pragma: export
+#include "rdmarpc/method_ref.h"    // IWYU pragma: export
+#include "rdmarpc/payload.h"       // IWYU pragma: export
+#include "rdmarpc/status.h"        // IWYU pragma: export
+#include "rpc/channel.h"           // IWYU pragma: export
 
 // One namespace for what an application names: rdmarpc::X is the same
 // entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
 // declares (either spelling compiles; write rdmarpc::X).
 namespace rdmarpc {
 using rpc::Channel;
-using rpc::ChannelOptions;
-using rpc::ChannelState;
-using rpc::ChannelStats;
-using rpc::ClientCallInfo;
-using rpc::ClientInterceptor;
-using rpc::ClientStream;
-using rpc::ClusterOptions;
-using rpc::EndpointStats;
-using rpc::HealthCheck;
-using rpc::LoadBalancing;
-using rpc::OutlierDetection;
-using rpc::StreamKind;
-using rpc::TokenClientInterceptor;
-using transport::PollMode;
-using transport::TransportOptions;
 }  // namespace rdmarpc
 
 #endif  // RDMARPC_CHANNEL_H_

@@ -16,8 +16,8 @@
 // key ending in "-bin" carries any bytes; other values are printable ASCII
 // (0x20 to 0x7e). A block of metadata counts each entry as its key and value
 // plus 32 bytes (HTTP/2's accounting, which gRPC's limits use too). A sender
-// refuses a block above kMaxMetadataSize (base/tunables.h), and a receiver
-// one above its own limit (ServerOptions and ChannelOptions
+// refuses a block above kMaxMetadataSize (include/rdmarpc/tunables.h), and a
+// receiver one above its own limit (ServerOptions and ChannelOptions
 // max_metadata_size, 8 KiB by default): the call, not the connection, fails
 // RESOURCE_EXHAUSTED. docs/protocol.md, "Metadata", has the wire format.
 #ifndef RDMARPC_METADATA_H_

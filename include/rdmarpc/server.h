@@ -23,7 +23,7 @@
 //   rdmarpc::ServerInterceptor, TokenServerInterceptor,
 //   LoggingServerInterceptor      code that sees every call before its
 //                                 handler and at its end
-//                                 (rpc/common/interceptor.h).
+//                                 (include/rdmarpc/interceptor.h).
 //   rdmarpc::TransportOptions, PollMode
 //                                 in ServerOptions::transport.
 //
@@ -41,8 +41,8 @@
 
 #include "rdmarpc/buffer.h"          // IWYU pragma: export
 #include "rdmarpc/executor.h"        // IWYU pragma: export
+#include "rdmarpc/interceptor.h"     // IWYU pragma: export
 #include "rdmarpc/status.h"          // IWYU pragma: export
-#include "rpc/common/interceptor.h"  // IWYU pragma: export
 #include "rpc/common/server_call.h"  // IWYU pragma: export
 #include "rpc/common/service.h"      // IWYU pragma: export
 #include "rpc/server.h"              // IWYU pragma: export
@@ -51,19 +51,13 @@
 // entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
 // declares (either spelling compiles; write rdmarpc::X).
 namespace rdmarpc {
-using rpc::LoggingServerInterceptor;
 using rpc::MethodHandler;
 using rpc::Server;
 using rpc::ServerCall;
-using rpc::ServerInterceptor;
 using rpc::ServerOptions;
 using rpc::ServerStats;
 using rpc::Service;
 using rpc::SideEndpoint;
-using rpc::StreamKind;
-using rpc::TokenServerInterceptor;
-using transport::PollMode;
-using transport::TransportOptions;
 }  // namespace rdmarpc
 
 #endif  // RDMARPC_SERVER_H_

@@ -10,11 +10,11 @@
 #include <mutex>
 
 #include "base/log.h"
+#include "rdmarpc/channel_options.h"
 #include "rdmarpc/executor.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/unique_function.h"
 #include "rpc/client/call_table.h"
-#include "rpc/common/channel_options.h"
 
 namespace rdmarpc::rpc {
 

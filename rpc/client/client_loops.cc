@@ -5,7 +5,7 @@
 #include <thread>
 #include <utility>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::rpc {
 

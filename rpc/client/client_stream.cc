@@ -89,7 +89,11 @@ void ClientStreamState::OnEnd(const Status& end, Payload final_response) {
   }
 }
 
-ClientStream::ClientStream(std::shared_ptr<ClientStreamState> state)
+}  // namespace rdmarpc::rpc
+
+namespace rdmarpc {
+
+ClientStream::ClientStream(std::shared_ptr<rpc::ClientStreamState> state)
     : state_(std::move(state)) {}
 
 ClientStream::~ClientStream() {
@@ -102,7 +106,7 @@ ClientStream::~ClientStream() {
 }
 
 void ClientStream::Write(Payload message, StreamWriteCallback done) {
-  ClientStreamState& state = *state_;
+  rpc::ClientStreamState& state = *state_;
   std::unique_lock lock(state.mu);
   Status refused;
   if (!ClientSends(state.kind)) {
@@ -126,7 +130,7 @@ void ClientStream::Write(Payload message, StreamWriteCallback done) {
   if (refused.ok()) {
     state.send.Take(message.size());
     // Under mu: messages leave in the order written.
-    if (!state.Send(MakeMessageFrame(state.id, std::move(message)))) {
+    if (!state.Send(rpc::MakeMessageFrame(state.id, std::move(message)))) {
       refused = Status(StatusCode::kCancelled, "the call has ended");
     }
   }
@@ -142,11 +146,11 @@ void ClientStream::WritesDone() {
   state_->writes_done = true;
   if (state_->pending) return;  // Sent after it (OnWindow).
   state_->half_closed = true;
-  state_->Send(MakeHalfCloseFrame(state_->id));
+  state_->Send(rpc::MakeHalfCloseFrame(state_->id));
 }
 
 void ClientStream::Read(StreamReadCallback done) {
-  ClientStreamState& state = *state_;
+  rpc::ClientStreamState& state = *state_;
   std::unique_lock lock(state.mu);
   Status refused;
   if (!ServerSends(state.kind)) {
@@ -176,7 +180,7 @@ void ClientStream::Read(StreamReadCallback done) {
   state.inbox.pop_front();
   if (const auto room = state.receive.Consume(message.size());
       room && !state.ended) {
-    state.Send(MakeWindowFrame(state.id, room->first, room->second));
+    state.Send(rpc::MakeWindowFrame(state.id, room->first, room->second));
   }
   lock.unlock();
   state.Post([done = std::move(done), message = std::move(message)]() mutable {
@@ -221,4 +225,4 @@ void ClientStream::Cancel() {
   }
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

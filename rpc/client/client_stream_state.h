@@ -10,11 +10,12 @@
 #include <mutex>
 #include <optional>
 
+#include "rdmarpc/client_stream.h"
 #include "rdmarpc/status.h"
+#include "rdmarpc/stream.h"
 #include "rdmarpc/unique_function.h"
 #include "rpc/client/callback_runner.h"
-#include "rpc/common/client_stream.h"
-#include "rpc/common/stream.h"
+#include "rpc/common/stream_window.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {

@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "base/futex_mutex.h"
-#include "base/tunables.h"
+#include "rdmarpc/channel_options.h"
 #include "rdmarpc/status.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/client/call_table.h"
 #include "rpc/client/callback_runner.h"
 #include "rpc/client/client_stream_state.h"
-#include "rpc/common/channel_options.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
@@ -95,7 +95,7 @@ class Subchannel final : public transport::ConnectionObserver,
   // transport's side (responses, lost connections, deadlines) since it
   // began, and how many in a row
   // ended in a failure as outlier detection counts them
-  // (rpc/common/cluster_options.h). Readable from any thread.
+  // (include/rdmarpc/cluster_options.h). Readable from any thread.
   struct Outcomes {
     uint64_t completed;
     uint64_t failed;

@@ -1,6 +1,6 @@
 // Cluster: what a Channel runs when its target names a cluster
-// (rpc/common/cluster_options.h says what it does): the resolver's endpoints,
-// a subchannel (a Subchannel) per endpoint, the pick of one for each
+// (include/rdmarpc/cluster_options.h says what it does): the resolver's
+// endpoints, a subchannel (a Subchannel) per endpoint, the pick of one for each
 // call, the calls that wait for a first connected endpoint, and outlier
 // detection. Internal to the rpc layer; rpc/channel.cc routes to it.
 #ifndef RDMARPC_RPC_CLUSTER_CLUSTER_H_
@@ -16,9 +16,9 @@
 
 #include "base/futex_mutex.h"
 #include "naming/resolver.h"
+#include "rdmarpc/channel_options.h"
 #include "rpc/client/subchannel.h"
 #include "rpc/cluster/hash_ring.h"
-#include "rpc/common/channel_options.h"
 
 namespace rdmarpc::rpc {
 
@@ -36,7 +36,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   // not ejected; null if there is none (the call then goes to StartLater).
   std::shared_ptr<Subchannel> Pick(const CallOptions& options);
   // A call Pick found no endpoint for: it waits for the first endpoint to
-  // connect, or fails now (rpc/common/cluster_options.h says when).
+  // connect, or fails now (include/rdmarpc/cluster_options.h says when).
   CallId StartLater(std::string_view service, std::string_view method,
                     uint64_t method_id, Payload request,
                     const CallOptions& options, ResponseCallback done);

@@ -1,8 +1,8 @@
 #include "rpc/cluster/hash_ring.h"
 
-#include "rpc/common/cluster_options.h"
+#include "rdmarpc/cluster_options.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 uint64_t BalanceKey(std::string_view bytes) {
   // FNV-1a, then a finalizer (splitmix64's) so nearby inputs spread.
@@ -18,6 +18,8 @@ uint64_t BalanceKey(std::string_view bytes) {
   return hash ^ (hash >> 31);
 }
 
+namespace rpc {
+
 HashRing::HashRing(const std::vector<std::string>& endpoints,
                    int points_per_endpoint) {
   points_.reserve(endpoints.size() * points_per_endpoint);
@@ -30,4 +32,5 @@ HashRing::HashRing(const std::vector<std::string>& endpoints,
   std::sort(points_.begin(), points_.end());
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rpc
+}  // namespace rdmarpc

@@ -1,7 +1,7 @@
 // HashRing: the consistent-hash ring of LoadBalancing::kHashRing
-// (rpc/common/cluster_options.h): points_per_endpoint points per endpoint at
-// BalanceKey("uri#i"), so that adding or removing an endpoint moves only
-// the keys that land on its points.
+// (include/rdmarpc/cluster_options.h): points_per_endpoint points per endpoint
+// at BalanceKey("uri#i"), so that adding or removing an endpoint moves only the
+// keys that land on its points.
 #ifndef RDMARPC_RPC_CLUSTER_HASH_RING_H_
 #define RDMARPC_RPC_CLUSTER_HASH_RING_H_
 

@@ -1,9 +1,9 @@
-#include "rpc/common/interceptor.h"
+#include "rdmarpc/interceptor.h"
 
 #include "base/log.h"
 #include "rpc/common/server_call.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 namespace {
 
 // Equal, in a time that depends on the lengths only.
@@ -48,4 +48,4 @@ void LoggingServerInterceptor::OnEnd(const ServerCall& call,
       call.request_size(), status.ok() ? "" : ": ", status.message());
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

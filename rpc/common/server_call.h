@@ -32,8 +32,9 @@
 #include "rdmarpc/metadata.h"
 #include "rdmarpc/payload.h"
 #include "rdmarpc/status.h"
+#include "rdmarpc/stream.h"
 #include "rdmarpc/unique_function.h"
-#include "rpc/common/stream.h"
+#include "rpc/common/stream_window.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::rpc {
@@ -74,8 +75,8 @@ class ServerCall {
   const Metadata& request_metadata() const {
     return metadata_ ? metadata_->request : EmptyMetadata();
   }
-  // For interceptors (rpc/common/interceptor.h): they may rewrite the headers
-  // before the handler sees them.
+  // For interceptors (include/rdmarpc/interceptor.h): they may rewrite the
+  // headers before the handler sees them.
   Metadata& mutable_request_metadata() { return Meta().request; }
   // Response headers go with the call's first frame to the client: a
   // streaming call's first Write, else Finish's. Trailers go with Finish.

@@ -1,6 +1,6 @@
-#include "rpc/common/stream.h"
+#include "rdmarpc/stream.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 const char* StreamKindName(StreamKind kind) {
   switch (kind) {
@@ -16,4 +16,4 @@ const char* StreamKindName(StreamKind kind) {
   return "unknown";
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

@@ -3,7 +3,7 @@
 #include <exception>
 
 #include "base/log.h"
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/server/server_session.h"
 #include "rpc/wire/wire_codec.h"
 

@@ -7,8 +7,8 @@
 #include "base/buffer_pool.h"
 #include "base/latency_trace.h"
 #include "base/log.h"
-#include "base/tunables.h"
 #include "rdmarpc/retry_options.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/wire/wire_codec.h"
 
 namespace rdmarpc::rpc {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "rdmarpc/executor.h"
-#include "rpc/common/interceptor.h"
+#include "rdmarpc/interceptor.h"
 #include "rpc/common/server_call.h"
 #include "rpc/common/service.h"
 #include "rpc/server/metrics.h"

@@ -1,6 +1,7 @@
 // Protobuf-typed streaming calls: what protoc-gen-rdmarpc generates for a
 // method with `stream` in its request, its response or both, over the
-// generic ServerCall::Read/Write and Channel::OpenStream (rpc/common/stream.h).
+// generic ServerCall::Read/Write and Channel::OpenStream
+// (include/rdmarpc/stream.h).
 //
 // Server side, the generated service's method gets a TypedServerStream:
 //   void Scan(std::shared_ptr<TypedServerStream<ScanRequest, Row>> stream)

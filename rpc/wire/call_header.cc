@@ -3,7 +3,7 @@
 #include <bit>
 #include <cstring>
 
-#include "rpc/common/stream.h"
+#include "rdmarpc/stream.h"
 
 namespace rdmarpc::rpc {
 

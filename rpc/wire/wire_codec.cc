@@ -3,7 +3,7 @@
 #include <string>
 
 #include "base/buffer_pool.h"
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::rpc {
 namespace {

@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "transport/rdma/peer_checks.h"
 

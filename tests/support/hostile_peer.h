@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/wire/call_header.h"

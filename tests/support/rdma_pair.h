@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/common/event_loop.h"
 #include "transport/connection.h"
 #include "transport/factory/factory.h"

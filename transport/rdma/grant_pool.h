@@ -38,8 +38,8 @@
 #include <span>
 #include <vector>
 
-#include "base/tunables.h"
 #include "rdmarpc/buffer.h"
+#include "rdmarpc/tunables.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::transport::rdma {

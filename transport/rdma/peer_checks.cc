@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::transport::rdma {
 namespace {

@@ -106,7 +106,7 @@
 #include <optional>
 #include <span>
 
-#include "base/tunables.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::transport::rdma {
 

@@ -29,17 +29,17 @@
 // count as failures), is ejected for base_ejection times the number of
 // times it has been ejected (at most max_ejection), then tried again. At
 // most max_ejected_fraction of the endpoints are ejected at once.
-#ifndef RDMARPC_RPC_COMMON_CLUSTER_OPTIONS_H_
-#define RDMARPC_RPC_COMMON_CLUSTER_OPTIONS_H_
+#ifndef RDMARPC_CLUSTER_OPTIONS_H_
+#define RDMARPC_CLUSTER_OPTIONS_H_
 
 #include <chrono>
 #include <cstdint>
 #include <string>
 
-#include "naming/resolver.h"
 #include "rdmarpc/call_options.h"
+#include "rdmarpc/naming_options.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 enum class LoadBalancing { kRoundRobin, kLeastLoaded, kHashRing };
 
@@ -77,7 +77,7 @@ struct ClusterOptions {
   std::string balance_metadata_key;
   OutlierDetection outliers;
   HealthCheck health_check;
-  naming::ResolverOptions naming;
+  ResolverOptions naming;
 };
 
 // One endpoint of a cluster channel, as Channel::endpoints() reports it.
@@ -96,6 +96,17 @@ struct EndpointStats {
 // client sends a key to the same server): for a balance_key from bytes.
 uint64_t BalanceKey(std::string_view bytes);
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::BalanceKey;
+using rdmarpc::ClusterOptions;
+using rdmarpc::EndpointStats;
+using rdmarpc::HealthCheck;
+using rdmarpc::LoadBalancing;
+using rdmarpc::OutlierDetection;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_CLUSTER_OPTIONS_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_CLUSTER_OPTIONS_H_

@@ -1,8 +1,8 @@
 // A Channel's options (ChannelOptions), its connection state (ChannelState)
 // and counters (ChannelStats): rpc/channel.h's vocabulary, which the
 // subchannels and clusters under it share.
-#ifndef RDMARPC_RPC_COMMON_CHANNEL_OPTIONS_H_
-#define RDMARPC_RPC_COMMON_CHANNEL_OPTIONS_H_
+#ifndef RDMARPC_CHANNEL_OPTIONS_H_
+#define RDMARPC_CHANNEL_OPTIONS_H_
 
 #include <chrono>
 #include <cstdint>
@@ -12,18 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "base/tunables.h"
+#include "rdmarpc/cluster_options.h"
 #include "rdmarpc/executor.h"
+#include "rdmarpc/interceptor.h"
 #include "rdmarpc/retry_options.h"
-#include "rpc/common/cluster_options.h"
-#include "rpc/common/interceptor.h"
-#include "transport/connection.h"
+#include "rdmarpc/transport_options.h"
+#include "rdmarpc/tunables.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 struct ChannelOptions {
   // max_payload_size bounds responses; larger ones fail RESOURCE_EXHAUSTED.
-  transport::TransportOptions transport;
+  TransportOptions transport;
   // Requests larger than this fail locally with RESOURCE_EXHAUSTED.
   uint64_t max_request_size = tunables::kDefaultMaxPayloadSize;
   // A request (or a client stream's message, or a cancellation) that finds
@@ -38,8 +38,8 @@ struct ChannelOptions {
   // fewer than 2 calls; later calls wait in the channel, in order, and go as
   // earlier ones end. Calls past what the link can carry then queue here
   // rather than in socket buffers, where they only cost throughput (see
-  // base/tunables.h). Their deadlines and cancellation still apply. With
-  // wait_for_room false, a call that finds transport.max_queued_bytes of
+  // include/rdmarpc/tunables.h). Their deadlines and cancellation still apply.
+  // With wait_for_room false, a call that finds transport.max_queued_bytes of
   // requests waiting fails at once with RESOURCE_EXHAUSTED. Streams are not
   // counted: they have their own flow control. 0: no window.
   uint64_t max_request_bytes_in_flight =
@@ -60,12 +60,12 @@ struct ChannelOptions {
   int callback_threads = 0;
   Executor callback_executor;
   // Run, in order, on each call before it is sent and at its end
-  // (rpc/common/interceptor.h): a token, logging, metrics.
+  // (include/rdmarpc/interceptor.h): a token, logging, metrics.
   std::vector<std::shared_ptr<ClientInterceptor>> interceptors;
   // For a target that names a cluster (list://, dns://, etcd://): how the
   // channel finds its servers and spreads calls over them
-  // (rpc/common/cluster_options.h). Each server's connection has the options
-  // above.
+  // (include/rdmarpc/cluster_options.h). Each server's connection has the
+  // options above.
   ClusterOptions cluster;
   // Retries and hedging (include/rdmarpc/retry_options.h): `retry` for every
   // method, unless method_retry has a policy for it ("pkg.Service/Method"). By
@@ -122,6 +122,14 @@ inline void ChannelStats::Add(const ChannelStats& other) {
   for (auto field : kFields) this->*field += other.*field;
 }
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::ChannelOptions;
+using rdmarpc::ChannelState;
+using rdmarpc::ChannelStats;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_CHANNEL_OPTIONS_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_CHANNEL_OPTIONS_H_

@@ -1,46 +1,15 @@
-// What both ends of a streaming call share (docs/protocol.md, "Streams"):
-// its kind and the callbacks of reading and writing its messages.
-#ifndef RDMARPC_RPC_COMMON_STREAM_H_
-#define RDMARPC_RPC_COMMON_STREAM_H_
+// A stream's flow control: the windows each end keeps (docs/protocol.md,
+// "Streams").
+#ifndef RDMARPC_RPC_COMMON_STREAM_WINDOW_H_
+#define RDMARPC_RPC_COMMON_STREAM_WINDOW_H_
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <utility>
 
-#include "base/tunables.h"
-#include "rdmarpc/payload.h"
-#include "rdmarpc/status.h"
-#include "rdmarpc/unique_function.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::rpc {
-
-// Which way a call streams; the values are the wire's (CallHeader's
-// `stream`).
-enum class StreamKind : int32_t {
-  kUnary = 0,
-  kClientStreaming = 1,  // Messages from the client, one response.
-  kServerStreaming = 2,  // One request, messages from the server.
-  kBidiStreaming = 3     // Messages both ways.
-};
-
-inline bool ClientSends(StreamKind kind) {
-  return kind == StreamKind::kClientStreaming ||
-         kind == StreamKind::kBidiStreaming;
-}
-inline bool ServerSends(StreamKind kind) {
-  return kind == StreamKind::kServerStreaming ||
-         kind == StreamKind::kBidiStreaming;
-}
-const char* StreamKindName(StreamKind kind);
-
-// The next message of a stream, or none at its end: `status` then says how
-// it ended (OK: the writer finished, by a half-close or the call's OK end).
-using StreamReadCallback =
-    UniqueFunction<void(const Status& status, std::optional<Payload> message)>;
-// OK once a written message is handed to the transport, which the reader's
-// window may delay; else why the call ended first.
-using StreamWriteCallback = UniqueFunction<void(const Status& status)>;
 
 // One direction of a stream's flow control, as its writer sees it: how many
 // more messages and bytes the reader has made room for. A message goes while
@@ -128,4 +97,4 @@ class ReceiveWindow {
 
 }  // namespace rdmarpc::rpc
 
-#endif  // RDMARPC_RPC_COMMON_STREAM_H_
+#endif  // RDMARPC_RPC_COMMON_STREAM_WINDOW_H_

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-namespace rdmarpc::naming {
+namespace rdmarpc {
 
 struct EtcdOptions {
   // One member's time to connect and answer a request (a watch: to answer
@@ -35,6 +35,14 @@ struct RegistrationOptions {
   EtcdOptions etcd;
 };
 
-}  // namespace rdmarpc::naming
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace naming {
+using rdmarpc::EtcdOptions;
+using rdmarpc::RegistrationOptions;
+using rdmarpc::ResolverOptions;
+}  // namespace naming
+
+}  // namespace rdmarpc
 
 #endif  // RDMARPC_NAMING_OPTIONS_H_

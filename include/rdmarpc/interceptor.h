@@ -27,8 +27,8 @@
 //
 // A token travels in the clear: on tcp:// (no TLS yet) it protects only a
 // trusted network (docs/security.md).
-#ifndef RDMARPC_RPC_COMMON_INTERCEPTOR_H_
-#define RDMARPC_RPC_COMMON_INTERCEPTOR_H_
+#ifndef RDMARPC_INTERCEPTOR_H_
+#define RDMARPC_INTERCEPTOR_H_
 
 #include <atomic>
 #include <chrono>
@@ -38,11 +38,14 @@
 
 #include "rdmarpc/call_options.h"
 #include "rdmarpc/status.h"
-#include "rpc/common/stream.h"
+#include "rdmarpc/stream.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
-class ServerCall;
+namespace rpc {
+class ServerCall;  // rpc/common/server_call.h
+}  // namespace rpc
+using rpc::ServerCall;
 
 // What a channel's interceptor learns of a call.
 struct ClientCallInfo {
@@ -126,6 +129,17 @@ class LoggingServerInterceptor : public ServerInterceptor {
              std::chrono::nanoseconds elapsed) override;
 };
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::ClientCallInfo;
+using rdmarpc::ClientInterceptor;
+using rdmarpc::LoggingServerInterceptor;
+using rdmarpc::ServerInterceptor;
+using rdmarpc::TokenClientInterceptor;
+using rdmarpc::TokenServerInterceptor;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_INTERCEPTOR_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_INTERCEPTOR_H_

@@ -1,17 +1,19 @@
 // ClientStream: a streaming call as its caller sees it (Channel::OpenStream,
 // rpc/channel.h). Its state and the frames it sends live in rpc/client/.
-#ifndef RDMARPC_RPC_COMMON_CLIENT_STREAM_H_
-#define RDMARPC_RPC_COMMON_CLIENT_STREAM_H_
+#ifndef RDMARPC_CLIENT_STREAM_H_
+#define RDMARPC_CLIENT_STREAM_H_
 
 #include <memory>
 
 #include "rdmarpc/metadata.h"
 #include "rdmarpc/payload.h"
-#include "rpc/common/stream.h"
+#include "rdmarpc/stream.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
+namespace rpc {
 struct ClientStreamState;  // rpc/client/client_stream_state.h
+}  // namespace rpc
 
 // A streaming call, from Channel::OpenStream (docs/protocol.md, "Streams").
 // Write and Read allow one outstanding operation each, from any thread;
@@ -23,7 +25,7 @@ struct ClientStreamState;  // rpc/client/client_stream_state.h
 class ClientStream {
  public:
   // Made by Channel::OpenStream.
-  explicit ClientStream(std::shared_ptr<ClientStreamState> state);
+  explicit ClientStream(std::shared_ptr<rpc::ClientStreamState> state);
   ~ClientStream();  // Cancels the call if it has not ended.
   ClientStream(const ClientStream&) = delete;
   ClientStream& operator=(const ClientStream&) = delete;
@@ -49,9 +51,15 @@ class ClientStream {
   const Metadata& response_trailers() const;
 
  private:
-  std::shared_ptr<ClientStreamState> state_;
+  std::shared_ptr<rpc::ClientStreamState> state_;
 };
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::ClientStream;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_CLIENT_STREAM_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_CLIENT_STREAM_H_

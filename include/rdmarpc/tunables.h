@@ -1,7 +1,7 @@
 // Every tunable default of rdmarpc, in one place, with its invariants checked
 // at compile time. Options structs take their defaults from here.
-#ifndef RDMARPC_BASE_TUNABLES_H_
-#define RDMARPC_BASE_TUNABLES_H_
+#ifndef RDMARPC_TUNABLES_H_
+#define RDMARPC_TUNABLES_H_
 
 #include <algorithm>
 #include <bit>
@@ -399,4 +399,4 @@ static_assert(kDefaultServerWorkers >= 1);
 
 }  // namespace rdmarpc::tunables
 
-#endif  // RDMARPC_BASE_TUNABLES_H_
+#endif  // RDMARPC_TUNABLES_H_
