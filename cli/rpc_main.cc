@@ -46,7 +46,7 @@
 #include "base/log.h"
 #include "base/flags.h"
 #include "proto/introspection.rdmarpc.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "transport/rdma/device_info.h"
 
 namespace rdmarpc {

@@ -1,7 +1,7 @@
-// Channel (rpc/channel.h): the public facade over Subchannel
+// Channel (include/rdmarpc/channel.h): the public facade over Subchannel
 // (rpc/client/subchannel.h, rpc/client/subchannel.cc): its event loop, its
 // life, and interceptors run before a call reaches the Subchannel.
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/system_executor.hpp>
@@ -18,7 +18,7 @@
 #include "rpc/cluster/retry.h"
 #include "rpc/common/event_loop.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 namespace asio = boost::asio;
 
@@ -31,7 +31,7 @@ bool NeedsOwnLoop(const ChannelOptions& options) {
 // For a channel destroyed where it cannot wait (on a loop thread, or inside
 // one of its own callbacks): the callbacks still handed over run, and the
 // pool stops, on a thread of their own.
-void CloseRunnerLater(std::shared_ptr<CallbackRunner> runner) {
+void CloseRunnerLater(std::shared_ptr<rpc::CallbackRunner> runner) {
   if (!runner->enabled()) return;
   std::thread([runner = std::move(runner)] { runner->Close(); }).detach();
 }
@@ -54,8 +54,8 @@ void ForEachChannel(const std::function<void(const Channel&)>& visit) {
 }
 
 Channel::Channel(std::string target, ChannelOptions options)
-    : pool_(NeedsOwnLoop(options) ? nullptr : ClientLoops::Shared()),
-      own_loop_(NeedsOwnLoop(options) ? std::make_unique<EventLoop>()
+    : pool_(NeedsOwnLoop(options) ? nullptr : rpc::ClientLoops::Shared()),
+      own_loop_(NeedsOwnLoop(options) ? std::make_unique<rpc::EventLoop>()
                                       : nullptr),
       loop_(own_loop_ ? own_loop_.get() : &pool_->Next()) {
   const bool retries =
@@ -64,30 +64,30 @@ Channel::Channel(std::string target, ChannelOptions options)
   auto method_retry = options.method_retry;
   const RetryBudget budget = options.retry_budget;
   if (naming::IsClusterTarget(target)) {
-    cluster_ = std::make_shared<Cluster>(std::move(target), std::move(options),
-                                         loop_->context());
+    cluster_ = std::make_shared<rpc::Cluster>(
+        std::move(target), std::move(options), loop_->context());
     cluster_->Begin();
   } else {
-    impl_ = std::make_shared<Subchannel>(std::move(target), std::move(options),
-                                         loop_->context());
+    impl_ = std::make_shared<rpc::Subchannel>(
+        std::move(target), std::move(options), loop_->context());
   }
   routed_ = retries || cluster_ != nullptr;
   if (retries) {
-    retrier_ = std::make_shared<Retrier>(
+    retrier_ = std::make_shared<rpc::Retrier>(
         std::move(retry), method_retry, budget, loop_->context(),
         // Weak: a retry's call may outlive the channel, and must not keep
         // its connections.
-        [weak_impl = std::weak_ptr<Subchannel>(impl_),
-         weak_cluster = std::weak_ptr<Cluster>(cluster_)](
+        [weak_impl = std::weak_ptr<rpc::Subchannel>(impl_),
+         weak_cluster = std::weak_ptr<rpc::Cluster>(cluster_)](
             std::string_view service, std::string_view method,
             uint64_t method_id, Payload request, const CallOptions& options,
             ResponseCallback done) -> CallId {
           const auto impl = weak_impl.lock();
           const auto cluster = weak_cluster.lock();
           if (!impl && !cluster) {
-            InvokeCallback(done,
-                           Status(StatusCode::kCancelled, "channel destroyed"),
-                           Buffer());
+            rpc::InvokeCallback(
+                done, Status(StatusCode::kCancelled, "channel destroyed"),
+                Buffer());
             return 0;
           }
           return Route(impl.get(), cluster.get(), service, method, method_id,
@@ -98,7 +98,7 @@ Channel::Channel(std::string target, ChannelOptions options)
   LiveChannels().insert(this);
 }
 
-const std::shared_ptr<CallbackRunner>& Channel::runner() const {
+const std::shared_ptr<rpc::CallbackRunner>& Channel::runner() const {
   return cluster_ ? cluster_->runner() : impl_->runner();
 }
 
@@ -108,14 +108,14 @@ Channel::~Channel() {
     std::lock_guard lock(ChannelsMutex());
     LiveChannels().erase(this);
   }
-  std::vector<CallTable::Entry> orphans;
+  std::vector<rpc::CallTable::Entry> orphans;
   if (retrier_) retrier_->Shutdown(&orphans);
   if (cluster_) {
     cluster_->Shutdown(&orphans);
   } else {
     impl_->Shutdown(&orphans);
   }
-  const std::shared_ptr<CallbackRunner> runner = this->runner();
+  const std::shared_ptr<rpc::CallbackRunner> runner = this->runner();
   const Status destroyed(StatusCode::kCancelled, "channel destroyed");
   const bool on_a_loop =
       loop_->InLoopThread() || (pool_ && pool_->InLoopThread());
@@ -123,7 +123,8 @@ Channel::~Channel() {
     // Destroyed from a callback (e.g. the last Stub dropped there): this
     // thread runs a loop, so it can neither wait for one nor join itself.
     // Complete the calls here; callbacks already posted run on the loop.
-    for (auto& [id, done] : orphans) InvokeCallback(done, destroyed, Buffer());
+    for (auto& [id, done] : orphans)
+      rpc::InvokeCallback(done, destroyed, Buffer());
     CloseRunnerLater(runner);
     if (own_loop_) {
       std::thread([loop = std::move(own_loop_), impl = std::move(impl_),
@@ -140,7 +141,7 @@ Channel::~Channel() {
       impl_.reset();
       cluster_.reset();
       retrier_.reset();
-      ClientLoops::Release(std::move(pool_));
+      rpc::ClientLoops::Release(std::move(pool_));
     }
     return;
   }
@@ -158,7 +159,8 @@ Channel::~Channel() {
     asio::post(loop_->context(), [&drained] { drained.set_value(); });
     drained.get_future().wait();
   }
-  for (auto& [id, done] : orphans) InvokeCallback(done, destroyed, Buffer());
+  for (auto& [id, done] : orphans)
+    rpc::InvokeCallback(done, destroyed, Buffer());
   if (runner->InCallback()) {
     CloseRunnerLater(runner);  // Cannot wait for itself.
   } else {
@@ -167,16 +169,17 @@ Channel::~Channel() {
   impl_.reset();
   cluster_.reset();
   retrier_.reset();  // Holds the Subchannel or Cluster too.
-  ClientLoops::Release(std::move(pool_));
+  rpc::ClientLoops::Release(std::move(pool_));
 }
 
 // The one place a cluster picks for a call. Inlined into both Calls: a hop
 // of its own would move the request and the callback once more.
 [[gnu::always_inline]] inline Channel::CallId Channel::Route(
-    Subchannel* impl, Cluster* cluster, std::string_view service,
+    rpc::Subchannel* impl, rpc::Cluster* cluster, std::string_view service,
     std::string_view method, uint64_t method_id, Payload request,
     const CallOptions& options, ResponseCallback done) {
-  std::shared_ptr<Subchannel> picked;  // A cluster's pick, held for the call.
+  // A cluster's pick, held for the call.
+  std::shared_ptr<rpc::Subchannel> picked;
   if (cluster != nullptr) [[unlikely]] {
     picked = cluster->Pick(options);
     if (!picked) {
@@ -246,9 +249,9 @@ std::unique_ptr<ClientStream> Channel::OpenStream(const MethodRef& method,
                                                   const CallOptions& options,
                                                   Payload request) {
   // A cluster's stream stays on the endpoint it starts on.
-  std::shared_ptr<Subchannel> impl =
+  std::shared_ptr<rpc::Subchannel> impl =
       cluster_ ? cluster_->PickForStream(options) : impl_;
-  auto state = std::make_shared<ClientStreamState>(impl, kind);
+  auto state = std::make_shared<rpc::ClientStreamState>(impl, kind);
   // A stream always keeps its response metadata (ClientStream reads it).
   CallOptions stream_options = options;
   if (!stream_options.response_metadata) {
@@ -278,7 +281,7 @@ ChannelState Channel::state() const {
 ChannelStats Channel::stats() const {
   ChannelStats stats = cluster_ ? cluster_->stats() : impl_->stats();
   if (retrier_) {
-    const Retrier::Stats retries = retrier_->stats();
+    const rpc::Retrier::Stats retries = retrier_->stats();
     stats.retries = retries.retries;
     stats.hedges = retries.hedges;
     stats.retries_throttled = retries.throttled;
@@ -292,4 +295,4 @@ std::vector<EndpointStats> Channel::endpoints() const {
   return cluster_ ? cluster_->endpoints() : std::vector<EndpointStats>();
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

@@ -22,7 +22,7 @@
 #include "rpc/builtin/admin_service.h"
 #include "rpc/builtin/client_admin.h"
 #include "rpc/builtin/prometheus.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/server.h"
 #include "tests/support/test_support.h"
 #include "transport/rdma/device_info.h"

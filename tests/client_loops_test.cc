@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/process_stats.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "tests/support/test_support.h"
 
 extern char** environ;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/server.h"
 #include "tests/support/test_support.h"
 

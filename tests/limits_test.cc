@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
 #include "tests/support/test_support.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {

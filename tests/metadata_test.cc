@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "rdmarpc/tunables.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/typed/typed_stream.h"
 #include "tests/proto/multi.rdmarpc.h"

@@ -6,7 +6,7 @@
 #include <future>
 #include <thread>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/server.h"
 #include "tests/support/test_support.h"
 

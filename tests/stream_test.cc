@@ -17,7 +17,7 @@
 
 #include "proto/introspection.rdmarpc.h"
 #include "rpc/builtin/introspection.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/typed/awaitable.h"
 #include "tests/proto/stream.rdmarpc.h"

@@ -1,5 +1,5 @@
 // A Channel's options (ChannelOptions), its connection state (ChannelState)
-// and counters (ChannelStats): rpc/channel.h's vocabulary, which the
+// and counters (ChannelStats): include/rdmarpc/channel.h's vocabulary, which the
 // subchannels and clusters under it share.
 #ifndef RDMARPC_CHANNEL_OPTIONS_H_
 #define RDMARPC_CHANNEL_OPTIONS_H_

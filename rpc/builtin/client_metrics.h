@@ -1,5 +1,5 @@
 // What the admin endpoint shows of this process's clients: every Channel
-// alive (rpc/channel.h, ForEachChannel), summed per target, since two
+// alive (include/rdmarpc/channel.h, ForEachChannel), summed per target, since two
 // channels to one target must not give Prometheus two series of one name and
 // labels. A channel's counts leave the sums when it is destroyed.
 #ifndef RDMARPC_RPC_BUILTIN_CLIENT_METRICS_H_
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 
 namespace rdmarpc::rpc {
 

@@ -1,4 +1,4 @@
-// ClientStream (rpc/channel.h): a streaming call's client side.
+// ClientStream (include/rdmarpc/channel.h): a streaming call's client side.
 #include "rpc/client/client_stream_state.h"
 #include "rpc/wire/wire_codec.h"
 

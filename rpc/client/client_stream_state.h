@@ -1,4 +1,4 @@
-// The state behind a ClientStream (rpc/channel.h), shared by the stream and
+// The state behind a ClientStream (include/rdmarpc/channel.h), shared by the stream and
 // its Channel, which routes the stream's frames to it. Internal to the rpc
 // layer.
 #ifndef RDMARPC_RPC_CLIENT_CLIENT_STREAM_STATE_H_

@@ -45,7 +45,7 @@
 #include "rdmarpc/buffer.h"
 #include "rdmarpc/payload.h"
 #include "rdmarpc/status.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/common/server_call.h"
 #include "rpc/common/service.h"
 #include "rpc/typed/client_context.h"

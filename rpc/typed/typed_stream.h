@@ -44,7 +44,7 @@
 #include <optional>
 #include <utility>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/typed/typed.h"
 

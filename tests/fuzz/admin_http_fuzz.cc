@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/server.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/support/test_support.h"

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "tests/support/test_support.h"
 
 using namespace rdmarpc;

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "rdmarpc/tunables.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/server.h"
 #include "rpc/wire/call_header.h"
 #include "rpc/wire/wire_codec.h"

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/common/event_loop.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"

@@ -21,7 +21,7 @@
 #include "rdmarpc/buffer.h"
 #include "rdmarpc/memory.h"
 #include "rdmarpc/method_ref.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
 

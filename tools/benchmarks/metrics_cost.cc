@@ -6,7 +6,7 @@
 #include <future>
 
 #include "base/flags.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/server.h"
 
 int main(int argc, char** argv) {

@@ -55,7 +55,7 @@
 #include "base/log.h"
 #include "base/process_stats.h"
 #include "base/flags.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
 #include "tools/benchmarks/grpc_clients.h"

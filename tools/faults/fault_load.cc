@@ -36,7 +36,7 @@
 #include <unordered_map>
 
 #include "base/flags.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
 #include "tools/faults/checked_payload.h"

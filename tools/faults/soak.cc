@@ -49,7 +49,7 @@
 
 #include "base/process_stats.h"
 #include "base/flags.h"
-#include "rpc/channel.h"
+#include "rdmarpc/channel.h"
 #include "rpc/common/service.h"
 #include "rpc/server.h"
 #include "tools/faults/checked_payload.h"
