@@ -1,4 +1,4 @@
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 
 #include <atomic>
 #include <boost/asio/post.hpp>
@@ -16,7 +16,7 @@
 #include "transport/factory/factory.h"
 #include "transport/uri.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 namespace {
 
 // "tcp" or "rdma": the scheme of a connection's peer URI.
@@ -32,7 +32,8 @@ std::string TransportOf(const transport::Connection& connection) {
 class Server::Impl {
  public:
   explicit Impl(ServerOptions options)
-      : options_(std::move(options)), core_(std::make_shared<ServerCore>()) {
+      : options_(std::move(options)),
+        core_(std::make_shared<rpc::ServerCore>()) {
     core_->max_response_size = options_.max_response_size;
     core_->max_metadata_size = options_.max_metadata_size;
     core_->interceptors = options_.interceptors;
@@ -47,7 +48,7 @@ class Server::Impl {
     }
     const int workers = options_.workers > 0 ? options_.workers : 1;
     for (int i = 0; i < workers; ++i) {
-      workers_->push_back(std::make_unique<EventLoop>());
+      workers_->push_back(std::make_unique<rpc::EventLoop>());
     }
   }
 
@@ -59,10 +60,10 @@ class Server::Impl {
                   service->name());
       return;
     }
-    ServiceEntry entry;
+    rpc::ServiceEntry entry;
     entry.service = service;
     for (const std::string& name : service->method_names()) {
-      auto method = std::make_unique<MethodEntry>();
+      auto method = std::make_unique<rpc::MethodEntry>();
       method->handler = service->FindMethod(name);
       method->kind = service->method_kind(name);
       const auto limit =
@@ -107,7 +108,7 @@ class Server::Impl {
 
   void ForEachMethod(
       const std::function<void(const std::string&, const std::string&,
-                               const MethodMetrics&)>& visit) const {
+                               const rpc::MethodMetrics&)>& visit) const {
     std::lock_guard lock(mu_);  // Against a RegisterService before Listen.
     for (const auto& [service, entry] : core_->services) {
       for (const auto& [method, method_entry] : entry.methods) {
@@ -118,7 +119,7 @@ class Server::Impl {
 
   void ForEachConnection(
       const std::function<void(const transport::Connection&)>& visit) const {
-    std::vector<std::shared_ptr<ServerSession>> sessions;
+    std::vector<std::shared_ptr<rpc::ServerSession>> sessions;
     {
       std::lock_guard lock(mu_);
       sessions.assign(sessions_.begin(), sessions_.end());
@@ -131,7 +132,7 @@ class Server::Impl {
       const std::function<void(const std::string&, const TransportTotals&)>&
           visit) const {
     std::map<std::string, TransportTotals> totals;
-    std::vector<std::shared_ptr<ServerSession>> sessions;
+    std::vector<std::shared_ptr<rpc::ServerSession>> sessions;
     {
       // Both under one lock: a connection is counted open or closed, once.
       std::lock_guard lock(mu_);
@@ -221,7 +222,7 @@ class Server::Impl {
                    deregistered.message());
       }
     }
-    std::set<std::shared_ptr<ServerSession>> open;
+    std::set<std::shared_ptr<rpc::ServerSession>> open;
     {
       std::lock_guard lock(mu_);
       for (auto& listener : listeners_) listener->Close();
@@ -245,8 +246,9 @@ class Server::Impl {
   // GOAWAY: clients send no new call here, and answer once they have sent
   // their last. Until every client answered (or `deadline`, or the answer
   // timeout) requests are still served: none that crossed the GOAWAY fails.
-  void AwaitGoAwayAnswers(const std::set<std::shared_ptr<ServerSession>>& open,
-                          std::chrono::steady_clock::time_point deadline) {
+  void AwaitGoAwayAnswers(
+      const std::set<std::shared_ptr<rpc::ServerSession>>& open,
+      std::chrono::steady_clock::time_point deadline) {
     for (const auto& session : open) session->GoAway();
     std::unique_lock lock(core_->mu);
     const bool answered = core_->idle.wait_until(
@@ -265,7 +267,7 @@ class Server::Impl {
 
   // Shutdown's end: every connection, side endpoint and worker closed.
   void CloseAll() {
-    std::set<std::shared_ptr<ServerSession>> sessions;
+    std::set<std::shared_ptr<rpc::ServerSession>> sessions;
     {
       std::lock_guard lock(mu_);
       sessions = sessions_;
@@ -343,7 +345,8 @@ class Server::Impl {
  private:
   void Accept(const std::shared_ptr<transport::Connection>& connection) {
     Log().info("{}: accepted", connection->peer());
-    auto session = std::make_shared<ServerSession>(core_, connection, workers_);
+    auto session =
+        std::make_shared<rpc::ServerSession>(core_, connection, workers_);
     {
       std::lock_guard lock(mu_);
       if (shut_down_) {
@@ -398,9 +401,9 @@ class Server::Impl {
   }
 
   const ServerOptions options_;
-  const std::shared_ptr<ServerCore> core_;
+  const std::shared_ptr<rpc::ServerCore> core_;
   // Shared with every session: a socket must not outlive its event loop.
-  using Workers = std::vector<std::unique_ptr<EventLoop>>;
+  using Workers = std::vector<std::unique_ptr<rpc::EventLoop>>;
   const std::shared_ptr<Workers> workers_ = std::make_shared<Workers>();
   std::atomic<size_t> next_worker_{0};
 
@@ -414,7 +417,7 @@ class Server::Impl {
   std::vector<std::unique_ptr<transport::Listener>> listeners_;  // Guarded.
   std::unique_ptr<naming::Registration> registration_;           // Guarded.
   std::vector<std::function<void()>> shutdown_hooks_;            // Guarded.
-  std::set<std::shared_ptr<ServerSession>> sessions_;            // Guarded.
+  std::set<std::shared_ptr<rpc::ServerSession>> sessions_;       // Guarded.
   // Per transport, the counters of the connections closed (ForEachTransport).
   std::map<std::string, transport::ConnectionStats> closed_totals_;  // Guarded.
   std::vector<std::unique_ptr<Service>> owned_services_;             // Guarded.
@@ -469,7 +472,7 @@ std::vector<const Service*> Server::services() const {
 }
 void Server::ForEachMethod(
     const std::function<void(const std::string&, const std::string&,
-                             const MethodMetrics&)>& visit) const {
+                             const rpc::MethodMetrics&)>& visit) const {
   impl_->ForEachMethod(visit);
 }
 void Server::ForEachConnection(
@@ -483,4 +486,4 @@ void Server::ForEachTransport(
   impl_->ForEachTransport(visit);
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "rdmarpc/channel.h"
+#include "rdmarpc/server.h"
 #include "rpc/builtin/admin_service.h"
 #include "rpc/builtin/client_admin.h"
 #include "rpc/builtin/prometheus.h"
-#include "rdmarpc/channel.h"
-#include "rpc/server.h"
 #include "tests/support/test_support.h"
 #include "transport/rdma/device_info.h"
 #include "transport/uri.h"

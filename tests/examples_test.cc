@@ -6,7 +6,7 @@
 
 #include "examples/echo/echo_service.h"
 #include "examples/kv/kv_service.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc::examples {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "rdmarpc/channel.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc::hostile {

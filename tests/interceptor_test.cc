@@ -14,7 +14,7 @@
 
 #include "base/log.h"
 #include "rdmarpc/channel.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {

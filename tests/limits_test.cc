@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "rdmarpc/channel.h"
-#include "rpc/common/service.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/service.h"
+#include "rpc/server/metrics.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {

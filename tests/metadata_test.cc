@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "rdmarpc/tunables.h"
 #include "rdmarpc/channel.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/typed/typed_stream.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/proto/stream.rdmarpc.h"

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "rdmarpc/channel.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc::testing {

@@ -413,7 +413,7 @@ TEST_CASE("errors: a handler that drops a live call") {
 // This binary links the server's core without the admin endpoint
 // (//rpc/builtin:admin): asking for one is a clear error, not a silent no-op.
 TEST_CASE("errors: admin_listen without the admin endpoint linked in") {
-  REQUIRE(rpc::internal::admin_from_options == nullptr);
+  REQUIRE(internal::admin_from_options == nullptr);
   rpc::ServerOptions options;
   options.admin_listen = "http://127.0.0.1:0";
   rpc::Server server(options);

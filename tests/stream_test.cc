@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "proto/introspection.rdmarpc.h"
-#include "rpc/builtin/introspection.h"
 #include "rdmarpc/channel.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
+#include "rpc/builtin/introspection.h"
 #include "rpc/typed/awaitable.h"
 #include "tests/proto/stream.rdmarpc.h"
 #include "tests/support/test_support.h"

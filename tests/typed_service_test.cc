@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 #include "rpc/typed/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/support/test_support.h"

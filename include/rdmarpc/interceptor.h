@@ -42,10 +42,7 @@
 
 namespace rdmarpc {
 
-namespace rpc {
-class ServerCall;  // rpc/common/server_call.h
-}  // namespace rpc
-using rpc::ServerCall;
+class ServerCall;  // rdmarpc/server_call.h
 
 // What a channel's interceptor learns of a call.
 struct ClientCallInfo {

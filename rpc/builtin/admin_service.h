@@ -19,7 +19,7 @@
 
 #include <string>
 
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 
 namespace rdmarpc::rpc {
 

@@ -18,7 +18,7 @@
 #include <string_view>
 
 #include "proto/health.pb.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 
 namespace rdmarpc::rpc {
 

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "proto/introspection.rdmarpc.h"
+#include "rpc/server/metrics.h"
+#include "transport/connection.h"
 #include "transport/rdma/resource_usage.h"
 
 namespace rdmarpc::rpc {

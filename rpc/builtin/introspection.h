@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "proto/introspection.pb.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 
 namespace rdmarpc::rpc {
 

@@ -6,7 +6,8 @@
 //   rdmarpc_server_request_bytes_total{service,method}  counter (and response)
 //   rdmarpc_server_handling_seconds{service,method}     histogram: from a
 //       request's arrival to its response queued, buckets at each power of
-//       two from 1 us (rpc/server/metrics.h keeps 8 per power; these are exact)
+//       two from 1 us (rpc/server/metrics.h keeps 8 per power; these are
+//       exact)
 //   rdmarpc_server_{connections,live_calls}             gauges
 //   rdmarpc_server_<event>_total                        ServerStats' counters
 //   rdmarpc_transport_<counter>_total{transport}        counters summed over
@@ -25,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 
 namespace rdmarpc::rpc {
 

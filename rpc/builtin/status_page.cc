@@ -6,6 +6,7 @@
 
 #include "rpc/builtin/client_metrics.h"
 #include "rpc/server/metrics.h"
+#include "transport/connection.h"
 
 namespace rdmarpc::rpc {
 namespace {

@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 
 namespace rdmarpc::rpc {
 

@@ -1,7 +1,7 @@
 #include "rdmarpc/interceptor.h"
 
 #include "base/log.h"
-#include "rpc/common/server_call.h"
+#include "rdmarpc/server_call.h"
 
 namespace rdmarpc {
 namespace {

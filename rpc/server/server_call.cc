@@ -1,21 +1,49 @@
-#include "rpc/common/server_call.h"
+#include "rdmarpc/server_call.h"
 
+#include <deque>
 #include <exception>
+#include <optional>
 
 #include "base/log.h"
 #include "rdmarpc/tunables.h"
+#include "rpc/common/stream_window.h"
 #include "rpc/server/server_session.h"
 #include "rpc/wire/wire_codec.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
+
+// What a streaming call adds; guarded by mu_.
+struct ServerCall::Stream {
+  Stream(StreamKind stream_kind, uint64_t window_messages,
+         uint64_t window_bytes)
+      : kind(stream_kind), send(window_messages, window_bytes) {}
+  const StreamKind kind;
+  // Messages from the client not yet read, and a Read waiting for one.
+  std::deque<Payload> inbox;
+  StreamReadCallback reader;
+  bool half_closed = false;
+  // Flow control: what the client may send us, and we it.
+  rpc::ReceiveWindow receive;
+  rpc::SendWindow send;
+  // A Write waiting for the client's room.
+  std::optional<Payload> pending;
+  StreamWriteCallback writer;
+  // Set when the call ends: every later Read or Write gets it.
+  Status ended;
+  bool over = false;
+};
+
+StreamKind ServerCall::kind() const {
+  return stream_ ? stream_->kind : StreamKind::kUnary;
+}
 
 // ------------------------------------------------------------- ServerCall --
 
-ServerCall::ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
+ServerCall::ServerCall(std::shared_ptr<rpc::ServerSession> session, uint64_t id,
                        const std::string& service, const std::string& method,
                        Payload request,
                        std::optional<Clock::time_point> deadline,
-                       MethodMetrics* metrics)
+                       rpc::MethodMetrics* metrics)
     : session_(std::move(session)),
       id_(id),
       service_(&service),
@@ -147,7 +175,7 @@ void ServerCall::Read(StreamReadCallback done) {
   if (const auto room = stream.receive.Consume(message.size());
       room && !stream.over && !stream.half_closed) {
     window_sent = session_->SendStreamFrame(
-        MakeWindowFrame(id_, room->first, room->second));
+        rpc::MakeWindowFrame(id_, room->first, room->second));
   }
   lock.unlock();
   if (!window_sent.ok()) EndWith(window_sent);
@@ -259,17 +287,17 @@ StatusOr<transport::OutgoingFrame> ServerCall::MessageFrameLocked(
     Payload message) {
   if (std::exchange(headers_sent_, true) || !metadata_ ||
       metadata_->headers.empty()) {
-    return MakeMessageFrame(id_, std::move(message));
+    return rpc::MakeMessageFrame(id_, std::move(message));
   }
   StatusOr<std::string> headers =
-      EncodeOutgoingMetadata(metadata_->headers, "response headers");
+      rpc::EncodeOutgoingMetadata(metadata_->headers, "response headers");
   if (!headers.ok()) {
     Log().error("{}/{}: call {}: {}", *service_, *method_, id_,
                 headers.status().message());
     return Status(StatusCode::kInternal,
                   "the server's " + headers.status().message());
   }
-  return MakeMessageFrame(id_, std::move(message), *headers);
+  return rpc::MakeMessageFrame(id_, std::move(message), *headers);
 }
 
 void ServerCall::EndStream(const Status& why) {
@@ -295,4 +323,4 @@ void ServerCall::EndStream(const Status& why) {
   }
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

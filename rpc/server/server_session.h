@@ -17,8 +17,8 @@
 
 #include "rdmarpc/executor.h"
 #include "rdmarpc/interceptor.h"
-#include "rpc/common/server_call.h"
-#include "rpc/common/service.h"
+#include "rdmarpc/server_call.h"
+#include "rdmarpc/service.h"
 #include "rpc/server/metrics.h"
 #include "rpc/wire/call_header.h"
 #include "rpc/wire/method_index.h"

@@ -43,11 +43,11 @@
 #include <utility>
 
 #include "rdmarpc/buffer.h"
-#include "rdmarpc/payload.h"
-#include "rdmarpc/status.h"
 #include "rdmarpc/channel.h"
-#include "rpc/common/server_call.h"
-#include "rpc/common/service.h"
+#include "rdmarpc/payload.h"
+#include "rdmarpc/server_call.h"
+#include "rdmarpc/service.h"
+#include "rdmarpc/status.h"
 #include "rpc/typed/client_context.h"
 
 namespace rdmarpc::rpc {

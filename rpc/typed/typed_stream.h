@@ -45,7 +45,7 @@
 #include <utility>
 
 #include "rdmarpc/channel.h"
-#include "rpc/common/service.h"
+#include "rdmarpc/service.h"
 #include "rpc/typed/typed.h"
 
 namespace rdmarpc::rpc {

@@ -25,7 +25,7 @@
 
 #include "base/log.h"
 #include "rdmarpc/channel.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/support/test_support.h"
 #include "transport/uri.h"

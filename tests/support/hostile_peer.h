@@ -24,9 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "rdmarpc/tunables.h"
 #include "rdmarpc/channel.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/tunables.h"
 #include "rpc/wire/call_header.h"
 #include "rpc/wire/wire_codec.h"
 #include "tests/support/test_support.h"

@@ -29,6 +29,7 @@
 
 #include "base/flags.h"
 #include "tests/support/test_support.h"
+#include "transport/connection.h"
 
 int main(int argc, char** argv) {
   using namespace rdmarpc;

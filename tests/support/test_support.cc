@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "rpc/builtin/introspection.h"
 #include "tests/support/typed_services.h"
+#include "transport/connection.h"
 #include "transport/rdma/cm_channel.h"
 #include "transport/rdma/verbs.h"
 

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "rdmarpc/channel.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/service.h"
 #include "rpc/common/event_loop.h"
-#include "rpc/common/service.h"
-#include "rpc/server.h"
 
 namespace rdmarpc::testing {
 

@@ -16,7 +16,7 @@
 
 #include <memory>
 
-#include "rpc/common/service.h"
+#include "rdmarpc/service.h"
 
 namespace rdmarpc::testing {
 

@@ -19,11 +19,11 @@
 
 #include "base/flags.h"
 #include "rdmarpc/buffer.h"
+#include "rdmarpc/channel.h"
 #include "rdmarpc/memory.h"
 #include "rdmarpc/method_ref.h"
-#include "rdmarpc/channel.h"
-#include "rpc/common/service.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/service.h"
 
 namespace rdmarpc::bench {
 

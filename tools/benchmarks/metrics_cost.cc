@@ -7,7 +7,7 @@
 
 #include "base/flags.h"
 #include "rdmarpc/channel.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
 
 int main(int argc, char** argv) {
   using namespace rdmarpc;

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "tools/benchmarks/bench.h"
+#include "transport/connection.h"
 
 namespace rdmarpc::bench {
 

@@ -52,12 +52,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/flags.h"
 #include "base/log.h"
 #include "base/process_stats.h"
-#include "base/flags.h"
 #include "rdmarpc/channel.h"
-#include "rpc/common/service.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/service.h"
 #include "tools/benchmarks/grpc_clients.h"
 #include "tools/benchmarks/poll_flag.h"
 #include "tools/benchmarks/spawn.h"

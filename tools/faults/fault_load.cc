@@ -37,8 +37,8 @@
 
 #include "base/flags.h"
 #include "rdmarpc/channel.h"
-#include "rpc/common/service.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/service.h"
 #include "tools/faults/checked_payload.h"
 
 namespace rdmarpc::tools {

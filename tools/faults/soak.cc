@@ -47,11 +47,11 @@
 #include <thread>
 #include <vector>
 
-#include "base/process_stats.h"
 #include "base/flags.h"
+#include "base/process_stats.h"
 #include "rdmarpc/channel.h"
-#include "rpc/common/service.h"
-#include "rpc/server.h"
+#include "rdmarpc/server.h"
+#include "rdmarpc/service.h"
 #include "tools/faults/checked_payload.h"
 #include "transport/rdma/verbs.h"
 

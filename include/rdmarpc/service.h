@@ -3,8 +3,8 @@
 // This is the generic layer: a handler receives the request bytes and
 // finishes the call with a status and response bytes. The generated, typed
 // layer (protoc-gen-rdmarpc) builds its services on top of this one.
-#ifndef RDMARPC_RPC_COMMON_SERVICE_H_
-#define RDMARPC_RPC_COMMON_SERVICE_H_
+#ifndef RDMARPC_SERVICE_H_
+#define RDMARPC_SERVICE_H_
 
 #include <functional>
 #include <map>
@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include "rpc/common/server_call.h"
+#include "rdmarpc/server_call.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 // Runs on a server worker thread; may finish the call later, from any thread.
 using MethodHandler = std::function<void(std::shared_ptr<ServerCall> call)>;
@@ -63,6 +63,13 @@ class Service {
   std::map<std::string, Method, std::less<>> methods_;
 };
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::MethodHandler;
+using rdmarpc::Service;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_SERVICE_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_SERVICE_H_

@@ -14,8 +14,8 @@
 // (docs/protocol.md, "Streams"): a Write completes once the client's window
 // lets the message go, so a writer that outruns its reader waits; messages
 // read are given back to the client's window as they are consumed.
-#ifndef RDMARPC_RPC_COMMON_SERVER_CALL_H_
-#define RDMARPC_RPC_COMMON_SERVER_CALL_H_
+#ifndef RDMARPC_SERVER_CALL_H_
+#define RDMARPC_SERVER_CALL_H_
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
@@ -34,22 +34,26 @@
 #include "rdmarpc/status.h"
 #include "rdmarpc/stream.h"
 #include "rdmarpc/unique_function.h"
-#include "rpc/common/stream_window.h"
-#include "transport/connection.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
-class ServerSession;
-struct MethodMetrics;
+// The implementation's.
+namespace rpc {
+class ServerSession;   // rpc/server/server_session.h
+struct MethodMetrics;  // rpc/server/metrics.h
+}  // namespace rpc
+namespace transport {
+struct OutgoingFrame;  // transport/connection.h
+}  // namespace transport
 
 class ServerCall {
  public:
   // `service` and `method` live as long as the session (the server's
   // registry of services).
-  ServerCall(std::shared_ptr<ServerSession> session, uint64_t id,
+  ServerCall(std::shared_ptr<rpc::ServerSession> session, uint64_t id,
              const std::string& service, const std::string& method,
              Payload request, std::optional<Clock::time_point> deadline,
-             MethodMetrics* metrics = nullptr);
+             rpc::MethodMetrics* metrics = nullptr);
   ~ServerCall();
   ServerCall(const ServerCall&) = delete;
   ServerCall& operator=(const ServerCall&) = delete;
@@ -101,42 +105,22 @@ class ServerCall {
   void Finish(const Status& status, Payload response = Payload());
 
   // Streaming calls only (kind() says which way).
-  StreamKind kind() const {
-    return stream_ ? stream_->kind : StreamKind::kUnary;
-  }
+  StreamKind kind() const;
   // The client's next message (client- and bidi-streaming).
   void Read(StreamReadCallback done);
   // Sends `message` to the client (server- and bidi-streaming).
   void Write(Payload message, StreamWriteCallback done);
 
  private:
-  friend class ServerSession;
+  friend class rpc::ServerSession;
   // Called by the session; false if the call was cancelled already.
   bool MarkCancelled();
   // The session ends a streaming call with `why` (a broken window, a frame
   // it could not send): cancelled, and answered `why` once.
   void EndWith(const Status& why);
 
-  // What a streaming call adds; guarded by mu_.
-  struct Stream {
-    Stream(StreamKind stream_kind, uint64_t window_messages,
-           uint64_t window_bytes)
-        : kind(stream_kind), send(window_messages, window_bytes) {}
-    const StreamKind kind;
-    // Messages from the client not yet read, and a Read waiting for one.
-    std::deque<Payload> inbox;
-    StreamReadCallback reader;
-    bool half_closed = false;
-    // Flow control: what the client may send us, and we it.
-    ReceiveWindow receive;
-    SendWindow send;
-    // A Write waiting for the client's room.
-    std::optional<Payload> pending;
-    StreamWriteCallback writer;
-    // Set when the call ends: every later Read or Write gets it.
-    Status ended;
-    bool over = false;
-  };
+  // What a streaming call adds (server_call.cc); guarded by mu_.
+  struct Stream;
   // Session side, on the connection's thread.
   void StartStream(StreamKind kind, uint64_t window_messages,
                    uint64_t window_bytes);
@@ -152,7 +136,7 @@ class ServerCall {
   // first; an error if they break the rules. Under mu_.
   StatusOr<transport::OutgoingFrame> MessageFrameLocked(Payload message);
 
-  const std::shared_ptr<ServerSession> session_;
+  const std::shared_ptr<rpc::ServerSession> session_;
   const uint64_t id_;
   const std::string* const service_;
   const std::string* const method_;
@@ -177,8 +161,8 @@ class ServerCall {
   // OnEnd runs), and when the first saw it. Set before the handler runs.
   uint32_t intercepted_ = 0;
   Clock::time_point intercepted_at_;
-  bool headers_sent_ = false;     // With a MESSAGE; guarded by mu_.
-  MethodMetrics* const metrics_;  // Lives in the server's core.
+  bool headers_sent_ = false;          // With a MESSAGE; guarded by mu_.
+  rpc::MethodMetrics* const metrics_;  // Lives in the server's core.
   // Its method's count of running calls, when the method has a limit
   // (ServerOptions::method_max_concurrency), and the server's, when it has
   // one (max_concurrency): given back as the call's response goes.
@@ -200,6 +184,12 @@ class ServerCall {
   std::unique_ptr<Stream> stream_;   // Streaming calls only.
 };
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::ServerCall;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_COMMON_SERVER_CALL_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_SERVER_CALL_H_
