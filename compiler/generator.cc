@@ -62,7 +62,7 @@ std::string HeaderGuard(const std::string& path) {
   return guard + "_";
 }
 
-// The rdmarpc::rpc::StreamKind enumerator of a method.
+// The rdmarpc::StreamKind enumerator of a method.
 std::string StreamKindName(const pb::MethodDescriptor* method) {
   if (method->client_streaming() && method->server_streaming()) {
     return "bidi-streaming";
@@ -84,27 +84,26 @@ bool Streams(const pb::MethodDescriptor* method) {
 }
 
 Vars MethodVars(const pb::MethodDescriptor* method) {
-  return {
-      {"method", method->name()},
-      {"request", ClassName(method->input_type())},
-      {"response", ClassName(method->output_type())},
-      {"service", method->service()->name()},
-      {"full_service", method->service()->full_name()},
-      {"kind", StreamKindOf(method)},
-      {"kind_name", Streams(method) ? StreamKindName(method) : "unary"},
-      // `option idempotency_level = IDEMPOTENT` (or NO_SIDE_EFFECTS): a
-      // channel's retry policy may send a failed call again.
-      {"idempotent", method->options().idempotency_level() !=
-                             pb::MethodOptions::IDEMPOTENCY_UNKNOWN
-                         ? ", ::rdmarpc::rpc::MethodRef::kIdempotent"
-                         : ""},
-      {"handler_arg",
-       Streams(method) ? "std::shared_ptr<::rdmarpc::rpc::TypedServerStream<" +
-                             ClassName(method->input_type()) + ", " +
-                             ClassName(method->output_type()) + ">> stream"
-                       : "std::shared_ptr<::rdmarpc::rpc::TypedCall<" +
-                             ClassName(method->input_type()) + ", " +
-                             ClassName(method->output_type()) + ">> call"}};
+  return {{"method", method->name()},
+          {"request", ClassName(method->input_type())},
+          {"response", ClassName(method->output_type())},
+          {"service", method->service()->name()},
+          {"full_service", method->service()->full_name()},
+          {"kind", StreamKindOf(method)},
+          {"kind_name", Streams(method) ? StreamKindName(method) : "unary"},
+          // `option idempotency_level = IDEMPOTENT` (or NO_SIDE_EFFECTS): a
+          // channel's retry policy may send a failed call again.
+          {"idempotent", method->options().idempotency_level() !=
+                                 pb::MethodOptions::IDEMPOTENCY_UNKNOWN
+                             ? ", ::rdmarpc::MethodRef::kIdempotent"
+                             : ""},
+          {"handler_arg",
+           Streams(method) ? "std::shared_ptr<::rdmarpc::TypedServerStream<" +
+                                 ClassName(method->input_type()) + ", " +
+                                 ClassName(method->output_type()) + ">> stream"
+                           : "std::shared_ptr<::rdmarpc::TypedCall<" +
+                                 ClassName(method->input_type()) + ", " +
+                                 ClassName(method->output_type()) + ">> call"}};
 }
 
 void OpenNamespace(pb::io::Printer& p, const std::string& package) {
@@ -140,14 +139,14 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
     // Each method's names and id, for calls through the generic Channel.
     for (int m = 0; m < service->method_count(); ++m) {
       p.Print(MethodVars(service->method(m)),
-              "  static constexpr ::rdmarpc::rpc::MethodRef k$method$Method{\n"
+              "  static constexpr ::rdmarpc::MethodRef k$method$Method{\n"
               "      kServiceName, \"$method$\"$idempotent$};\n");
     }
     p.Print(
         "\n"
         "  // Implement the methods you serve; the others answer "
         "UNIMPLEMENTED.\n"
-        "  class Service : public ::rdmarpc::rpc::Service {\n"
+        "  class Service : public ::rdmarpc::Service {\n"
         "   public:\n"
         "    Service();\n"
         "    ~Service() override = default;\n\n");
@@ -168,7 +167,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
         "  // void(::rdmarpc::Status, Response).\n"
         "  class Stub {\n"
         "   public:\n"
-        "    explicit Stub(std::shared_ptr<::rdmarpc::rpc::Channel> channel)\n"
+        "    explicit Stub(std::shared_ptr<::rdmarpc::Channel> channel)\n"
         "        : channel_(std::move(channel)) {}\n\n");
     p.Indent();
     p.Indent();
@@ -177,45 +176,45 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
       if (Streams(method)) {
         p.Print(MethodVars(method),
                 "// Opens a $kind_name$ call (rdmarpc/typed.h).\n"
-                "std::unique_ptr<::rdmarpc::rpc::TypedClientStream<$request$, "
+                "std::unique_ptr<::rdmarpc::TypedClientStream<$request$, "
                 "$response$>>\n");
         // With options alone, or with a ClientContext (which must outlive
         // the stream): its headers both ways and its attachments.
         if (method->client_streaming()) {
           p.Print(MethodVars(method),
-                  "Open$method$(const ::rdmarpc::rpc::CallOptions& options = "
+                  "Open$method$(const ::rdmarpc::CallOptions& options = "
                   "{}) {\n"
-                  "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
+                  "  return ::rdmarpc::OpenTypedStream<$request$, "
                   "$response$>(\n"
                   "      channel_, k$method$Method,\n"
-                  "      ::rdmarpc::rpc::StreamKind::$kind$, options);\n"
+                  "      ::rdmarpc::StreamKind::$kind$, options);\n"
                   "}\n"
-                  "std::unique_ptr<::rdmarpc::rpc::TypedClientStream<"
+                  "std::unique_ptr<::rdmarpc::TypedClientStream<"
                   "$request$, $response$>>\n"
-                  "Open$method$(::rdmarpc::rpc::ClientContext& context) {\n"
-                  "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
+                  "Open$method$(::rdmarpc::ClientContext& context) {\n"
+                  "  return ::rdmarpc::OpenTypedStream<$request$, "
                   "$response$>(\n"
                   "      channel_, k$method$Method,\n"
-                  "      ::rdmarpc::rpc::StreamKind::$kind$, context);\n"
+                  "      ::rdmarpc::StreamKind::$kind$, context);\n"
                   "}\n\n");
         } else {
           p.Print(MethodVars(method),
                   "Open$method$(const $request$& request,\n"
-                  "    const ::rdmarpc::rpc::CallOptions& options = {}) {\n"
-                  "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
+                  "    const ::rdmarpc::CallOptions& options = {}) {\n"
+                  "  return ::rdmarpc::OpenTypedStream<$request$, "
                   "$response$>(\n"
                   "      channel_, k$method$Method,\n"
-                  "      ::rdmarpc::rpc::StreamKind::$kind$, options, "
+                  "      ::rdmarpc::StreamKind::$kind$, options, "
                   "&request);\n"
                   "}\n"
-                  "std::unique_ptr<::rdmarpc::rpc::TypedClientStream<"
+                  "std::unique_ptr<::rdmarpc::TypedClientStream<"
                   "$request$, $response$>>\n"
-                  "Open$method$(::rdmarpc::rpc::ClientContext& context,\n"
+                  "Open$method$(::rdmarpc::ClientContext& context,\n"
                   "    const $request$& request) {\n"
-                  "  return ::rdmarpc::rpc::OpenTypedStream<$request$, "
+                  "  return ::rdmarpc::OpenTypedStream<$request$, "
                   "$response$>(\n"
                   "      channel_, k$method$Method,\n"
-                  "      ::rdmarpc::rpc::StreamKind::$kind$, context, "
+                  "      ::rdmarpc::StreamKind::$kind$, context, "
                   "&request);\n"
                   "}\n\n");
         }
@@ -225,40 +224,40 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
           MethodVars(method),
           "template <typename CompletionToken>\n"
           "auto async_$method$(const $request$& request,\n"
-          "    const ::rdmarpc::rpc::CallOptions& options,\n"
+          "    const ::rdmarpc::CallOptions& options,\n"
           "    CompletionToken&& token) {\n"
-          "  return ::rdmarpc::rpc::AsyncUnaryCall<$response$>(\n"
+          "  return ::rdmarpc::AsyncUnaryCall<$response$>(\n"
           "      *channel_, k$method$Method, request, options,\n"
           "      std::forward<CompletionToken>(token));\n"
           "}\n"
           "template <typename CompletionToken>\n"
           "auto async_$method$(const $request$& request, "
           "CompletionToken&& token) {\n"
-          "  return async_$method$(request, ::rdmarpc::rpc::CallOptions{},\n"
+          "  return async_$method$(request, ::rdmarpc::CallOptions{},\n"
           "      std::forward<CompletionToken>(token));\n"
           "}\n"
           "// With attachments: `context` (its options, its request\n"
           "// attachment; the response's lands in it) must outlive the call.\n"
           "template <typename CompletionToken>\n"
-          "auto async_$method$(::rdmarpc::rpc::ClientContext& context,\n"
+          "auto async_$method$(::rdmarpc::ClientContext& context,\n"
           "    const $request$& request, CompletionToken&& token) {\n"
-          "  return ::rdmarpc::rpc::AsyncUnaryCall<$response$>(\n"
+          "  return ::rdmarpc::AsyncUnaryCall<$response$>(\n"
           "      *channel_, k$method$Method, request, context,\n"
           "      std::forward<CompletionToken>(token));\n"
           "}\n"
           "// Blocking: returns once the call completed, with `*response`\n"
           "// set when OK. Not on the channel's own threads (callbacks),\n"
           "// whose completion it would wait behind.\n"
-          "::rdmarpc::Status $method$(::rdmarpc::rpc::ClientContext& "
+          "::rdmarpc::Status $method$(::rdmarpc::ClientContext& "
           "context,\n"
           "    const $request$& request, $response$* response) {\n"
-          "  return ::rdmarpc::rpc::BlockingUnaryCall(\n"
+          "  return ::rdmarpc::BlockingUnaryCall(\n"
           "      async_$method$(context, request, "
-          "::rdmarpc::rpc::kBlocking), response);\n"
+          "::rdmarpc::kBlocking), response);\n"
           "}\n"
           "::rdmarpc::Status $method$(const $request$& request,\n"
           "    $response$* response) {\n"
-          "  ::rdmarpc::rpc::ClientContext context;\n"
+          "  ::rdmarpc::ClientContext context;\n"
           "  return $method$(context, request, response);\n"
           "}\n\n");
     }
@@ -266,7 +265,7 @@ void PrintHeader(pb::io::Printer& p, const pb::FileDescriptor* file,
     p.Outdent();
     p.Print(
         "   private:\n"
-        "    std::shared_ptr<::rdmarpc::rpc::Channel> channel_;\n"
+        "    std::shared_ptr<::rdmarpc::Channel> channel_;\n"
         "  };\n"
         "};\n\n");
   }
@@ -284,24 +283,24 @@ void PrintSource(pb::io::Printer& p, const pb::FileDescriptor* file,
   for (int s = 0; s < file->service_count(); ++s) {
     const pb::ServiceDescriptor* service = file->service(s);
     p.Print(
-        "$name$::Service::Service() : ::rdmarpc::rpc::Service(kServiceName) "
+        "$name$::Service::Service() : ::rdmarpc::Service(kServiceName) "
         "{\n",
         "name", service->name());
     for (int m = 0; m < service->method_count(); ++m) {
       if (Streams(service->method(m))) {
         p.Print(MethodVars(service->method(m)),
                 "  AddStreamingMethod(\n"
-                "      \"$method$\", ::rdmarpc::rpc::StreamKind::$kind$,\n"
-                "      ::rdmarpc::rpc::MakeStreamHandler<$request$, "
+                "      \"$method$\", ::rdmarpc::StreamKind::$kind$,\n"
+                "      ::rdmarpc::MakeStreamHandler<$request$, "
                 "$response$>(\n"
-                "          ::rdmarpc::rpc::StreamKind::$kind$,\n"
+                "          ::rdmarpc::StreamKind::$kind$,\n"
                 "          [this](auto stream) { $method$(std::move(stream)); "
                 "}));\n");
         continue;
       }
       p.Print(MethodVars(service->method(m)),
               "  AddMethod(\"$method$\",\n"
-              "            ::rdmarpc::rpc::MakeUnaryHandler<$request$, "
+              "            ::rdmarpc::MakeUnaryHandler<$request$, "
               "$response$>(\n"
               "                [this](auto call) { $method$(std::move(call)); "
               "}));\n");

@@ -14,7 +14,7 @@
 #include "rdmarpc/channel.h"
 #include "rdmarpc/server.h"
 #include "rdmarpc/tunables.h"
-#include "rpc/typed/typed_stream.h"
+#include "rdmarpc/typed_stream.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/proto/stream.rdmarpc.h"
 #include "tests/support/test_support.h"

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "proto/introspection.rdmarpc.h"
+#include "rdmarpc/awaitable.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/server.h"
 #include "rpc/builtin/introspection.h"
-#include "rpc/typed/awaitable.h"
 #include "tests/proto/stream.rdmarpc.h"
 #include "tests/support/test_support.h"
 

@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "rdmarpc/awaitable.h"
 #include "rdmarpc/server.h"
-#include "rpc/typed/awaitable.h"
 #include "tests/proto/multi.rdmarpc.h"
 #include "tests/support/test_support.h"
 

@@ -111,7 +111,7 @@ class Channel {
   // The channel's event loop.
   boost::asio::any_io_executor executor() const;
   // Where a typed call's completion handler without an executor of its own
-  // runs (rpc/typed/typed.h): the event loop, or, when the channel has a
+  // runs (include/rdmarpc/typed.h): the event loop, or, when the channel has a
   // callback executor, at once on the thread that runs the callback.
   boost::asio::any_io_executor completion_executor() const;
 

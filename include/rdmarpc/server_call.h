@@ -72,7 +72,7 @@ class ServerCall {
   // When the client stops waiting, if it set a deadline.
   std::optional<Clock::time_point> deadline() const { return deadline_; }
   // The event loop of the call's connection: where a coroutine handler
-  // runs (SpawnHandler, rpc/typed/awaitable.h).
+  // runs (SpawnHandler, include/rdmarpc/awaitable.h).
   boost::asio::any_io_executor executor() const;
 
   // Metadata (include/rdmarpc/metadata.h). The client's request headers.

@@ -14,26 +14,17 @@
 //   rdmarpc/awaitable.h); Stub::Method([context,] request, &response)
 //   blocks and returns the Status.
 //   rdmarpc::TypedServerStream, TypedClientStream   streaming methods
-//                                                (rpc/typed/typed_stream.h): a
-//                                                stub's Open<Method>([context
-//                                                or options,] [request]).
+//                                                (typed_stream.h): a stub's
+//                                                Open<Method>([context or
+//                                                options,] [request]).
 //   A handler written as a coroutine: rdmarpc::SpawnHandler (awaitable.h).
 #ifndef RDMARPC_TYPED_H_
 #define RDMARPC_TYPED_H_
 
 #include "rdmarpc/channel.h"         // IWYU pragma: export
+#include "rdmarpc/client_context.h"  // IWYU pragma: export
 #include "rdmarpc/server.h"          // IWYU pragma: export
-#include "rpc/typed/typed.h"         // IWYU pragma: export
-#include "rpc/typed/typed_stream.h"  // IWYU pragma: export
-
-// One namespace for what an application names: rdmarpc::X is the same
-// entity as the rdmarpc::rpc::X or rdmarpc::transport::X the implementation
-// declares (either spelling compiles; write rdmarpc::X).
-namespace rdmarpc {
-using rpc::TypedCall;
-using rpc::TypedServerStream;
-using rpc::TypedClientStream;
-using rpc::ClientContext;
-}  // namespace rdmarpc
+#include "rdmarpc/typed_call.h"      // IWYU pragma: export
+#include "rdmarpc/typed_stream.h"    // IWYU pragma: export
 
 #endif  // RDMARPC_TYPED_H_

@@ -1,8 +1,8 @@
-#include "rpc/typed/typed.h"
+#include "rdmarpc/typed.h"
 
 #include <limits>
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 Buffer SerializeMessage(const google::protobuf::MessageLite& message) {
   Buffer out = Buffer::Allocate(message.ByteSizeLong());
@@ -35,4 +35,4 @@ Status NameMethodInError(const MethodRef& method, Status status) {
   return Status(StatusCode::kUnimplemented, name + ": " + status.message());
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

@@ -14,8 +14,8 @@
 // A context serves one call at a time and must outlive it: the response's
 // attachment is stored in it before the completion handler runs. It may be
 // reused for the next call.
-#ifndef RDMARPC_RPC_TYPED_CLIENT_CONTEXT_H_
-#define RDMARPC_RPC_TYPED_CLIENT_CONTEXT_H_
+#ifndef RDMARPC_CLIENT_CONTEXT_H_
+#define RDMARPC_CLIENT_CONTEXT_H_
 
 #include <string>
 #include <utility>
@@ -24,9 +24,9 @@
 #include "rdmarpc/call_options.h"
 #include "rdmarpc/metadata.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 namespace internal {
-struct ClientContextAccess;  // rpc/typed/typed.h
+struct ClientContextAccess;  // include/rdmarpc/typed.h
 }  // namespace internal
 
 class ClientContext {
@@ -72,6 +72,12 @@ class ClientContext {
   ResponseMetadata response_metadata_;
 };
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::ClientContext;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_TYPED_CLIENT_CONTEXT_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_CLIENT_CONTEXT_H_

@@ -24,8 +24,8 @@
 // request_attachment() and sends one with set_response_attachment(); a
 // client passes a ClientContext (rpc/typed/client_context.h) to the stub's
 // overload that takes one.
-#ifndef RDMARPC_RPC_TYPED_TYPED_H_
-#define RDMARPC_RPC_TYPED_TYPED_H_
+#ifndef RDMARPC_TYPED_CALL_H_
+#define RDMARPC_TYPED_CALL_H_
 
 #include <google/protobuf/message_lite.h>
 
@@ -44,13 +44,13 @@
 
 #include "rdmarpc/buffer.h"
 #include "rdmarpc/channel.h"
+#include "rdmarpc/client_context.h"
 #include "rdmarpc/payload.h"
 #include "rdmarpc/server_call.h"
 #include "rdmarpc/service.h"
 #include "rdmarpc/status.h"
-#include "rpc/typed/client_context.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 // The message's wire bytes in a new Buffer.
 Buffer SerializeMessage(const google::protobuf::MessageLite& message);
@@ -236,6 +236,19 @@ Status BlockingUnaryCall(std::future<std::tuple<Status, Response>> future,
   return status;
 }
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::AsyncUnaryCall;
+using rdmarpc::BlockingUnaryCall;
+using rdmarpc::kBlocking;
+using rdmarpc::MakeUnaryHandler;
+using rdmarpc::NameMethodInError;
+using rdmarpc::ParseMessage;
+using rdmarpc::SerializeMessage;
+using rdmarpc::TypedCall;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_TYPED_TYPED_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_TYPED_CALL_H_

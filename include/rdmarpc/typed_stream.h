@@ -11,9 +11,9 @@
 //   stream->Finish(status[, response])
 //
 // Client side, the stub's Open<Method>([context,] [request]) returns a
-// TypedClientStream; a ClientContext (rpc/typed/client_context.h) serves a
-// stream as it serves a unary call (options, headers both ways,
-// attachments), or CallOptions alone:
+// TypedClientStream; a ClientContext (include/rdmarpc/client_context.h) serves
+// a stream as it serves a unary call (options, headers both ways, attachments),
+// or CallOptions alone:
 //   stream->async_Write(message, token)           void(Status)
 //   stream->WritesDone()
 //   stream->async_Read(token)     void(Status, std::optional<Response>)
@@ -31,8 +31,8 @@
 // the writer finished, else how the call ended. The completion handler runs
 // on its associated executor (a coroutine's own), or where the stream's
 // callbacks run when it has none.
-#ifndef RDMARPC_RPC_TYPED_TYPED_STREAM_H_
-#define RDMARPC_RPC_TYPED_TYPED_STREAM_H_
+#ifndef RDMARPC_TYPED_STREAM_H_
+#define RDMARPC_TYPED_STREAM_H_
 
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -46,9 +46,9 @@
 
 #include "rdmarpc/channel.h"
 #include "rdmarpc/service.h"
-#include "rpc/typed/typed.h"
+#include "rdmarpc/typed_call.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 namespace internal {
 
 // Starts an asynchronous operation: `start(deliver)` begins it, and
@@ -371,6 +371,15 @@ std::unique_ptr<TypedClientStream<Request, Response>> OpenTypedStream(
       std::move(channel), method, std::move(stream), &response_attachment);
 }
 
-}  // namespace rdmarpc::rpc
+// Deprecated: the names these had before they moved to rdmarpc::; they go
+// in the next release.
+namespace rpc {
+using rdmarpc::MakeStreamHandler;
+using rdmarpc::OpenTypedStream;
+using rdmarpc::TypedClientStream;
+using rdmarpc::TypedServerStream;
+}  // namespace rpc
 
-#endif  // RDMARPC_RPC_TYPED_TYPED_STREAM_H_
+}  // namespace rdmarpc
+
+#endif  // RDMARPC_TYPED_STREAM_H_
