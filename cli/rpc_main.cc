@@ -43,8 +43,8 @@
 #include <utility>
 #include <vector>
 
-#include "base/log.h"
 #include "base/flags.h"
+#include "base/log.h"
 #include "proto/introspection.rdmarpc.h"
 #include "rdmarpc/channel.h"
 #include "transport/rdma/device_info.h"
@@ -504,7 +504,7 @@ int Main(int argc, char** argv) {
   rpc::Metadata headers;
   if (!TakeHeaders(arguments, headers)) return Usage();
   const rdmarpc::Flags flags(static_cast<int>(arguments.size()),
-                              arguments.data());
+                             arguments.data());
   const auto& args = flags.positional();
   if (args.size() == 1 && args[0] == "devices") return Devices();
   if (args.size() < 2) return Usage();

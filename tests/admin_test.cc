@@ -1,6 +1,8 @@
 // The admin endpoint (ServerOptions::admin_listen, rpc/builtin/admin.h):
 // /metrics in Prometheus's text format with exact counts, /healthz, the status
 // page, and 4xx for everything else without touching the RPC side.
+#include "rdmarpc/admin.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -21,8 +23,6 @@
 
 #include "rdmarpc/channel.h"
 #include "rdmarpc/server.h"
-#include "rpc/builtin/admin_service.h"
-#include "rpc/builtin/client_admin.h"
 #include "rpc/builtin/prometheus.h"
 #include "tests/support/test_support.h"
 #include "transport/rdma/device_info.h"

@@ -1,6 +1,6 @@
-// The health service (rpc/builtin/health.h) through its generated stubs, and a
-// cluster channel's active health checks (ClusterOptions::health_check).
-#include "rpc/builtin/health.h"
+// The health service (include/rdmarpc/health.h) through its generated stubs,
+// and a cluster channel's active health checks (ClusterOptions::health_check).
+#include "rdmarpc/health.h"
 
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch_test_macros.hpp>

@@ -1,6 +1,6 @@
 // Metrics (histogram, per-method counts by status, per-connection counters)
 // and the rdmarpc.Introspection service, over the configured transport.
-#include "rpc/builtin/introspection.h"
+#include "rdmarpc/introspection.h"
 
 #include <google/protobuf/descriptor.h>
 

@@ -18,8 +18,8 @@
 #include "proto/introspection.rdmarpc.h"
 #include "rdmarpc/awaitable.h"
 #include "rdmarpc/channel.h"
+#include "rdmarpc/introspection.h"
 #include "rdmarpc/server.h"
-#include "rpc/builtin/introspection.h"
 #include "tests/proto/stream.rdmarpc.h"
 #include "tests/support/test_support.h"
 

@@ -1,6 +1,6 @@
 // A Channel's options (ChannelOptions), its connection state (ChannelState)
-// and counters (ChannelStats): include/rdmarpc/channel.h's vocabulary, which the
-// subchannels and clusters under it share.
+// and counters (ChannelStats): include/rdmarpc/channel.h's vocabulary, which
+// the subchannels and clusters under it share.
 #ifndef RDMARPC_CHANNEL_OPTIONS_H_
 #define RDMARPC_CHANNEL_OPTIONS_H_
 

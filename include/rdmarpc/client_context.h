@@ -3,7 +3,7 @@
 // call's options, its metadata (include/rdmarpc/metadata.h) and its attachments
 // (include/rdmarpc/payload.h).
 //
-//   rpc::ClientContext context(rpc::CallOptions::WithTimeout(1s));
+//   rdmarpc::ClientContext context(rdmarpc::CallOptions::WithTimeout(1s));
 //   context.AddMetadata("tenant", "blue");
 //   context.set_request_attachment(std::move(bulk));
 //   auto [status, reply] = co_await stub.async_Put(context, request,

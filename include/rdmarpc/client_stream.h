@@ -1,5 +1,6 @@
 // ClientStream: a streaming call as its caller sees it (Channel::OpenStream,
-// include/rdmarpc/channel.h). Its state and the frames it sends live in rpc/client/.
+// include/rdmarpc/channel.h). Its state and the frames it sends live in
+// rpc/client/.
 #ifndef RDMARPC_CLIENT_STREAM_H_
 #define RDMARPC_CLIENT_STREAM_H_
 

@@ -54,10 +54,11 @@ struct OutlierDetection {
 };
 
 // Active health checks (off by default): every `interval` the channel asks
-// each connected endpoint rdmarpc.health.v1.Health/Check (rpc/builtin/health.h)
-// about `service` ("" for the server); one that answers other than SERVING,
-// or not within `timeout`, gets no calls until it answers SERVING again. A
-// server without the health service (UNIMPLEMENTED) counts as serving.
+// each connected endpoint rdmarpc.health.v1.Health/Check
+// (include/rdmarpc/health.h) about `service` ("" for the server); one that
+// answers other than SERVING, or not within `timeout`, gets no calls until it
+// answers SERVING again. A server without the health service (UNIMPLEMENTED)
+// counts as serving.
 struct HealthCheck {
   bool enabled = false;
   std::string service;

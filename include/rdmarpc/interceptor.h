@@ -15,15 +15,15 @@
 // handler (server), OnEnd where the call ends: they must be thread-safe and
 // quick, and must not throw.
 //
-//   rpc::ServerOptions options;
+//   rdmarpc::ServerOptions options;
 //   options.interceptors.push_back(
-//       std::make_shared<rpc::TokenServerInterceptor>("s3cret"));
+//       std::make_shared<rdmarpc::TokenServerInterceptor>("s3cret"));
 //   options.interceptors.push_back(
-//       std::make_shared<rpc::LoggingServerInterceptor>());
+//       std::make_shared<rdmarpc::LoggingServerInterceptor>());
 //
-//   rpc::ChannelOptions channel_options;
+//   rdmarpc::ChannelOptions channel_options;
 //   channel_options.interceptors.push_back(
-//       std::make_shared<rpc::TokenClientInterceptor>("s3cret"));
+//       std::make_shared<rdmarpc::TokenClientInterceptor>("s3cret"));
 //
 // A token travels in the clear: on tcp:// (no TLS yet) it protects only a
 // trusted network (docs/security.md).

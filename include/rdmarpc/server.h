@@ -116,7 +116,7 @@ struct ServerOptions {
   std::string register_at;
   std::string advertise_uri;
   // The admin endpoint, as EnableAdmin(server, admin_listen) would open it
-  // (rpc/builtin/admin_service.h): with "http://127.0.0.1:9464" the first
+  // (include/rdmarpc/admin.h): with "http://127.0.0.1:9464" the first
   // Listen also serves /metrics (Prometheus), /healthz and a status page over
   // HTTP there, on the server's first event loop, until Shutdown; port 0
   // picks one (admin_uri()). Empty, the default: none. It shows every metric
@@ -154,7 +154,7 @@ struct ServerStats {
 };
 
 // A listener of a Server's that is not an RPC port: the admin endpoint
-// (rpc/builtin/admin_service.h). Server::AddSideEndpoint.
+// (include/rdmarpc/admin.h). Server::AddSideEndpoint.
 class SideEndpoint {
  public:
   virtual ~SideEndpoint() = default;
@@ -190,7 +190,7 @@ class Server {
       std::chrono::milliseconds grace = tunables::kDefaultShutdownGrace);
 
   // Runs `hook` first thing in Shutdown (before deregistering): a health
-  // service turns NOT_SERVING (rpc/builtin/health.h). Before Listen.
+  // service turns NOT_SERVING (include/rdmarpc/health.h). Before Listen.
   void OnShutdown(std::function<void()> hook);
 
   ServerStats stats() const;

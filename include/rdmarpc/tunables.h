@@ -327,7 +327,7 @@ inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
 inline constexpr size_t kMaxMetadataSize = 16 * 1024;
 inline constexpr size_t kDefaultMaxMetadataSize = 8 * 1024;
 
-// A channel's request window (rpc::ChannelOptions::
+// A channel's request window (rdmarpc::ChannelOptions::
 // max_request_bytes_in_flight): a new unary call's request is sent while
 // fewer than this many request bytes are in flight (sent, not yet answered),
 // or fewer than kMinCallsInFlight calls; later calls wait, in order, in the

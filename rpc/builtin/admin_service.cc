@@ -1,14 +1,13 @@
-#include "rpc/builtin/admin_service.h"
-
 #include <atomic>
 #include <memory>
 #include <utility>
 
+#include "rdmarpc/admin.h"
 #include "rpc/builtin/admin.h"
 #include "rpc/builtin/prometheus.h"
 #include "rpc/builtin/status_page.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 namespace {
 
 // The admin endpoint as the server's side endpoint: its pages read the
@@ -22,14 +21,14 @@ class AdminSide final : public SideEndpoint {
         serving_(std::move(serving)) {}
 
   Status Start(boost::asio::io_context& loop) override {
-    AdminEndpoint::Pages pages;
-    pages.metrics = [this] { return PrometheusText(server_); };
-    pages.status_html = [this, page = std::make_shared<StatusPage>()] {
+    rpc::AdminEndpoint::Pages pages;
+    pages.metrics = [this] { return rpc::PrometheusText(server_); };
+    pages.status_html = [this, page = std::make_shared<rpc::StatusPage>()] {
       return page->Render(server_);
     };
     pages.healthy = [serving = serving_] { return serving->load(); };
-    StatusOr<std::unique_ptr<AdminEndpoint>> endpoint =
-        AdminEndpoint::Start(loop, listen_, std::move(pages));
+    StatusOr<std::unique_ptr<rpc::AdminEndpoint>> endpoint =
+        rpc::AdminEndpoint::Start(loop, listen_, std::move(pages));
     if (!endpoint.ok()) return endpoint.status();
     endpoint_ = std::move(*endpoint);
     return Status();
@@ -43,7 +42,7 @@ class AdminSide final : public SideEndpoint {
   const Server& server_;
   const std::string listen_;
   const std::shared_ptr<const std::atomic<bool>> serving_;
-  std::unique_ptr<AdminEndpoint> endpoint_;
+  std::unique_ptr<rpc::AdminEndpoint> endpoint_;
 };
 
 // ServerOptions::admin_listen opens the endpoint when this library is
@@ -65,4 +64,4 @@ void EnableAdmin(Server& server, std::string uri) {
       std::make_unique<AdminSide>(server, std::move(uri), serving));
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

@@ -1,7 +1,7 @@
 // What the admin endpoint shows of this process's clients: every Channel
-// alive (include/rdmarpc/channel.h, ForEachChannel), summed per target, since two
-// channels to one target must not give Prometheus two series of one name and
-// labels. A channel's counts leave the sums when it is destroyed.
+// alive (include/rdmarpc/channel.h, ForEachChannel), summed per target, since
+// two channels to one target must not give Prometheus two series of one name
+// and labels. A channel's counts leave the sums when it is destroyed.
 #ifndef RDMARPC_RPC_BUILTIN_CLIENT_METRICS_H_
 #define RDMARPC_RPC_BUILTIN_CLIENT_METRICS_H_
 

@@ -1,5 +1,5 @@
-// The health service (rpc/builtin/health.h).
-#include "rpc/builtin/health.h"
+// The health service (include/rdmarpc/health.h).
+#include "rdmarpc/health.h"
 
 #include <map>
 #include <mutex>
@@ -7,7 +7,7 @@
 
 #include "proto/health.rdmarpc.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 
 namespace {
 
@@ -141,4 +141,4 @@ HealthStatus* EnableHealth(Server& server) {
   return status;
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

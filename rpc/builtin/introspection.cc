@@ -1,4 +1,4 @@
-#include "rpc/builtin/introspection.h"
+#include "rdmarpc/introspection.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
@@ -11,7 +11,7 @@
 #include "transport/connection.h"
 #include "transport/rdma/resource_usage.h"
 
-namespace rdmarpc::rpc {
+namespace rdmarpc {
 namespace {
 
 namespace pb = google::protobuf;
@@ -108,12 +108,12 @@ StatusOr<GetFileDescriptorsResponse> GetFileDescriptors(
 namespace {
 
 void AddMethod(const std::string& service, const std::string& method,
-               const MethodMetrics& counted, ServerMetrics& metrics) {
+               const rpc::MethodMetrics& counted, ServerMetrics& metrics) {
   auto* out = metrics.add_methods();
   out->set_service(service);
   out->set_method(method);
   out->set_started(counted.started.load(std::memory_order_relaxed));
-  for (int code = 0; code < MethodMetrics::kCodes; ++code) {
+  for (int code = 0; code < rpc::MethodMetrics::kCodes; ++code) {
     const uint64_t count =
         counted.finished_by_code[code].load(std::memory_order_relaxed);
     if (count == 0) continue;
@@ -125,11 +125,11 @@ void AddMethod(const std::string& service, const std::string& method,
   }
   out->set_request_bytes(counted.request_bytes.load());
   out->set_response_bytes(counted.response_bytes.load());
-  const LatencyHistogram::Snapshot latency = counted.latency.Read();
-  for (int i = 0; i < LatencyHistogram::kBuckets; ++i) {
+  const rpc::LatencyHistogram::Snapshot latency = counted.latency.Read();
+  for (int i = 0; i < rpc::LatencyHistogram::kBuckets; ++i) {
     if (latency.counts[i] == 0) continue;
     auto* bucket = out->add_latency();
-    bucket->set_upper_bound_us(LatencyHistogram::UpperBoundUs(i));
+    bucket->set_upper_bound_us(rpc::LatencyHistogram::UpperBoundUs(i));
     bucket->set_count(latency.counts[i]);
   }
   out->set_p50_us(latency.PercentileUs(0.5));
@@ -185,7 +185,7 @@ ServerMetrics GetMetrics(const Server& server) {
   metrics.set_peers_timed_out(stats.peers_timed_out);
   server.ForEachMethod([&](const std::string& service,
                            const std::string& method,
-                           const MethodMetrics& counted) {
+                           const rpc::MethodMetrics& counted) {
     AddMethod(service, method, counted, metrics);
   });
   server.ForEachConnection([&](const transport::Connection& connection) {
@@ -205,4 +205,4 @@ ServerMetrics GetMetrics(const Server& server) {
   return metrics;
 }
 
-}  // namespace rdmarpc::rpc
+}  // namespace rdmarpc

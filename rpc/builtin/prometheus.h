@@ -33,7 +33,7 @@ namespace rdmarpc::rpc {
 // The exposition of `server`'s metrics, and of this process's.
 std::string PrometheusText(const Server& server);
 // Those of this process only (its channels, its gauges): a client's
-// (rpc/builtin/client_admin.h).
+// (include/rdmarpc/admin.h).
 std::string PrometheusClientText();
 
 // `value` escaped for a label value: backslash, double quote and newline.

@@ -19,7 +19,7 @@ class StatusPage {
   // The page for `server` now. Not thread-safe: it keeps the last counts to
   // give rates (the admin endpoint calls it under its lock).
   std::string Render(const Server& server);
-  // The page of a process that is only a client (rpc/builtin/client_admin.h):
+  // The page of a process that is only a client (include/rdmarpc/admin.h):
   // its channels.
   std::string RenderClient();
 

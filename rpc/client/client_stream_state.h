@@ -1,6 +1,6 @@
-// The state behind a ClientStream (include/rdmarpc/channel.h), shared by the stream and
-// its Channel, which routes the stream's frames to it. Internal to the rpc
-// layer.
+// The state behind a ClientStream (include/rdmarpc/channel.h), shared by the
+// stream and its Channel, which routes the stream's frames to it. Internal to
+// the rpc layer.
 #ifndef RDMARPC_RPC_CLIENT_CLIENT_STREAM_STATE_H_
 #define RDMARPC_RPC_CLIENT_CLIENT_STREAM_STATE_H_
 

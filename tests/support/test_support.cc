@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "rpc/builtin/introspection.h"
+#include "rdmarpc/introspection.h"
 #include "tests/support/typed_services.h"
 #include "transport/connection.h"
 #include "transport/rdma/cm_channel.h"

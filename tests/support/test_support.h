@@ -138,7 +138,7 @@ enum TestServerHosts : unsigned {
   kHostCalculator = 1,  // rdmarpc.test.Calculator (typed_services.h)
   kHostClock = 2,       // rdmarpc.test.Clock (typed_services.h)
   kHostIntrospection =
-      4,          // rdmarpc.Introspection (rpc/builtin/introspection.h)
+      4,          // rdmarpc.Introspection (include/rdmarpc/introspection.h)
   kHostBlob = 8,  // rdmarpc.test.Blob (typed_services.h)
 };
 // Registers `service` and what `hosts` names with `server`, before it
