@@ -28,7 +28,7 @@ Buffer PooledBuffer(size_t size);
 void* PoolAllocate(size_t size);
 void PoolFree(void* block, size_t size) noexcept;
 
-inline constexpr size_t kLargestPooled = 32 * 1024;
+inline constexpr size_t kLargestPooled = 32 << 10;
 
 // A std allocator over the pool, for allocate_shared of per-call objects.
 template <typename T>

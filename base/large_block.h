@@ -19,7 +19,7 @@
 namespace rdmarpc {
 
 // Smallest size LargeBlock maps; smaller ones belong to the heap or the pool.
-inline constexpr size_t kLargeBlockMin = 64 * 1024;
+inline constexpr size_t kLargeBlockMin = 64 << 10;
 
 enum class BlockFill {
   kAnything,  // The caller overwrites every byte before anyone reads one.

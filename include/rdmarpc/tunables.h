@@ -44,7 +44,7 @@ inline constexpr uint64_t kLargeBlockCacheBytes = 256ull << 20;
 // Of which each thread first keeps a few of its own (at most this many
 // blocks, this many bytes), so a block stays with the core that reuses it.
 inline constexpr int kLargeBlockThreadBlocks = 4;
-inline constexpr size_t kLargeBlockThreadBytes = 512 * 1024;
+inline constexpr size_t kLargeBlockThreadBytes = 512 << 10;
 static_assert(kLargeBlockCacheBytes >=
                   2 * std::bit_ceil(kDefaultMaxPayloadSize +
                                     kMaxCallHeaderSize),
@@ -54,10 +54,10 @@ static_assert(kLargeBlockCacheBytes >=
 // --- TCP transport ---------------------------------------------------------
 // Receive staging area: one read() can bring in many small frames, or the
 // whole of a 64 KiB message.
-inline constexpr size_t kTcpReceiveChunk = 128 * 1024;
+inline constexpr size_t kTcpReceiveChunk = 128 << 10;
 // Frames at most this large are copied out of the staging area; larger ones
 // are read straight into their own block.
-inline constexpr size_t kTcpCopyOutLimit = 16 * 1024;
+inline constexpr size_t kTcpCopyOutLimit = 16 << 10;
 // A frame at least this large that the staging area holds from where it
 // starts, with nothing staged behind it, is received in place: the staging
 // block becomes the frame's and a fresh one replaces it. The bound keeps a
@@ -68,7 +68,7 @@ inline constexpr size_t kTcpReceiveInPlaceMin = kTcpReceiveChunk / 4;
 // and header and a little more, when that frame is large too, so that its
 // payload is read straight into its block rather than up to a staging
 // area's worth copied out. (Small frames behind it cost one short read.)
-inline constexpr size_t kTcpLargeFrameHeadRead = 4 * 1024;
+inline constexpr size_t kTcpLargeFrameHeadRead = 4 << 10;
 static_assert(kTcpLargeFrameHeadRead >= kFramePrefixSize + 1024 &&
                   kTcpLargeFrameHeadRead <= kTcpCopyOutLimit,
               "a head read holds a typical header, and is a small copy");
@@ -315,7 +315,7 @@ static_assert(kDefaultMaxGrantBytes >=
 // always fits kMaxCallHeaderSize.
 inline constexpr size_t kMaxStatusMessageSize = 4096;
 // Service plus method name of a request.
-inline constexpr size_t kMaxMethodNameSize = 16 * 1024;
+inline constexpr size_t kMaxMethodNameSize = 16 << 10;
 // A deadline further away than this is no deadline (it also keeps
 // now + timeout from overflowing the clock's range).
 inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
@@ -324,8 +324,8 @@ inline constexpr std::chrono::hours kMaxTimeout{24 * 365};
 // values and 32 bytes an entry): what a sender refuses to send above, and what
 // a receiver accepts by default (gRPC's default too). The count bounds the
 // encoded block, whose framing is at most 12 bytes an entry.
-inline constexpr size_t kMaxMetadataSize = 16 * 1024;
-inline constexpr size_t kDefaultMaxMetadataSize = 8 * 1024;
+inline constexpr size_t kMaxMetadataSize = 16 << 10;
+inline constexpr size_t kDefaultMaxMetadataSize = 8 << 10;
 
 // A channel's request window (rdmarpc::ChannelOptions::
 // max_request_bytes_in_flight): a new unary call's request is sent while
@@ -336,12 +336,12 @@ inline constexpr size_t kDefaultMaxMetadataSize = 8 * 1024;
 // load grid of docs/benchmarks.md), and past a few MiB the receive queues
 // hit zero windows, drops and retransmits. 512 KiB is 40 us at 100 Gb/s,
 // several datacenter round trips.
-inline constexpr uint64_t kDefaultMaxRequestBytesInFlight = 512 * 1024;
+inline constexpr uint64_t kDefaultMaxRequestBytesInFlight = 512 << 10;
 // Two calls, so the request of one travels while the other's response does.
 inline constexpr uint32_t kMinCallsInFlight = 2;
 static_assert(kMinCallsInFlight >= 2,
               "one call in flight would serialise the two directions");
-static_assert(kDefaultMaxRequestBytesInFlight >= 64 * 1024,
+static_assert(kDefaultMaxRequestBytesInFlight >= 64 << 10,
               "small calls must pipeline deeply: 16 B calls run at 128+ in "
               "flight");
 
@@ -365,7 +365,7 @@ inline constexpr uint64_t kInitialStreamWindowBytes = 4ull << 20;
 static_assert(kInitialStreamWindowMessages >= 2,
               "a writer must be able to keep one message in flight behind "
               "another");
-static_assert(kInitialStreamWindowBytes >= 64 * 1024);
+static_assert(kInitialStreamWindowBytes >= 64 << 10);
 
 // --- Channel ---------------------------------------------------------------
 inline constexpr std::chrono::milliseconds kInitialReconnectBackoff{100};
