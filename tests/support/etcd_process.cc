@@ -138,7 +138,7 @@ EtcdProcess::EtcdProcess() {
   dir_ = TempDir("etcd");
   client_port_ = FreePort();
   peer_port_ = FreePort();
-  Launch();
+  Launch(/*new_ports_if_taken=*/true);
 }
 
 EtcdProcess::~EtcdProcess() {
@@ -151,33 +151,54 @@ std::string EtcdProcess::endpoint() const {
   return "127.0.0.1:" + std::to_string(client_port_);
 }
 
-void EtcdProcess::Launch() {
-  const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
-  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
-  pid_ =
-      Spawn({"/usr/bin/etcd", "--name", "t", "--data-dir", dir_ + "/data",
-             "--listen-client-urls", client, "--advertise-client-urls", client,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", "t=" + peer, "--log-level", "warn"},
-            dir_ + "/etcd.log");
-  WaitReady();
+// etcd exits at once when one of its ports is taken. Between FreePort and
+// etcd's bind, or while a test has etcd stopped, another process (tests run
+// in parallel) may hold the port, even as the local port of a connection of
+// its own, which the kernel picks from the same range. Such a port comes
+// free again: a fresh etcd tries new ports, a restarted one (whose clients
+// know its port) waits for its own.
+void EtcdProcess::Launch(bool new_ports_if_taken) {
+  constexpr int kTries = 20;
+  for (int attempt = 1;; ++attempt) {
+    const std::string client =
+        "http://127.0.0.1:" + std::to_string(client_port_);
+    const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+    pid_ = Spawn(
+        {"/usr/bin/etcd", "--name", "t", "--data-dir", dir_ + "/data",
+         "--listen-client-urls", client, "--advertise-client-urls", client,
+         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+         "--initial-cluster", "t=" + peer, "--log-level", "warn"},
+        dir_ + "/etcd.log");
+    if (WaitReady()) return;
+    if (attempt == kTries) {
+      throw std::runtime_error("etcd exited at start " +
+                               std::to_string(kTries) + " times; see " + dir_ +
+                               "/etcd.log");
+    }
+    if (new_ports_if_taken) {
+      client_port_ = FreePort();
+      peer_port_ = FreePort();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
 }
 
-void EtcdProcess::WaitReady() {
+bool EtcdProcess::WaitReady() {
   const auto give_up =
       std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!Answers(client_port_)) {
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      throw std::runtime_error("etcd exited at start; see " + dir_ +
-                               "/etcd.log");
+      return false;
     }
     if (std::chrono::steady_clock::now() > give_up) {
       throw std::runtime_error("etcd did not answer within 20 s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  return true;
 }
 
 void EtcdProcess::Stop(int signal) {
@@ -190,7 +211,7 @@ void EtcdProcess::Stop(int signal) {
 
 void EtcdProcess::Restart() {
   if (pid_ > 0) Stop(SIGTERM);
-  Launch();
+  Launch(/*new_ports_if_taken=*/false);
 }
 
 void EtcdProcess::Compact() {

@@ -45,14 +45,17 @@ class EtcdProcess {
   std::string endpoint() const;
   // Stops it with `signal` (SIGTERM, SIGKILL) and waits for it to exit.
   void Stop(int signal);
-  // Starts it again on the same ports and data, and waits until it answers.
+  // Starts it again on the same ports and data, and waits until it answers;
+  // a port another process holds meanwhile is waited for (up to 5 s).
   void Restart();
   // Compacts its history up to the current revision (etcdctl).
   void Compact();
 
  private:
-  void Launch();
-  void WaitReady();
+  // Starts etcd; tries again while it exits at once (a port taken).
+  void Launch(bool new_ports_if_taken);
+  // True once it answers; false if it exited first.
+  bool WaitReady();
 
   std::string dir_;
   int client_port_ = 0;
