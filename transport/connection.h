@@ -21,15 +21,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <cassert>
-#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <iterator>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "rdmarpc/buffer.h"
