@@ -11,11 +11,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <catch2/catch_test_macros.hpp>
 #include <chrono>
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/support/test_support.h"
 #include "transport/uri.h"
@@ -65,9 +67,28 @@ TEST_CASE(
   // The peer's PINGs alone (a link that fails one way) are no sign of life.
   KeepaliveClock one_way(100ms, 200ms);
   CHECK(one_way.Tick(0) == KeepaliveClock::Action::kPing);
-  one_way.PingReceived(17);
+  one_way.PingReceived(17, std::chrono::steady_clock::now());
   CHECK(one_way.Tick(17) == KeepaliveClock::Action::kDead);
   CHECK(!KeepaliveClock(0ms, 0ms).enabled());
+}
+
+TEST_CASE(
+    "keepalive: a peer may ping kMaxPingStrikes times in a row too soon, "
+    "not more") {
+  KeepaliveClock clock(2000ms, 8000ms, 50ms);
+  auto t = std::chrono::steady_clock::now();
+  CHECK(clock.PingReceived(17, t));         // The first is never a strike.
+  CHECK(clock.PingReceived(17, t + 10ms));  // Strike 1.
+  CHECK(clock.PingReceived(17, t + 20ms));  // Strike 2.
+  CHECK(clock.PingReceived(17, t + 80ms));  // 60 ms apart: strikes reset.
+  CHECK(clock.PingReceived(17, t + 90ms));
+  CHECK(clock.PingReceived(17, t + 100ms));
+  CHECK_FALSE(clock.PingReceived(17, t + 110ms));  // Strike 3.
+  CHECK(clock.TooManyPings("tcp://x:1").code() ==
+        StatusCode::kResourceExhausted);
+  // A minimum of 0 lets a peer ping as often as it likes.
+  KeepaliveClock unlimited(2000ms, 8000ms, 0ms);
+  for (int i = 0; i < 100; ++i) CHECK(unlimited.PingReceived(17, t));
 }
 
 TEST_CASE("keepalive: an idle connection to a live server stays up") {
@@ -122,18 +143,140 @@ TEST_CASE(
   CHECK(channel.stats().disconnects == 1);
 }
 
+// A raw TCP client of `uri` (on loopback), its receive buffer at most
+// `receive_buffer` bytes if non-zero; -1 on failure.
+int ConnectRaw(const std::string& uri, int receive_buffer = 0) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (receive_buffer > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer,
+               sizeof(receive_buffer));
+  }
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(transport::ParseUri(uri)->port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// `count` keepalive PINGs as a TCP peer writes them.
+std::vector<std::byte> Pings(size_t count) {
+  const transport::EncodedPrefix prefix = transport::EncodeFramePrefix(
+      {.type = transport::FrameType::kControl, .header_size = 1});
+  std::vector<std::byte> bytes;
+  bytes.reserve(count * (prefix.size() + 1));
+  for (size_t i = 0; i < count; ++i) {
+    bytes.insert(bytes.end(), prefix.begin(), prefix.end());
+    bytes.push_back(
+        std::byte{static_cast<uint8_t>(transport::KeepaliveKind::kPing)});
+  }
+  return bytes;
+}
+
+bool SendAll(int fd, std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    bytes = bytes.subspan(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+uint64_t QueuedBytes(TestServer& server) {
+  uint64_t queued = 0;
+  server.server.ForEachConnection(
+      [&](const transport::Connection& c) { queued += c.queued_bytes(); });
+  return queued;
+}
+
+TEST_CASE(
+    "keepalive: a peer that pings and never reads has one PONG queued, not "
+    "one per PING",
+    "[tcp]") {
+  rpc::ServerOptions options;
+  options.transport.min_ping_interval = 0ms;  // Only the PONGs are tested.
+  TestServer server(options);
+  const int fd = ConnectRaw(server.uri, 4096);
+  REQUIRE(fd >= 0);
+  // 1 M PINGs, 17 MB: the first PONGs fill the socket buffers (a few MB on
+  // loopback), and every one after that would queue.
+  const std::vector<std::byte> pings = Pings(1 << 16);
+  for (int i = 0; i < 16; ++i) REQUIRE(SendAll(fd, pings));
+  const uint64_t bytes = 16 * pings.size();
+  uint64_t received = 0;
+  REQUIRE(WaitFor([&] {
+    received = 0;
+    server.server.ForEachConnection([&](const transport::Connection& c) {
+      received += c.stats().bytes_received;
+    });
+    return received >= bytes;
+  }));
+  INFO("queued: " << QueuedBytes(server));
+  CHECK(QueuedBytes(server) <= 2 * (tunables::kFramePrefixSize + 1));
+  CHECK(server.stats().connections == 1);
+  close(fd);
+}
+
+TEST_CASE(
+    "keepalive: a peer that pings too often is told TOO_MANY_PINGS and "
+    "cut off",
+    "[tcp]") {
+  LogCapture log;
+  TestServer server;  // min_ping_interval 50 ms, 2 strikes.
+  const int fd = ConnectRaw(server.uri);
+  REQUIRE(fd >= 0);
+  REQUIRE(SendAll(fd, Pings(100)));
+  // It reads what the server sent until the server closes.
+  std::vector<std::byte> answer;
+  std::array<std::byte, 4096> chunk;
+  timeval timeout{.tv_sec = 10, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  for (ssize_t n; (n = recv(fd, chunk.data(), chunk.size(), 0)) > 0;) {
+    answer.insert(answer.end(), chunk.begin(), chunk.begin() + n);
+  }
+  close(fd);
+  // Its last frame: TOO_MANY_PINGS. Before it, at most the PONGs of the
+  // three PINGs it answered.
+  const size_t frame = tunables::kFramePrefixSize + 1;
+  REQUIRE(answer.size() >= frame);
+  CHECK(answer.size() <= 4 * frame);
+  CHECK(answer.back() == std::byte{static_cast<uint8_t>(
+                             transport::KeepaliveKind::kTooManyPings)});
+  CHECK(WaitFor([&] { return server.stats().connections == 0; }));
+  CHECK(log.Contains(spdlog::level::warn, "too many pings"));
+}
+
+TEST_CASE(
+    "keepalive: a client whose keepalive_interval is below the server's "
+    "min_ping_interval is told too many pings") {
+  LogCapture log;
+  rpc::ServerOptions server_options;
+  server_options.transport.min_ping_interval = 200ms;
+  TestServer server(server_options);
+  rpc::ChannelOptions options;
+  options.transport.keepalive_interval = 20ms;
+  options.transport.keepalive_timeout = 2000ms;
+  rpc::Channel channel(server.uri, options);
+  REQUIRE(CallSync(channel, kEcho, "a").status.ok());
+  // Idle: it pings every 20 ms, and the server cuts it off at the third.
+  CHECK(WaitFor([&] { return channel.stats().disconnects >= 1; }));
+  CHECK(log.Contains(spdlog::level::warn,
+                     "closed the connection: too many pings"));
+  // The next call connects again.
+  CHECK(CallSync(channel, kEcho, "b").status.ok());
+}
+
 TEST_CASE(
     "keepalive: a server frees the connection of a client that went "
     "silent",
     "[tcp]") {
   TestServer server(ServerWithKeepalive());
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(transport::ParseUri(server.uri)->port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
-          0);
+  const int fd = ConnectRaw(server.uri);
+  REQUIRE(fd >= 0);
   REQUIRE(WaitFor([&] { return server.stats().connections == 1; }));
   // The client answers nothing, not even the server's PINGs.
   CHECK(WaitFor([&] { return server.stats().connections == 0; }));

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/post.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -52,9 +54,17 @@ TEST_CASE("rdma: large frames pipeline and keep their order") {
 TEST_CASE("rdma: a pipelined frame over the grant budget waits, not dropped") {
   constexpr size_t kFrame = 2 << 20;
   Pair pair({.max_grant_bytes = 3 << 20});
-  for (int i = 0; i < 4; ++i) {
-    REQUIRE(pair.client->Send(MakeFrame(kFrame)).ok());
-  }
+  // All four are sent from one handler on the client's loop, so the second
+  // RTS goes out before the first transfer can have finished (from this
+  // thread, the loop sometimes sent the first whole before the second was
+  // queued, and nothing was pipelined).
+  std::promise<bool> sent;
+  boost::asio::post(pair.client->executor(), [&] {
+    bool ok = true;
+    for (int i = 0; i < 4; ++i) ok &= pair.client->Send(MakeFrame(kFrame)).ok();
+    sent.set_value(ok);
+  });
+  REQUIRE(sent.get_future().get());
   REQUIRE(pair.WaitFor(4));
   {
     std::lock_guard lock(pair.recorder->mu);

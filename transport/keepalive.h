@@ -15,6 +15,12 @@
 //
 // Counting bytes costs the data path nothing: the transports count them
 // anyway (ConnectionStats::bytes_received), and only the timer reads them.
+//
+// A peer's PINGs cost this side nothing it has to keep: a PONG is owed only
+// when none is already on its way (a peer that pings and never reads gets
+// one PONG queued, not one per PING), and a peer that pings more often than
+// TransportOptions::min_ping_interval, more than kMaxPingStrikes times in a
+// row, is told TOO_MANY_PINGS and disconnected.
 #ifndef RDMARPC_TRANSPORT_KEEPALIVE_H_
 #define RDMARPC_TRANSPORT_KEEPALIVE_H_
 
@@ -26,21 +32,26 @@
 
 #include "base/log.h"
 #include "rdmarpc/status.h"
+#include "rdmarpc/tunables.h"
 #include "transport/connection.h"
 
 namespace rdmarpc::transport {
 
 // A control frame's kind: on TCP the one byte of a kControl frame's header;
 // on RDMA a ControlKind of the same name.
-enum class KeepaliveKind : uint8_t { kPing = 1, kPong = 2 };
+// kTooManyPings: the last frame before this side closes the connection of a
+// peer that pinged too often (version 6).
+enum class KeepaliveKind : uint8_t { kPing = 1, kPong = 2, kTooManyPings = 3 };
 
 class KeepaliveClock {
  public:
   enum class Action { kNone, kPing, kDead };
 
   KeepaliveClock(std::chrono::milliseconds interval,
-                 std::chrono::milliseconds timeout)
+                 std::chrono::milliseconds timeout,
+                 std::chrono::milliseconds min_ping_interval = {})
       : interval_(interval),
+        min_ping_interval_(min_ping_interval),
         silent_ticks_allowed_(
             interval.count() > 0
                 ? static_cast<uint32_t>((timeout + interval - ms1) / interval)
@@ -49,8 +60,35 @@ class KeepaliveClock {
   bool enabled() const { return interval_.count() > 0; }
   std::chrono::milliseconds interval() const { return interval_; }
 
-  // A PING of `bytes` arrived: not a sign that the peer hears us.
-  void PingReceived(uint64_t bytes) { ping_bytes_ += bytes; }
+  // A PING of `bytes` arrived at `now`: not a sign that the peer hears us.
+  // False once the peer pings too often: more than kMaxPingStrikes PINGs in
+  // a row, each within min_ping_interval of the one before.
+  bool PingReceived(uint64_t bytes, std::chrono::steady_clock::time_point now) {
+    ping_bytes_ += bytes;
+    const bool strike = now - last_ping_ < min_ping_interval_;
+    last_ping_ = now;
+    ping_strikes_ = strike ? ping_strikes_ + 1 : 0;
+    return ping_strikes_ <= tunables::kMaxPingStrikes;
+  }
+
+  // Why the connection to a peer that pinged too often closes, on this side.
+  Status TooManyPings(const std::string& peer) const {
+    return Status(StatusCode::kResourceExhausted,
+                  "keepalive: " + peer + " sent " +
+                      std::to_string(ping_strikes_) +
+                      " PINGs in a row less than " +
+                      std::to_string(min_ping_interval_.count()) +
+                      " ms apart (min_ping_interval): too many pings");
+  }
+  // And on the peer's, told TOO_MANY_PINGS by `peer`: its calls fail
+  // UNAVAILABLE, and its keepalive_interval is too short for that server.
+  static Status ToldTooManyPings(const std::string& peer) {
+    return Status(StatusCode::kUnavailable,
+                  peer +
+                      " closed the connection: too many pings (this side's "
+                      "keepalive_interval is below the peer's "
+                      "min_ping_interval)");
+  }
 
   // Called every interval with the bytes received so far, PINGs included.
   Action Tick(uint64_t received) {
@@ -81,10 +119,13 @@ class KeepaliveClock {
  private:
   static constexpr std::chrono::milliseconds ms1{1};
   const std::chrono::milliseconds interval_;
+  const std::chrono::milliseconds min_ping_interval_;
   const uint32_t silent_ticks_allowed_;
   uint64_t last_received_ = 0;
   uint64_t ping_bytes_ = 0;
   uint32_t silent_ticks_ = 0;
+  uint32_t ping_strikes_ = 0;
+  std::chrono::steady_clock::time_point last_ping_{};
 };
 
 // Runs `clock` for one connection, on the connection's own loop: waits an

@@ -29,6 +29,9 @@ struct ConnectionStats {
   // this connection closed because the peer sent nothing for the timeout.
   std::atomic<uint64_t> keepalive_pings{0};
   std::atomic<uint64_t> keepalive_timeouts{0};
+  // 1 when this connection closed because the peer pinged too often
+  // (TransportOptions::min_ping_interval).
+  std::atomic<uint64_t> pings_refused{0};
   // TCP only: frames handed over in the block they were read into, uncopied.
   std::atomic<uint64_t> frames_received_in_place{0};
   // TCP only: bytes copied from the receive staging area into their frame's
@@ -123,6 +126,9 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
     {&ConnectionStats::keepalive_timeouts, "keepalive_timeouts",
      "Connections closed because the peer sent nothing, not even a keepalive "
      "PONG."},
+    {&ConnectionStats::pings_refused, "pings_refused",
+     "Connections closed because the peer pinged more often than "
+     "min_ping_interval allows (too many pings)."},
     {&ConnectionStats::frames_received_in_place, "frames_received_in_place",
      "Frames handed over in the block they were read into (TCP)."},
     {&ConnectionStats::received_bytes_copied, "received_copied_bytes",

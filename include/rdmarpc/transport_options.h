@@ -61,6 +61,12 @@ struct TransportOptions {
   // after `keepalive_timeout`. An interval of 0 turns keepalive off.
   std::chrono::milliseconds keepalive_interval = tunables::kKeepaliveInterval;
   std::chrono::milliseconds keepalive_timeout = tunables::kKeepaliveTimeout;
+  // A peer that pings more often than this, more than
+  // tunables::kMaxPingStrikes times in a row, is told TOO_MANY_PINGS and
+  // disconnected; the peer's keepalive_interval must not be shorter. 0 lets
+  // a peer ping as often as it likes (each PING is still answered with at
+  // most one PONG on its way at a time).
+  std::chrono::milliseconds min_ping_interval = tunables::kMinPingInterval;
   // RDMA: the QP's local ACK timeout exponent (4.096 us << it per try, see
   // include/rdmarpc/tunables.h). Lower recovers a lost packet sooner on a lossy
   // link (docs/reliability.md measures 14 against 16), and gives up on a

@@ -116,6 +116,16 @@ static_assert(kKeepaliveTimeout >= 2 * kKeepaliveInterval,
 static_assert(kKeepaliveTimeout + kKeepaliveInterval <=
                   std::chrono::seconds(10),
               "a dead peer is noticed within 10 s by default");
+// A peer's PING is answered with PONG, but a peer that pings more often than
+// every kMinPingInterval more than kMaxPingStrikes times in a row is told
+// TOO_MANY_PINGS and cut off (gRPC's ping strikes): a legitimate peer pings
+// once per its keepalive interval of silence, so a peer's
+// keepalive_interval must not be set below the other side's
+// min_ping_interval.
+inline constexpr std::chrono::milliseconds kMinPingInterval{50};
+inline constexpr uint32_t kMaxPingStrikes = 2;
+static_assert(kMinPingInterval <= kKeepaliveInterval / 10,
+              "a peer with the default keepalive never comes near the limit");
 
 // --- RDMA transport --------------------------------------------------------
 // Receive credits. A connection's receives come from its completion group's

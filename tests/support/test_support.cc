@@ -334,6 +334,13 @@ std::span<const ServerOptionFlag> ServerOptionFlags() {
        [](ServerOptions& o, long long v) {
          o.transport.keepalive_timeout = milliseconds(v);
        }},
+      {"min-ping-ms",
+       [](const ServerOptions& o) -> long long {
+         return o.transport.min_ping_interval.count();
+       },
+       [](ServerOptions& o, long long v) {
+         o.transport.min_ping_interval = milliseconds(v);
+       }},
   };
   return kFlags;
 }

@@ -116,7 +116,8 @@ inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
 // 4: a GRANT may cover a segment of its frame (kGrantSegment).
 // 5: an idle side gives back credits (kGiveBack).
 // 6: standing grants (kGrantStanding, kRtsStanding, kRelease).
-inline constexpr uint16_t kConnVersion = 6;
+// 7: kTooManyPings.
+inline constexpr uint16_t kConnVersion = 7;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
@@ -176,6 +177,9 @@ enum class ControlKind : uint8_t {
   // Standing grants given back unused: `length` of them, the oldest first,
   // numbered `transfer` onwards.
   kRelease = 7,
+  // The last message before this side closes the connection of a peer that
+  // pinged too often (transport/keepalive.h).
+  kTooManyPings = 8,
 };
 
 // ControlMessage::flags of a GRANT.
@@ -206,7 +210,7 @@ inline std::optional<ControlMessage> DecodeControl(
   ControlMessage message;
   std::memcpy(&message, bytes.data(), sizeof(message));
   if (message.kind < ControlKind::kCredit ||
-      message.kind > ControlKind::kRelease) {
+      message.kind > ControlKind::kTooManyPings) {
     return std::nullopt;
   }
   return message;

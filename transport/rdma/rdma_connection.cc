@@ -61,7 +61,8 @@ RdmaConnection::RdmaConnection(asio::io_context& context,
       options_(options),
       close_timer_(context),
       keepalive_timer_(context),
-      keepalive_(options.keepalive_interval, options.keepalive_timeout),
+      keepalive_(options.keepalive_interval, options.keepalive_timeout,
+                 options.min_ping_interval),
       port_down_timer_(context) {}
 
 RdmaConnection::~RdmaConnection() { ReleaseDevice(); }

@@ -322,6 +322,8 @@ class RdmaConnection final
 
   // Keepalive (transport/keepalive.h): the timer's next tick.
   void ArmKeepalive();
+  // The peer pinged too often: TOO_MANY_PINGS, then close.
+  void TooManyPings();
   // Keepalive found the connection idle: if nothing waits to be sent,
   // queues a RELEASE of the standing grants held and a GIVE_BACK of the
   // credits held beyond the peer's initial ones.

@@ -14,6 +14,19 @@ namespace rdmarpc::transport::rdma {
 
 using tunables::kRdmaReceiveBufferSize;
 
+void RdmaConnection::TooManyPings() {
+  if (close_after_drain_) return;  // Told already; closing.
+  const Status status = keepalive_.TooManyPings(peer_);
+  Bump(stats_.pings_refused);
+  Log().warn("{}: closing: {}", peer_, status.message());
+  // The peer learns why, if it gives a credit back within
+  // kCloseFlushTimeout.
+  ControlMessage told;
+  told.kind = ControlKind::kTooManyPings;
+  control_queue_.push_back(told);
+  Close(status);
+}
+
 void RdmaConnection::OnControl(const ControlMessage& message) {
   switch (message.kind) {
     case ControlKind::kCredit:
@@ -25,13 +38,26 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
       GiveBackIdleCredits();
       return;
     case ControlKind::kPing: {
-      keepalive_.PingReceived(tunables::kFramePrefixSize +
-                              sizeof(ControlMessage));
+      if (!keepalive_.PingReceived(
+              tunables::kFramePrefixSize + sizeof(ControlMessage),
+              std::chrono::steady_clock::now())) {
+        return TooManyPings();
+      }
       GiveBackIdleCredits();  // As for a PONG: before the reply.
+      // Owed unless a PONG still waits to go (for credits): a peer that
+      // pings and never gives credits back gets one PONG queued.
+      for (size_t i = 0; i < control_queue_.size(); ++i) {
+        if (control_queue_[i].kind == ControlKind::kPong) return;
+      }
       ControlMessage pong;
       pong.kind = ControlKind::kPong;
       control_queue_.push_back(pong);  // Drain's Flush posts it.
       return;
+    }
+    case ControlKind::kTooManyPings: {
+      const Status told = KeepaliveClock::ToldTooManyPings(peer_);
+      Log().warn("{}: {}", peer_, told.message());
+      return CloseNow(told);
     }
     case ControlKind::kGiveBack:
       // Our pool's: the peer was idle and holds no more than it started

@@ -37,7 +37,8 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
       peer_(PeerUri(socket_)),
       close_timer_(socket_.get_executor()),
       keepalive_timer_(socket_.get_executor()),
-      keepalive_(options.keepalive_interval, options.keepalive_timeout),
+      keepalive_(options.keepalive_interval, options.keepalive_timeout,
+                 options.min_ping_interval),
       staging_(PooledBuffer(kTcpReceiveChunk)) {
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);

@@ -108,6 +108,9 @@ class TcpConnection final : public Connection,
   // PONG control frame (one byte of header).
   void ArmKeepalive();
   void SendKeepalive(KeepaliveKind kind);
+  void OnKeepalive(KeepaliveKind kind);  // A control frame arrived.
+  // The peer pinged too often: TOO_MANY_PINGS, then close.
+  void TooManyPings();
   void OnReadError(const boost::system::error_code& error);
 
   // Send path (executor only).
@@ -150,6 +153,7 @@ class TcpConnection final : public Connection,
   std::shared_ptr<ConnectionObserver> observer_;  // Reset after OnClose.
   // Inside observer_->OnFrame (loop thread): CloseNow defers OnClose.
   bool in_observer_ = false;
+  bool pong_sent_ = false;  // A PONG was queued (loop thread).
   bool torn_down_ = false;
   std::atomic<bool> receive_stopped_{false};
   Status close_reason_;

@@ -220,21 +220,53 @@ void TcpConnection::DeliverFrame() {
   if (rx_.prefix.type == FrameType::kControl) {  // Keepalive.
     const auto kind = static_cast<KeepaliveKind>(rx_.block.data()[0]);
     rx_.block.Reset();
-    if (kind == KeepaliveKind::kPing) {
-      keepalive_.PingReceived(tunables::kFramePrefixSize + 1);
-      SendKeepalive(KeepaliveKind::kPong);
-    } else if (kind != KeepaliveKind::kPong) {
-      ProtocolError(Status(StatusCode::kInternal,
-                           "malformed frame: unknown TCP control kind " +
-                               std::to_string(static_cast<int>(kind))));
-    }
-    return;
+    return OnKeepalive(kind);
   }
   Bump(stats_.frames_received);
   ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
                       rx_.prefix.header_size, rx_.discard_left);
   InsideOnFrame guard(in_observer_);
   observer_->OnFrame(std::move(frame));
+}
+
+void TcpConnection::OnKeepalive(KeepaliveKind kind) {
+  switch (kind) {
+    case KeepaliveKind::kPing: {
+      if (!keepalive_.PingReceived(tunables::kFramePrefixSize + 1,
+                                   std::chrono::steady_clock::now())) {
+        return TooManyPings();
+      }
+      // Owed unless the last PONG has not left yet (nor has what followed
+      // it): a peer that pings and never reads gets one PONG queued.
+      const bool sending =
+          queued_frames_.load(std::memory_order_relaxed) != 0 ||
+          flush_pending_.load(std::memory_order_relaxed);
+      if (pong_sent_ && sending) return;
+      pong_sent_ = true;
+      return SendKeepalive(KeepaliveKind::kPong);
+    }
+    case KeepaliveKind::kPong:
+      return;
+    case KeepaliveKind::kTooManyPings: {
+      const Status told = KeepaliveClock::ToldTooManyPings(peer_);
+      Log().warn("{}: {}", peer_, told.message());
+      return CloseNow(told);
+    }
+  }
+  ProtocolError(Status(StatusCode::kInternal,
+                       "malformed frame: unknown TCP control kind " +
+                           std::to_string(static_cast<int>(kind))));
+}
+
+void TcpConnection::TooManyPings() {
+  const Status status = keepalive_.TooManyPings(peer_);
+  Bump(stats_.pings_refused);
+  Log().warn("{}: closing: {}", peer_, status.message());
+  receive_stopped_ = true;  // Nothing more is read or delivered.
+  // The peer learns why, unless it does not read: then the close waits at
+  // most kCloseFlushTimeout for it.
+  SendKeepalive(KeepaliveKind::kTooManyPings);
+  BeginClose(status);
 }
 
 void TcpConnection::ReadMore() {
