@@ -17,6 +17,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/support/test_support.h"
@@ -31,6 +32,8 @@ constexpr auto kInterval = 100ms;
 constexpr auto kTimeout = 400ms;
 constexpr rpc::MethodRef kEcho("test.Test", "Echo");
 constexpr rpc::MethodRef kSleepMs("test.Test", "SleepMs");
+constexpr rpc::MethodRef kIdempotentEcho("test.Test", "Echo",
+                                         /*idempotent=*/true);
 
 transport::TransportOptions Keepalive() {
   transport::TransportOptions options;
@@ -49,6 +52,56 @@ rpc::ServerOptions ServerWithKeepalive() {
   rpc::ServerOptions options;
   options.transport = Keepalive();
   return options;
+}
+
+bool SendAll(int fd, std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    bytes = bytes.subspan(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// A raw TCP client of `uri` (on loopback), its receive buffer at most
+// `receive_buffer` bytes if non-zero, that has sent its HELLO (unless
+// `greet` is false); -1 on failure.
+int ConnectRaw(const std::string& uri, int receive_buffer = 0,
+               bool greet = true) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (receive_buffer > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer,
+               sizeof(receive_buffer));
+  }
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(transport::ParseUri(uri)->port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    close(fd);
+    return -1;
+  }
+  if (greet && !SendAll(fd, transport::TcpControlFrame(
+                                transport::KeepaliveKind::kHello))) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// `count` keepalive PINGs as a TCP peer writes them.
+std::vector<std::byte> Pings(size_t count) {
+  const transport::EncodedPrefix prefix = transport::EncodeFramePrefix(
+      {.type = transport::FrameType::kControl, .header_size = 1});
+  std::vector<std::byte> bytes;
+  bytes.reserve(count * (prefix.size() + 1));
+  for (size_t i = 0; i < count; ++i) {
+    bytes.insert(bytes.end(), prefix.begin(), prefix.end());
+    bytes.push_back(
+        std::byte{static_cast<uint8_t>(transport::KeepaliveKind::kPing)});
+  }
+  return bytes;
 }
 
 TEST_CASE(
@@ -70,6 +123,35 @@ TEST_CASE(
   one_way.PingReceived(17, std::chrono::steady_clock::now());
   CHECK(one_way.Tick(17) == KeepaliveClock::Action::kDead);
   CHECK(!KeepaliveClock(0ms, 0ms).enabled());
+}
+
+TEST_CASE(
+    "keepalive: the clock gives up on a frame still in progress after "
+    "frame_timeout") {
+  KeepaliveClock clock(100ms, 10000ms, 50ms, 300ms);
+  uint64_t bytes = 0;
+  // Bytes trickle in (no keepalive death), all of frame 7.
+  CHECK(clock.Tick(bytes += 1, 7) == KeepaliveClock::Action::kNone);
+  CHECK(clock.Tick(bytes += 1, 7) == KeepaliveClock::Action::kNone);
+  CHECK(clock.Tick(bytes += 1, 7) == KeepaliveClock::Action::kNone);
+  CHECK(clock.Tick(bytes += 1, 7) == KeepaliveClock::Action::kSlowFrame);
+  CHECK(clock.SlowFrame("tcp://x:1").code() == StatusCode::kDeadlineExceeded);
+  // Frames that each complete between ticks are never too slow.
+  KeepaliveClock busy(100ms, 10000ms, 50ms, 300ms);
+  for (uint64_t frame = 0; frame < 10; ++frame) {
+    CHECK(busy.Tick(bytes += 1, frame) == KeepaliveClock::Action::kNone);
+  }
+  // Nor is a frame when there is none in progress between.
+  KeepaliveClock gaps(100ms, 10000ms, 50ms, 300ms);
+  for (int i = 0; i < 10; ++i) {
+    CHECK(gaps.Tick(bytes += 1, 7) == KeepaliveClock::Action::kNone);
+    CHECK(gaps.Tick(bytes += 1) == KeepaliveClock::Action::kNone);
+  }
+  // 0 turns it off.
+  KeepaliveClock off(100ms, 10000ms, 50ms, 0ms);
+  for (int i = 0; i < 10; ++i) {
+    CHECK(off.Tick(bytes += 1, 7) == KeepaliveClock::Action::kNone);
+  }
 }
 
 TEST_CASE(
@@ -116,74 +198,104 @@ TEST_CASE("keepalive: a busy connection waiting on a slow call stays up") {
   CHECK(channel.stats().connects == 1);
 }
 
-TEST_CASE(
-    "keepalive: a call to a hung server fails UNAVAILABLE without a "
-    "deadline",
-    "[tcp]") {
-  // It accepts and never sends a byte: a hung process, or a host that
-  // vanished behind a kernel that still ACKs.
-  LoopbackListener hung;
-  rpc::Channel channel(hung.uri(), ChannelWithKeepalive());
+// Calls kEcho on `channel` without a deadline: its status and how long it
+// took.
+std::pair<Status, std::chrono::steady_clock::duration> TimedCall(
+    rpc::Channel& channel, rpc::MethodRef method = kEcho) {
   std::promise<Status> done;
   const auto start = std::chrono::steady_clock::now();
-  channel.Call(kEcho, Buffer::CopyOf("anyone?"), rpc::CallOptions{},
+  channel.Call(method, Buffer::CopyOf("anyone?"), rpc::CallOptions{},
                [&](const Status& status, Buffer) { done.set_value(status); });
   auto future = done.get_future();
-  REQUIRE(future.wait_for(30s) == std::future_status::ready);
+  if (future.wait_for(60s) != std::future_status::ready) {
+    return {Status(StatusCode::kInternal, "no answer in 60 s"), 60s};
+  }
   const Status status = future.get();
-  const auto took = std::chrono::steady_clock::now() - start;
+  return {status, std::chrono::steady_clock::now() - start};
+}
+
+TEST_CASE(
+    "keepalive: a call to a server that accepts and never greets fails "
+    "UNAVAILABLE within connect_timeout",
+    "[tcp]") {
+  // It accepts and never sends a byte: a hung process (the kernel accepts
+  // for it), or a host that vanished behind a kernel that still ACKs.
+  LoopbackListener hung;
+  rpc::ChannelOptions options = ChannelWithKeepalive();
+  options.transport.connect_timeout = kTimeout;
+  rpc::Channel channel(hung.uri(), options);
+  const auto [status, took] = TimedCall(channel);
+  INFO(status.ToString());
+  CHECK(status.code() == StatusCode::kUnavailable);
+  CHECK(status.message().find("sent no HELLO within") != std::string::npos);
+  CHECK(took >= kTimeout);
+  CHECK(took < 10 * kTimeout);  // Room for a slow machine.
+  CHECK(channel.stats().connects == 0);
+  CHECK(channel.stats().connect_failures == 1);
+}
+
+// A server that greets its first client, then hangs (SIGSTOP): the kernel
+// still accepts for it, and it never sends another byte.
+class HungServer {
+ public:
+  HungServer()
+      : thread_([this] {
+          client_ = listener_.Accept();
+          SendAll(client_,
+                  transport::TcpControlFrame(transport::KeepaliveKind::kHello));
+        }) {}
+  ~HungServer() {
+    thread_.join();
+    close(client_);
+  }
+  std::string uri() const { return listener_.uri(); }
+
+ private:
+  LoopbackListener listener_;
+  int client_ = -1;
+  std::thread thread_;
+};
+
+TEST_CASE(
+    "keepalive: a call to a server that hangs fails UNAVAILABLE without a "
+    "deadline, its retries without connecting again",
+    "[tcp]") {
+  HungServer hung;
+  rpc::ChannelOptions options = ChannelWithKeepalive();
+  // Retried well past the keepalive timeout if each retry connected again
+  // and waited out connect_timeout for a HELLO.
+  options.retry.max_attempts = 5;
+  options.retry.initial_backoff = 20ms;
+  rpc::Channel channel(hung.uri(), options);
+  const auto [status, took] = TimedCall(channel, kIdempotentEcho);
   INFO(status.ToString());
   CHECK(status.code() == StatusCode::kUnavailable);
   CHECK(status.message().find("keepalive") != std::string::npos);
-  // Within the timeout and an interval, with room for a slow machine.
+  // Within the timeout and an interval, with room for a slow machine, but
+  // less than another connect_timeout (10 s).
   CHECK(took >= kTimeout);
-  CHECK(took < 10 * (kTimeout + kInterval));
+  CHECK(took < 5 * (kTimeout + kInterval));
   // Counted for the admin endpoint's rdmarpc_client_keepalive_timeouts.
   CHECK(channel.stats().keepalive_timeouts == 1);
   CHECK(channel.stats().disconnects == 1);
+  CHECK(channel.stats().connects == 1);
+  CHECK(channel.stats().connect_failures == 0);
 }
 
-// A raw TCP client of `uri` (on loopback), its receive buffer at most
-// `receive_buffer` bytes if non-zero; -1 on failure.
-int ConnectRaw(const std::string& uri, int receive_buffer = 0) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (receive_buffer > 0) {
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer,
-               sizeof(receive_buffer));
-  }
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(transport::ParseUri(uri)->port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-      0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// `count` keepalive PINGs as a TCP peer writes them.
-std::vector<std::byte> Pings(size_t count) {
-  const transport::EncodedPrefix prefix = transport::EncodeFramePrefix(
-      {.type = transport::FrameType::kControl, .header_size = 1});
-  std::vector<std::byte> bytes;
-  bytes.reserve(count * (prefix.size() + 1));
-  for (size_t i = 0; i < count; ++i) {
-    bytes.insert(bytes.end(), prefix.begin(), prefix.end());
-    bytes.push_back(
-        std::byte{static_cast<uint8_t>(transport::KeepaliveKind::kPing)});
-  }
-  return bytes;
-}
-
-bool SendAll(int fd, std::span<const std::byte> bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    bytes = bytes.subspan(static_cast<size_t>(n));
-  }
-  return true;
+TEST_CASE(
+    "keepalive: a server closes a connection whose HELLO does not arrive "
+    "within connect_timeout",
+    "[tcp]") {
+  LogCapture log;
+  rpc::ServerOptions options;
+  options.transport.connect_timeout = 300ms;
+  TestServer server(options);
+  const int fd = ConnectRaw(server.uri, 0, /*greet=*/false);
+  REQUIRE(fd >= 0);
+  REQUIRE(WaitFor([&] { return server.stats().connections == 1; }));
+  CHECK(WaitFor([&] { return server.stats().connections == 0; }));
+  CHECK(log.Contains("no HELLO from"));
+  close(fd);
 }
 
 uint64_t QueuedBytes(TestServer& server) {
@@ -239,11 +351,13 @@ TEST_CASE(
     answer.insert(answer.end(), chunk.begin(), chunk.begin() + n);
   }
   close(fd);
-  // Its last frame: TOO_MANY_PINGS. Before it, at most the PONGs of the
-  // three PINGs it answered.
+  // The server's HELLO, then at most the PONGs of the three PINGs it
+  // answered, and last TOO_MANY_PINGS.
   const size_t frame = tunables::kFramePrefixSize + 1;
-  REQUIRE(answer.size() >= frame);
-  CHECK(answer.size() <= 4 * frame);
+  REQUIRE(answer.size() >= 2 * frame);
+  CHECK(answer.size() <= 5 * frame);
+  CHECK(answer[frame - 1] ==
+        std::byte{static_cast<uint8_t>(transport::KeepaliveKind::kHello)});
   CHECK(answer.back() == std::byte{static_cast<uint8_t>(
                              transport::KeepaliveKind::kTooManyPings)});
   CHECK(WaitFor([&] { return server.stats().connections == 0; }));
@@ -268,6 +382,44 @@ TEST_CASE(
                      "closed the connection: too many pings"));
   // The next call connects again.
   CHECK(CallSync(channel, kEcho, "b").status.ok());
+}
+
+TEST_CASE(
+    "keepalive: a client that trickles a frame a byte at a time is cut off "
+    "after frame_timeout, and others are served meanwhile",
+    "[tcp]") {
+  LogCapture log;
+  rpc::ServerOptions options = ServerWithKeepalive();
+  options.transport.frame_timeout = 500ms;
+  TestServer server(options);
+  const int fd = ConnectRaw(server.uri);
+  REQUIRE(fd >= 0);
+  // A prefix announcing a 1 MiB frame, then a byte of it every 50 ms: each
+  // resets keepalive, none completes the frame.
+  const transport::EncodedPrefix prefix =
+      transport::EncodeFramePrefix({.type = transport::FrameType::kRpc,
+                                    .header_size = 16,
+                                    .payload_size = 1 << 20});
+  REQUIRE(SendAll(fd, prefix));
+  rpc::Channel healthy(server.uri);
+  const auto start = std::chrono::steady_clock::now();
+  int calls = 0;
+  while (server.stats().connections > 1 ||
+         std::chrono::steady_clock::now() - start < 100ms) {
+    REQUIRE(std::chrono::steady_clock::now() - start < 10s);
+    const std::byte one{0};
+    send(fd, &one, 1, MSG_NOSIGNAL);
+    CHECK(CallSync(healthy, kEcho, "still here").status.ok());
+    ++calls;
+    std::this_thread::sleep_for(50ms);
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= 500ms);
+  CHECK(took < 5s);
+  CHECK(calls > 5);
+  CHECK(
+      log.Contains(spdlog::level::warn, "did not arrive whole within 500 ms"));
+  close(fd);
 }
 
 TEST_CASE(

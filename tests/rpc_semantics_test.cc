@@ -4,6 +4,7 @@
 // rpc_semantics_test.
 #include "tests/support/rpc_semantics.h"
 
+#include <array>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -20,6 +21,7 @@
 #include "rpc/wire/wire_codec.h"
 #include "tests/support/test_support.h"
 #include "transport/factory/factory.h"
+#include "transport/keepalive.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::testing {
@@ -367,8 +369,16 @@ TEST_CASE("malformed: a bad frame closes that connection, others are served") {
   boost::asio::ip::tcp::socket raw(io);
   const auto uri = transport::ParseUri(server.uri);
   raw.connect({boost::asio::ip::make_address(uri->host), uri->port});
+  // A HELLO, as any client's first frame, then garbage.
+  const auto hello =
+      transport::TcpControlFrame(transport::KeepaliveKind::kHello);
+  boost::asio::write(raw, boost::asio::buffer(hello));
   const std::string garbage = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   boost::asio::write(raw, boost::asio::buffer(garbage));
+  // The server's HELLO, then nothing: it closed the connection.
+  std::array<std::byte, transport::kTcpControlFrameSize> greeting;
+  boost::asio::read(raw, boost::asio::buffer(greeting));
+  CHECK(greeting == hello);
   char byte;
   boost::system::error_code error;
   boost::asio::read(raw, boost::asio::buffer(&byte, 1), error);

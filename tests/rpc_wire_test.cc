@@ -16,6 +16,7 @@
 #include "rpc/wire/wire_codec.h"
 #include "tests/support/rpc_semantics.h"
 #include "tests/support/test_support.h"
+#include "transport/keepalive.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::testing {
@@ -28,6 +29,13 @@ struct RawPeer {
   explicit RawPeer(const std::string& server_uri) {
     const auto uri = transport::ParseUri(server_uri);
     socket.connect({boost::asio::ip::make_address(uri->host), uri->port});
+    // The HELLOs, each side's first frame.
+    const auto hello =
+        transport::TcpControlFrame(transport::KeepaliveKind::kHello);
+    boost::asio::write(socket, boost::asio::buffer(hello));
+    std::array<std::byte, transport::kTcpControlFrameSize> greeting;
+    boost::asio::read(socket, boost::asio::buffer(greeting));
+    REQUIRE(greeting == hello);
   }
   void Write(std::string_view bytes) {
     boost::asio::write(socket, boost::asio::buffer(bytes));
@@ -259,6 +267,12 @@ CallResult CallRawServer(
   std::thread server([&] {
     boost::asio::ip::tcp::socket socket(io);
     acceptor.accept(socket);
+    // The HELLOs: this server's, then the client's.
+    const auto hello =
+        transport::TcpControlFrame(transport::KeepaliveKind::kHello);
+    boost::asio::write(socket, boost::asio::buffer(hello));
+    std::array<std::byte, transport::kTcpControlFrameSize> greeting;
+    boost::asio::read(socket, boost::asio::buffer(greeting));
     std::array<std::byte, 16> prefix_bytes;
     boost::asio::read(socket, boost::asio::buffer(prefix_bytes));
     const auto prefix = transport::DecodeFramePrefix(prefix_bytes, 1 << 20);

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -18,6 +19,7 @@
 #include "rpc/common/event_loop.h"
 #include "tests/support/tcp_pair.h"
 #include "transport/factory/factory.h"
+#include "transport/keepalive.h"
 
 namespace rdmarpc::transport::testing {
 namespace {
@@ -223,6 +225,15 @@ RawPeer ConnectRawPeer(rpc::EventLoop& loop) {
   const int peer = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(connect(peer, reinterpret_cast<sockaddr*>(&address),
                   sizeof(address)) == 0);
+  // The HELLOs: the peer's, then the server's, read so that closing the
+  // socket later sends FIN, not RST.
+  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+  REQUIRE(write(peer, hello.data(), hello.size()) ==
+          static_cast<ssize_t>(hello.size()));
+  std::array<std::byte, kTcpControlFrameSize> greeting;
+  REQUIRE(read(peer, greeting.data(), greeting.size()) ==
+          static_cast<ssize_t>(greeting.size()));
+  REQUIRE(greeting == hello);
   std::shared_ptr<Connection> server = accepted->get_future().get();
   return {std::move(*listener), std::move(server), peer};
 }

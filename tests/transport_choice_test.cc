@@ -62,9 +62,8 @@ TEST_CASE("transport choice: auto:// logs its choice once") {
   auto pick = [&]() -> boost::asio::io_context& { return loop.context(); };
   auto ignore = [](std::shared_ptr<Connection>) {};
   const char* rxe_ip = std::getenv("RXE_IP");
-  const std::string uri =
-      std::string("auto://") + (rxe_ip != nullptr ? rxe_ip : "127.0.0.1") +
-      ":0";
+  const std::string uri = std::string("auto://") +
+                          (rxe_ip != nullptr ? rxe_ip : "127.0.0.1") + ":0";
   REQUIRE(Listen(loop.context(), uri, {}, pick, ignore).ok());
   testing::LogCapture log;
   for (int i = 0; i < 3; ++i) {

@@ -19,6 +19,7 @@
 
 #include "tests/support/test_support.h"
 #include "transport/frame.h"
+#include "transport/keepalive.h"
 #include "transport/rdma/peer_checks.h"
 #include "transport/rdma/protocol.h"
 #include "transport/uri.h"
@@ -127,8 +128,15 @@ TEST_CASE("version: a TCP client of another version is told ours, then closed",
   TestServer server;
   RawTcp peer = RawTcp::Connect(transport::ParseUri(server.uri)->port);
   peer.Write(FrameOfVersion(kOtherVersion));
-  // Our announcement, then the close: nothing else.
-  CheckAnnouncesThisVersion(peer.ReadToEnd());
+  // Our HELLO (sent on accept), our announcement, then the close: nothing
+  // else.
+  std::vector<std::byte> answer = peer.ReadToEnd();
+  const auto hello =
+      transport::TcpControlFrame(transport::KeepaliveKind::kHello);
+  REQUIRE(answer.size() > hello.size());
+  CHECK(std::memcmp(answer.data(), hello.data(), hello.size()) == 0);
+  answer.erase(answer.begin(), answer.begin() + hello.size());
+  CheckAnnouncesThisVersion(answer);
   const std::string why =
       "the peer speaks rdmarpc frame version " + std::to_string(kOtherVersion) +
       "; this build speaks version " + std::to_string(transport::kFrameVersion);
@@ -142,8 +150,9 @@ TEST_CASE("version: a TCP client of another version is told ours, then closed",
 TEST_CASE(
     "version: a call to a TCP server of another version fails naming both",
     "[tcp]") {
-  // A listener that answers the first request with a frame of another
-  // version, then reads what comes back.
+  // A listener that answers the client's HELLO with a frame of another
+  // version (as a server of another version would: its own announcement),
+  // then reads what comes back.
   LoopbackListener listener;
   std::vector<std::byte> request_prefix, answer;
   std::thread other([&] {
@@ -166,12 +175,15 @@ TEST_CASE(
   CHECK(Has(
       result.status.message(),
       "this build speaks version " + std::to_string(transport::kFrameVersion)));
-  // Our request was of this version; after the other version's frame the
-  // channel announced ours, then closed.
+  // The channel's HELLO was of this version (the other server refuses it,
+  // naming both, as this test's peer did); after the other version's frame
+  // the channel closed without a call sent.
   REQUIRE(request_prefix.size() == tunables::kFramePrefixSize);
   CHECK(std::to_integer<uint8_t>(request_prefix[4]) ==
         transport::kFrameVersion);
-  CheckAnnouncesThisVersion(answer);
+  CHECK(DecodeFramePrefix(request_prefix, 1 << 20).prefix.type ==
+        transport::FrameType::kControl);
+  CHECK(answer.empty());
 }
 
 // ----------------------------------------------------------------- RDMA --

@@ -24,10 +24,13 @@
 #ifndef RDMARPC_TRANSPORT_KEEPALIVE_H_
 #define RDMARPC_TRANSPORT_KEEPALIVE_H_
 
+#include <array>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/log.h"
@@ -39,19 +42,41 @@ namespace rdmarpc::transport {
 
 // A control frame's kind: on TCP the one byte of a kControl frame's header;
 // on RDMA a ControlKind of the same name.
-// kTooManyPings: the last frame before this side closes the connection of a
-// peer that pinged too often (version 6).
-enum class KeepaliveKind : uint8_t { kPing = 1, kPong = 2, kTooManyPings = 3 };
+// TCP's control frames are keepalive's, one byte of header, and so are these
+// two of version 6: kTooManyPings, the last frame before this side closes the
+// connection of a peer that pinged too often; kHello, each side's first
+// frame (transport/tcp/tcp_connection.h).
+enum class KeepaliveKind : uint8_t {
+  kPing = 1,
+  kPong = 2,
+  kTooManyPings = 3,
+  kHello = 4,
+};
+
+// A TCP control frame: its prefix and the one byte of its kind.
+inline constexpr size_t kTcpControlFrameSize = tunables::kFramePrefixSize + 1;
+inline std::array<std::byte, kTcpControlFrameSize> TcpControlFrame(
+    KeepaliveKind kind) {
+  const EncodedPrefix prefix = EncodeFramePrefix(
+      {.type = FrameType::kControl, .header_size = 1, .payload_size = 0});
+  std::array<std::byte, kTcpControlFrameSize> frame;
+  std::memcpy(frame.data(), prefix.data(), prefix.size());
+  frame.back() = std::byte{static_cast<uint8_t>(kind)};
+  return frame;
+}
 
 class KeepaliveClock {
  public:
-  enum class Action { kNone, kPing, kDead };
+  // kSlowFrame: a frame begun has not arrived whole within frame_timeout.
+  enum class Action { kNone, kPing, kDead, kSlowFrame };
 
   KeepaliveClock(std::chrono::milliseconds interval,
                  std::chrono::milliseconds timeout,
-                 std::chrono::milliseconds min_ping_interval = {})
+                 std::chrono::milliseconds min_ping_interval = {},
+                 std::chrono::milliseconds frame_timeout = {})
       : interval_(interval),
         min_ping_interval_(min_ping_interval),
+        frame_timeout_(frame_timeout),
         silent_ticks_allowed_(
             interval.count() > 0
                 ? static_cast<uint32_t>((timeout + interval - ms1) / interval)
@@ -90,8 +115,19 @@ class KeepaliveClock {
                       "min_ping_interval)");
   }
 
-  // Called every interval with the bytes received so far, PINGs included.
-  Action Tick(uint64_t received) {
+  // Called every interval with the bytes received so far, PINGs included,
+  // and the frame in progress (part of it has arrived), named by a number
+  // the transport gives it, if any: the same frame found in progress at
+  // ticks frame_timeout apart is too slow, whatever bytes of it trickle in.
+  Action Tick(uint64_t received, std::optional<uint64_t> frame = {}) {
+    if (!frame || !slow_seen_ || *frame != slow_frame_) {
+      slow_seen_ = frame.has_value();
+      slow_frame_ = frame.value_or(0);
+      slow_ticks_ = 0;
+    } else if (frame_timeout_.count() > 0 &&
+               interval_ * ++slow_ticks_ >= frame_timeout_) {
+      return Action::kSlowFrame;
+    }
     received -= ping_bytes_;
     if (received != last_received_) {
       last_received_ = received;
@@ -108,6 +144,14 @@ class KeepaliveClock {
     return interval_ * silent_ticks_;
   }
 
+  // Why the connection to a peer that sent a frame too slowly closes.
+  Status SlowFrame(const std::string& peer) const {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "a frame from " + peer + " did not arrive whole within " +
+                      std::to_string(frame_timeout_.count()) +
+                      " ms (frame_timeout)");
+  }
+
   // Why the connection to `peer` closes.
   Status DeadPeer(const std::string& peer) const {
     return Status(StatusCode::kDeadlineExceeded,
@@ -120,6 +164,12 @@ class KeepaliveClock {
   static constexpr std::chrono::milliseconds ms1{1};
   const std::chrono::milliseconds interval_;
   const std::chrono::milliseconds min_ping_interval_;
+  const std::chrono::milliseconds frame_timeout_;
+  // The frame in progress at the last tick (if slow_seen_), and at this many
+  // ticks since.
+  bool slow_seen_ = false;
+  uint64_t slow_frame_ = 0;
+  uint32_t slow_ticks_ = 0;
   const uint32_t silent_ticks_allowed_;
   uint64_t last_received_ = 0;
   uint64_t ping_bytes_ = 0;
@@ -133,20 +183,27 @@ class KeepaliveClock {
 // ticks. A PING is counted in `stats`, logged at debug, sent by `ping()`,
 // and the timer re-armed; a dead peer is counted, logged at warn and handed
 // to `close(status)`. `owner` (the connection) lives as long as the wait.
-template <typename Closed, typename Ping, typename Close>
+template <typename Closed, typename MidFrame, typename Ping, typename Close>
 void ArmKeepalive(boost::asio::steady_timer& timer, KeepaliveClock& clock,
                   ConnectionStats& stats, const std::string& peer,
-                  std::shared_ptr<void> owner, Closed closed, Ping ping,
-                  Close close) {
+                  std::shared_ptr<void> owner, Closed closed,
+                  MidFrame mid_frame, Ping ping, Close close) {
   if (!clock.enabled() || closed()) return;
   timer.expires_after(clock.interval());
   timer.async_wait([&timer, &clock, &stats, &peer, owner = std::move(owner),
-                    closed, ping,
+                    closed, mid_frame, ping,
                     close](const boost::system::error_code& error) mutable {
     if (error || closed()) return;
-    switch (clock.Tick(stats.bytes_received.load(std::memory_order_relaxed))) {
+    switch (clock.Tick(stats.bytes_received.load(std::memory_order_relaxed),
+                       mid_frame())) {
       case KeepaliveClock::Action::kNone:
         break;
+      case KeepaliveClock::Action::kSlowFrame: {
+        const Status slow = clock.SlowFrame(peer);
+        Bump(stats.slow_frames);
+        Log().warn("{}: closing: {}", peer, slow.message());
+        return close(slow);
+      }
       case KeepaliveClock::Action::kPing:
         Bump(stats.keepalive_pings);
         Log().debug("{}: nothing received for {} ms: keepalive PING", peer,
@@ -160,8 +217,8 @@ void ArmKeepalive(boost::asio::steady_timer& timer, KeepaliveClock& clock,
         return close(dead);
       }
     }
-    ArmKeepalive(timer, clock, stats, peer, std::move(owner), closed, ping,
-                 close);
+    ArmKeepalive(timer, clock, stats, peer, std::move(owner), closed, mid_frame,
+                 ping, close);
   });
 }
 

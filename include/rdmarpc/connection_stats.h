@@ -32,6 +32,12 @@ struct ConnectionStats {
   // 1 when this connection closed because the peer pinged too often
   // (TransportOptions::min_ping_interval).
   std::atomic<uint64_t> pings_refused{0};
+  // TCP only: 1 when this accepted connection closed because the client's
+  // HELLO did not arrive within connect_timeout.
+  std::atomic<uint64_t> hello_timeouts{0};
+  // 1 when this connection closed because a frame begun did not arrive
+  // whole within frame_timeout.
+  std::atomic<uint64_t> slow_frames{0};
   // TCP only: frames handed over in the block they were read into, uncopied.
   std::atomic<uint64_t> frames_received_in_place{0};
   // TCP only: bytes copied from the receive staging area into their frame's
@@ -129,6 +135,12 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
     {&ConnectionStats::pings_refused, "pings_refused",
      "Connections closed because the peer pinged more often than "
      "min_ping_interval allows (too many pings)."},
+    {&ConnectionStats::hello_timeouts, "hello_timeouts",
+     "TCP: accepted connections closed because the client's HELLO did not "
+     "arrive within connect_timeout."},
+    {&ConnectionStats::slow_frames, "slow_frames",
+     "Connections closed because a frame begun did not arrive whole within "
+     "frame_timeout."},
     {&ConnectionStats::frames_received_in_place, "frames_received_in_place",
      "Frames handed over in the block they were read into (TCP)."},
     {&ConnectionStats::received_bytes_copied, "received_copied_bytes",

@@ -67,6 +67,12 @@ struct TransportOptions {
   // a peer ping as often as it likes (each PING is still answered with at
   // most one PONG on its way at a time).
   std::chrono::milliseconds min_ping_interval = tunables::kMinPingInterval;
+  // A frame begun (on RDMA, a large frame granted) must arrive whole within
+  // this, or the connection closes (DEADLINE_EXCEEDED): a peer trickling a
+  // byte at a time (slowloris) holds a connection no longer. Checked at each
+  // keepalive tick, so within an interval of it, and only with keepalive
+  // on; 0 turns it off. At the default, a 64 MiB frame needs 6.7 MB/s.
+  std::chrono::milliseconds frame_timeout = tunables::kFrameTimeout;
   // RDMA: the QP's local ACK timeout exponent (4.096 us << it per try, see
   // include/rdmarpc/tunables.h). Lower recovers a lost packet sooner on a lossy
   // link (docs/reliability.md measures 14 against 16), and gives up on a

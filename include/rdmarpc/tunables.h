@@ -123,6 +123,11 @@ static_assert(kKeepaliveTimeout + kKeepaliveInterval <=
 // keepalive_interval must not be set below the other side's
 // min_ping_interval.
 inline constexpr std::chrono::milliseconds kMinPingInterval{50};
+// A frame begun must arrive whole within this (TransportOptions::
+// frame_timeout), checked at keepalive ticks.
+inline constexpr std::chrono::milliseconds kFrameTimeout{10000};
+static_assert(kFrameTimeout >= kKeepaliveTimeout,
+              "a frame is given at least as long as a silent peer");
 inline constexpr uint32_t kMaxPingStrikes = 2;
 static_assert(kMinPingInterval <= kKeepaliveInterval / 10,
               "a peer with the default keepalive never comes near the limit");

@@ -170,11 +170,15 @@ void Subchannel::AnswerGoAway(std::shared_ptr<Connection> connection) {
 void Subchannel::OnClose(const Status& reason) {
   std::vector<CallTable::Entry> failed;
   bool reconnect = false;
+  bool backing_off = false;
+  bool dead = false;  // Keepalive gave up on the peer.
   {
     std::lock_guard lock(mu_);
     if (connection_) {
       ++stats_.disconnects;
-      stats_.keepalive_timeouts += connection_->stats().keepalive_timeouts;
+      const uint64_t timeouts = connection_->stats().keepalive_timeouts;
+      stats_.keepalive_timeouts += timeouts;
+      dead = timeouts > 0;
     }
     connection_.reset();
     if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
@@ -189,15 +193,28 @@ void Subchannel::OnClose(const Status& reason) {
     std::erase_if(waiting_, [this](const Waiting& waiting) {
       return !calls_.Contains(waiting.id);
     });
-    if (!shut_down_ && state_ == ChannelState::kIdle &&
-        (keep_connected_ || !waiting_.empty())) {
+    if (dead && !shut_down_) {
+      // Skipped for as long as the peer was given to answer: the kernel
+      // still accepts for a hung process, so calls (and retries) connecting
+      // again would each wait out connect_timeout for its HELLO.
+      state_ = ChannelState::kTransientFailure;
+      connect_error_ = reason;
+      backoff_until_ = Clock::now() +
+                       std::max(backoff_, options_.transport.keepalive_timeout);
+      backing_off = keep_connected_ || !waiting_.empty();
+    } else if (!shut_down_ && state_ == ChannelState::kIdle &&
+               (keep_connected_ || !waiting_.empty())) {
       state_ = ChannelState::kConnecting;
       reconnect = true;
     }
   }
-  NotifyState(ChannelState::kIdle);
+  NotifyState(dead ? ChannelState::kTransientFailure : ChannelState::kIdle);
   if (reconnect) {
     asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
+  }
+  if (backing_off) {
+    asio::post(context_,
+               [self = shared_from_this()] { self->ReconnectAfterBackoff(); });
   }
   if (!failed.empty() || reason.code() != StatusCode::kCancelled) {
     Log().info("{}: connection closed: {}; failing {} calls", target_,

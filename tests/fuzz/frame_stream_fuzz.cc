@@ -3,7 +3,8 @@
 // read by a TcpConnection, each delivered frame's call header decoded as
 // the RPC layer would. The connection must deliver only frames within the
 // limits, then close exactly once (at EOF, or on the first malformed
-// frame) without crashing, leaking or hanging.
+// frame) without crashing, leaking or hanging. An input that opens with a
+// control frame is read as a server reads a new connection (HELLO first).
 #include <sys/socket.h>
 
 #include <boost/asio/io_context.hpp>
@@ -12,6 +13,7 @@
 #include <boost/asio/write.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "base/log.h"
@@ -82,8 +84,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   rdmarpc::transport::TransportOptions options;
   options.max_payload_size = kMaxPayload;
-  auto connection = std::make_shared<rdmarpc::transport::tcp::TcpConnection>(
-      std::move(socket), options);
+  // An input that opens with a control frame is read as an accepted
+  // connection reads, whose first frame must be the client's HELLO; any
+  // other as a client's connection after the HELLOs.
+  using rdmarpc::transport::tcp::TcpConnection;
+  const bool server = size >= 6 && std::memcmp(data, "RRPC", 4) == 0 &&
+                      data[5] == static_cast<uint8_t>(
+                                     rdmarpc::transport::FrameType::kControl);
+  auto connection = std::make_shared<TcpConnection>(
+      std::move(socket), options,
+      server ? TcpConnection::Role::kServer : TcpConnection::Role::kClient);
   auto observer = std::make_shared<Observer>();
   observer->size = size;
   connection->Start(observer);

@@ -62,7 +62,7 @@ RdmaConnection::RdmaConnection(asio::io_context& context,
       close_timer_(context),
       keepalive_timer_(context),
       keepalive_(options.keepalive_interval, options.keepalive_timeout,
-                 options.min_ping_interval),
+                 options.min_ping_interval, options.frame_timeout),
       port_down_timer_(context) {}
 
 RdmaConnection::~RdmaConnection() { ReleaseDevice(); }
@@ -405,6 +405,10 @@ void RdmaConnection::ArmKeepalive() {
   transport::ArmKeepalive(
       keepalive_timer_, keepalive_, stats_, peer_, shared_from_this(),
       [this] { return torn_down_; },
+      [this]() -> std::optional<uint64_t> {  // The oldest transfer asked for.
+        if (incoming_.empty()) return std::nullopt;
+        return incoming_.front().rts.transfer;
+      },
       [this] {
         GiveBackIdleCredits();
         ControlMessage ping;

@@ -1,7 +1,9 @@
 // TcpConnection: setup and close.
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <cstring>
 
 #include "base/buffer_pool.h"
 #include "base/large_block.h"
@@ -31,14 +33,14 @@ std::string PeerUri(const asio::ip::tcp::socket& socket) {
 }  // namespace
 
 TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
-                             const TransportOptions& options)
+                             const TransportOptions& options, Role role)
     : socket_(std::move(socket)),
       options_(options),
       peer_(PeerUri(socket_)),
       close_timer_(socket_.get_executor()),
       keepalive_timer_(socket_.get_executor()),
       keepalive_(options.keepalive_interval, options.keepalive_timeout,
-                 options.min_ping_interval),
+                 options.min_ping_interval, options.frame_timeout),
       staging_(PooledBuffer(kTcpReceiveChunk)) {
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -52,6 +54,34 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
     loop_ = *loop;
   }
   if (ec) Log().warn("{}: cannot set O_NONBLOCK: {}", peer_, ec.message());
+  if (role == Role::kServer) {
+    // At once, not at Start: the client's Connect waits for it. The socket
+    // is fresh: its buffer takes these bytes whole.
+    const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+    ::send(socket_.native_handle(), hello.data(), hello.size(),
+           MSG_DONTWAIT | MSG_NOSIGNAL);
+    rx_.phase = RxState::Phase::kHello;
+  }
+}
+
+void TcpConnection::AwaitHello() {
+  // The client's HELLO is due within connect_timeout; close_timer_ is free
+  // until the connection closes.
+  close_timer_.expires_after(options_.connect_timeout);
+  close_timer_.async_wait([self = shared_from_this()](
+                              const boost::system::error_code& e) {
+    if (e || self->torn_down_ || self->rx_.phase != RxState::Phase::kHello) {
+      return;
+    }
+    Bump(self->stats_.hello_timeouts);
+    const Status late(
+        StatusCode::kDeadlineExceeded,
+        "no HELLO from " + self->peer_ + " within " +
+            std::to_string(self->options_.connect_timeout.count()) +
+            " ms of connecting (connect_timeout)");
+    Log().info("{}: closing: {}", self->peer_, late.message());
+    self->CloseNow(late);
+  });
 }
 
 TcpConnection::~TcpConnection() = default;
@@ -69,6 +99,8 @@ void TcpConnection::Start(std::shared_ptr<ConnectionObserver> observer) {
                  return;
                }
                self->observer_ = observer;
+               if (self->rx_.phase == RxState::Phase::kHello)
+                 self->AwaitHello();
                self->ReadMore();
                self->ArmKeepalive();
              });
@@ -78,6 +110,15 @@ void TcpConnection::ArmKeepalive() {
   transport::ArmKeepalive(
       keepalive_timer_, keepalive_, stats_, peer_, shared_from_this(),
       [this] { return torn_down_; },
+      [this]() -> std::optional<uint64_t> {
+        // Part of a frame (or of its prefix) has arrived: the frames
+        // received before it name it.
+        if (rx_.phase == RxState::Phase::kPrefix &&
+            staged_end_ == staged_begin_) {
+          return std::nullopt;
+        }
+        return stats_.frames_received.load(std::memory_order_relaxed);
+      },
       [this] { SendKeepalive(KeepaliveKind::kPing); },
       [this](const Status& dead) { CloseNow(dead); });
 }

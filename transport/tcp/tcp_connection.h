@@ -12,6 +12,14 @@
 // non-blocking socket in turns instead of waiting, posting each next turn so
 // its other handlers run in between.
 //
+// Greeting: each side's first frame is a HELLO (a control frame of one byte,
+// KeepaliveKind::kHello). A client's Connect (tcp_transport.cc) sends its
+// own and completes only once the server's has arrived, within
+// connect_timeout: the kernel accepts for a hung process, which never sends
+// one. An accepted connection (Role::kServer) sends its HELLO at once and
+// takes the client's as its first frame, within connect_timeout, or closes;
+// a frame of another version is refused there, clearly, before any call.
+//
 // Send: frames queue under a mutex; the socket's executor writes everything
 // queued in one gathered write, so frames produced while a write is in flight
 // leave together. A frame sent from the loop thread while it delivers the
@@ -22,6 +30,7 @@
 
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -39,9 +48,12 @@ namespace rdmarpc::transport::tcp {
 class TcpConnection final : public Connection,
                             public std::enable_shared_from_this<TcpConnection> {
  public:
+  // kServer: accepted; the HELLOs are still to be exchanged. kClient: the
+  // HELLOs were exchanged already (Connect).
+  enum class Role { kClient, kServer };
   // `socket` is connected; TCP_NODELAY is set here.
   TcpConnection(boost::asio::ip::tcp::socket socket,
-                const TransportOptions& options);
+                const TransportOptions& options, Role role = Role::kClient);
   ~TcpConnection() override;
 
   void Start(std::shared_ptr<ConnectionObserver> observer) override;
@@ -62,7 +74,13 @@ class TcpConnection final : public Connection,
   };
   // Where the frame being received stands.
   struct RxState {
-    enum class Phase { kPrefix, kBody, kDiscard } phase = Phase::kPrefix;
+    // kHello: an accepted connection's first frame, the client's HELLO.
+    enum class Phase {
+      kPrefix,
+      kBody,
+      kDiscard,
+      kHello
+    } phase = Phase::kPrefix;
     FramePrefix prefix;
     Buffer block;  // Header, then payload unless it is being discarded.
     size_t filled = 0;
@@ -74,6 +92,10 @@ class TcpConnection final : public Connection,
   // ConsumeStaged's prefix phase, on the `staged` bytes at `in`: false when
   // the loop stops (more to read, or the connection failed).
   bool TakePrefix(const std::byte* in, size_t staged);
+  // ConsumeStaged's HELLO phase: as TakePrefix, for the client's HELLO.
+  bool TakeHello(const std::byte* in, size_t staged);
+  // An accepted connection: the wait for the client's HELLO.
+  void AwaitHello();
   void ReadMore();
   // One non-blocking read into the staging area, handed to OnRead (or
   // OnReadError); kWouldBlock when the socket had nothing.

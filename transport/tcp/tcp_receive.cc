@@ -76,8 +76,39 @@ using tunables::kTcpReceiveChunk;
   return true;
 }
 
+bool TcpConnection::TakeHello(const std::byte* in, size_t staged) {
+  if (staged < kTcpControlFrameSize) {
+    ReadMore();
+    return false;
+  }
+  const DecodedPrefix decoded = DecodeFramePrefix(
+      std::span(in, kFramePrefixSize), options_.max_payload_size);
+  if (decoded.verdict == PrefixVerdict::kOtherVersion) {
+    RefuseOtherVersion(decoded.error);
+    return false;
+  }
+  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+  if (std::memcmp(in, hello.data(), hello.size()) != 0) {
+    ProtocolError(Status(
+        StatusCode::kInternal,
+        "malformed frame: the first frame from " + peer_ + " is not a HELLO"));
+    return false;
+  }
+  staged_begin_ += kTcpControlFrameSize;
+  rx_.phase = RxState::Phase::kPrefix;
+  close_timer_.cancel();
+  return true;
+}
+
 void TcpConnection::ConsumeStaged() {
   using Phase = RxState::Phase;
+  if (rx_.phase == Phase::kHello) [[unlikely]] {
+    if (torn_down_ || receive_stopped_ ||
+        !TakeHello(staging_.data() + staged_begin_,
+                   staged_end_ - staged_begin_)) {
+      return;
+    }
+  }
   while (!torn_down_ && !receive_stopped_) {
     const size_t staged = staged_end_ - staged_begin_;
     std::byte* in = staging_.data() + staged_begin_;
@@ -124,6 +155,8 @@ void TcpConnection::ConsumeStaged() {
         rx_.phase = discard ? Phase::kDiscard : Phase::kPrefix;
         break;
       }
+      case Phase::kHello:  // Taken before the loop, once.
+        return;
       case Phase::kDiscard: {
         const size_t take =
             static_cast<size_t>(std::min<uint64_t>(rx_.discard_left, staged));
@@ -247,6 +280,9 @@ void TcpConnection::OnKeepalive(KeepaliveKind kind) {
     }
     case KeepaliveKind::kPong:
       return;
+    case KeepaliveKind::kHello:
+      return ProtocolError(
+          Status(StatusCode::kInternal, "malformed frame: a second HELLO"));
     case KeepaliveKind::kTooManyPings: {
       const Status told = KeepaliveClock::ToldTooManyPings(peer_);
       Log().warn("{}: {}", peer_, told.message());

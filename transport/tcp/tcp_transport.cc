@@ -2,8 +2,13 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+#include <span>
 
 #include "base/log.h"
 #include "transport/tcp/tcp_connection.h"
@@ -81,8 +86,9 @@ class TcpListener final : public Listener {
                 });
             return;
           } else {
-            state->on_accept(std::make_shared<TcpConnection>(std::move(socket),
-                                                             state->options));
+            state->on_accept(std::make_shared<TcpConnection>(
+                std::move(socket), state->options,
+                TcpConnection::Role::kServer));
           }
           AcceptNext(state);
         });
@@ -134,6 +140,32 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
   return std::unique_ptr<Listener>(new TcpListener(std::move(state)));
 }
 
+namespace {
+
+// What the server's first bytes, `got` of them, say: OK for a HELLO.
+Status CheckHello(std::span<const std::byte> got, const std::string& target,
+                  uint64_t max_payload_size) {
+  if (got.size() >= tunables::kFramePrefixSize) {
+    const DecodedPrefix decoded = DecodeFramePrefix(
+        got.first(tunables::kFramePrefixSize), max_payload_size);
+    if (decoded.verdict == PrefixVerdict::kOtherVersion) {
+      return Status(StatusCode::kUnimplemented,
+                    target + ": " + decoded.error.message());
+    }
+  }
+  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+  if (got.size() == hello.size() &&
+      std::memcmp(got.data(), hello.data(), hello.size()) == 0) {
+    return Status();
+  }
+  return Status(StatusCode::kUnavailable,
+                target +
+                    " is not an rdmarpc server: its first bytes are not "
+                    "a HELLO");
+}
+
+}  // namespace
+
 void Connect(asio::io_context& context, const std::string& host, uint16_t port,
              const TransportOptions& options, ConnectHandler done) {
   struct Attempt {
@@ -146,6 +178,8 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
     TransportOptions options;
     std::string target;
     bool finished = false;
+    bool connected = false;  // Waiting for the server's HELLO.
+    std::array<std::byte, kTcpControlFrameSize> hello{};
 
     void Finish(StatusOr<std::shared_ptr<Connection>> result) {
       if (std::exchange(finished, true)) return;
@@ -160,6 +194,35 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
                     what + " " + target + ": " + e.message()));
     }
   };
+  // Connected: sends this side's HELLO and waits for the server's (the
+  // timer still runs), then hands over the connection.
+  static constexpr auto ExchangeHellos = [](std::shared_ptr<Attempt> attempt) {
+    attempt->connected = true;
+    const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+    boost::system::error_code error;
+    asio::write(attempt->socket, asio::buffer(hello), error);  // Fits.
+    if (error) return attempt->Fail("cannot greet", error);
+    asio::async_read(
+        attempt->socket, asio::buffer(attempt->hello),
+        [attempt](const boost::system::error_code& error, size_t bytes) {
+          if (attempt->finished) return;
+          Status hello =
+              CheckHello(std::span(attempt->hello).first(bytes),
+                         attempt->target, attempt->options.max_payload_size);
+          if (!hello.ok() && error &&
+              hello.code() != StatusCode::kUnimplemented) {
+            return attempt->Fail("lost the connection to", error);
+          }
+          if (!hello.ok()) {
+            boost::system::error_code ignored;
+            attempt->socket.close(ignored);
+            return attempt->Finish(std::move(hello));
+          }
+          attempt->Finish(
+              std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
+                  std::move(attempt->socket), attempt->options)));
+        });
+  };
   auto attempt = std::make_shared<Attempt>(context);
   attempt->done = std::move(done);
   attempt->options = options;
@@ -169,8 +232,15 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
     if (error || attempt->finished) return;
     boost::system::error_code ignored;
     attempt->socket.close(ignored);
-    attempt->Finish(Status(StatusCode::kUnavailable,
-                           "connect to " + attempt->target + " timed out"));
+    attempt->Finish(Status(
+        StatusCode::kUnavailable,
+        attempt->connected
+            ? "connected to " + attempt->target +
+                  ", which sent no HELLO within " +
+                  std::to_string(attempt->options.connect_timeout.count()) +
+                  " ms (connect_timeout): a hung or overloaded server, or not "
+                  "rdmarpc"
+            : "connect to " + attempt->target + " timed out"));
   });
   attempt->resolver.async_resolve(
       host, std::to_string(port),
@@ -191,9 +261,8 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
                 return attempt->Fail("cannot use the connection to",
                                      rewatch_error);
               }
-              attempt->Finish(
-                  std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
-                      std::move(socket), attempt->options)));
+              attempt->socket = std::move(socket);
+              ExchangeHellos(attempt);
             });
       });
 }
