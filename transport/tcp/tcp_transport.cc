@@ -180,6 +180,29 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
     bool finished = false;
     bool connected = false;  // Waiting for the server's HELLO.
     std::array<std::byte, kTcpControlFrameSize> hello{};
+    // What the timer, once it fires, says was waited for.
+    std::string waited_for = "connect_timeout";
+    std::chrono::milliseconds wait{};
+
+    // Gives the attempt `wait` from now.
+    void Arm(std::shared_ptr<Attempt> self, std::chrono::milliseconds wait) {
+      this->wait = wait;
+      timer.expires_after(wait);
+      timer.async_wait([self](const boost::system::error_code& error) {
+        if (error || self->finished) return;
+        boost::system::error_code ignored;
+        self->socket.close(ignored);
+        self->Finish(
+            Status(StatusCode::kUnavailable,
+                   self->connected
+                       ? "connected to " + self->target +
+                             ", which sent no HELLO within " +
+                             std::to_string(self->wait.count()) + " ms (" +
+                             self->waited_for +
+                             "): a hung or overloaded server, or not rdmarpc"
+                       : "connect to " + self->target + " timed out"));
+      });
+    }
 
     void Finish(StatusOr<std::shared_ptr<Connection>> result) {
       if (std::exchange(finished, true)) return;
@@ -198,6 +221,15 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
   // timer still runs), then hands over the connection.
   static constexpr auto ExchangeHellos = [](std::shared_ptr<Attempt> attempt) {
     attempt->connected = true;
+    // A peer connected and silent for keepalive_timeout is taken for dead,
+    // as on an open connection: so is a server that sends no HELLO.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        attempt->timer.expiry() - std::chrono::steady_clock::now());
+    const auto silence = attempt->options.keepalive_timeout;
+    if (attempt->options.keepalive_interval.count() > 0 && silence < left) {
+      attempt->waited_for = "keepalive_timeout";
+      attempt->Arm(attempt, silence);
+    }
     const auto hello = TcpControlFrame(KeepaliveKind::kHello);
     boost::system::error_code error;
     asio::write(attempt->socket, asio::buffer(hello), error);  // Fits.
@@ -227,21 +259,7 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
   attempt->done = std::move(done);
   attempt->options = options;
   attempt->target = "tcp://" + host + ":" + std::to_string(port);
-  attempt->timer.expires_after(options.connect_timeout);
-  attempt->timer.async_wait([attempt](const boost::system::error_code& error) {
-    if (error || attempt->finished) return;
-    boost::system::error_code ignored;
-    attempt->socket.close(ignored);
-    attempt->Finish(Status(
-        StatusCode::kUnavailable,
-        attempt->connected
-            ? "connected to " + attempt->target +
-                  ", which sent no HELLO within " +
-                  std::to_string(attempt->options.connect_timeout.count()) +
-                  " ms (connect_timeout): a hung or overloaded server, or not "
-                  "rdmarpc"
-            : "connect to " + attempt->target + " timed out"));
-  });
+  attempt->Arm(attempt, options.connect_timeout);
   attempt->resolver.async_resolve(
       host, std::to_string(port),
       [attempt](const boost::system::error_code& error,
