@@ -37,6 +37,11 @@ class Server::Impl {
     core_->max_response_size = options_.max_response_size;
     core_->max_metadata_size = options_.max_metadata_size;
     core_->interceptors = options_.interceptors;
+    for (const auto& interceptor : options_.interceptors) {
+      if (interceptor->admission())
+        core_->admitters.push_back(interceptor.get());
+    }
+    core_->max_unadmitted_frame_bytes = options_.max_unadmitted_frame_bytes;
     core_->metrics = options_.enable_metrics;
     core_->max_calls_per_connection = options_.max_calls_per_connection;
     core_->max_concurrency = options_.max_concurrency;
@@ -367,6 +372,7 @@ class Server::Impl {
       }
       sessions_.insert(session);
     }
+    if (!core_->admitters.empty()) session->RequireAdmission();
     session->SetOnClosed([this, weak = std::weak_ptr(session)] {
       std::lock_guard lock(mu_);
       if (auto s = weak.lock()) {

@@ -145,6 +145,14 @@ class ConnectionObserver {
   // Exactly once, after which no callback arrives: the peer went away, a
   // malformed frame arrived, or Close() was called.
   virtual void OnClose(const Status& reason) = 0;
+  // On a connection that requires admission (Connection::RequireAdmission)
+  // and is not yet admitted: a frame whose payload is over the bound has
+  // arrived up to its header. True takes the payload; false discards it as
+  // it arrives, and the frame is delivered with its payload dropped.
+  virtual bool AdmitHeader(std::span<const std::byte> header) {
+    (void)header;
+    return true;
+  }
 };
 
 class Connection {
@@ -172,6 +180,15 @@ class Connection {
   // Bytes of frames queued and not yet handed to the socket or the send
   // queue (waiting for room, or on RDMA for credits): the queue's depth now.
   virtual uint64_t queued_bytes() const = 0;
+
+  // Admission (the server's side, include/rdmarpc/interceptor.h). Before
+  // Start: until Admit(), a frame whose payload is over `max_payload` is
+  // read up to its header and handed to the observer's AdmitHeader first.
+  // TCP only so far; elsewhere a no-op.
+  virtual void RequireAdmission(uint64_t max_payload) { (void)max_payload; }
+  // The peer is admitted: frames are read whole from now on. On the
+  // connection's executor.
+  virtual void Admit() {}
 };
 
 // What Send returns once the connection to `peer` is closing or closed.

@@ -35,6 +35,9 @@ struct ConnectionStats {
   // TCP only: 1 when this accepted connection closed because the client's
   // HELLO did not arrive within connect_timeout.
   std::atomic<uint64_t> hello_timeouts{0};
+  // TCP only: payloads discarded unread because their call was refused on
+  // its header, the peer not yet admitted (ServerInterceptor::Admit).
+  std::atomic<uint64_t> payloads_refused{0};
   // 1 when this connection closed because a frame begun did not arrive
   // whole within frame_timeout.
   std::atomic<uint64_t> slow_frames{0};
@@ -138,6 +141,9 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
     {&ConnectionStats::hello_timeouts, "hello_timeouts",
      "TCP: accepted connections closed because the client's HELLO did not "
      "arrive within connect_timeout."},
+    {&ConnectionStats::payloads_refused, "payloads_refused",
+     "TCP: payloads discarded unread because their call was refused on its "
+     "header before the peer was admitted."},
     {&ConnectionStats::slow_frames, "slow_frames",
      "Connections closed because a frame begun did not arrive whole within "
      "frame_timeout."},

@@ -37,6 +37,7 @@
 #include <string_view>
 
 #include "rdmarpc/call_options.h"
+#include "rdmarpc/metadata.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/stream.h"
 
@@ -52,9 +53,34 @@ struct ClientCallInfo {
   StreamKind kind = StreamKind::kUnary;
 };
 
+// What an admission check sees of a call (ServerInterceptor::Admit): who
+// calls, what, and the request headers; none of the payload.
+struct AdmissionInfo {
+  std::string_view peer;     // "tcp://10.0.0.2:41000".
+  std::string_view service;  // Empty if the call names its method by an id
+  std::string_view method;   // that is no method of this server.
+  const Metadata& request_metadata;
+};
+
 class ServerInterceptor {
  public:
   virtual ~ServerInterceptor() = default;
+  // Admission: an interceptor that decides who may call at all (a token,
+  // later a TLS identity) says so with admission() and decides in Admit.
+  // With one configured, a connection's calls are admitted on their method
+  // and headers before their payloads are read, until one passes: until
+  // then the server holds at most ServerOptions::max_unadmitted_frame_bytes
+  // of a frame's payload (TCP), discards the rest of a refused call's
+  // payload as it arrives, and answers it with Admit's error. A connection
+  // refused kMaxAdmissionFailures times is closed. Admit runs on the
+  // connection's event loop: it must be quick and must not block. Once a
+  // call is admitted, the connection's calls are checked by OnCall only, as
+  // before (an admission interceptor checks there too).
+  virtual bool admission() const { return false; }
+  virtual Status Admit(const AdmissionInfo& call) {
+    (void)call;
+    return Status();
+  }
   // Before the handler, on the thread that runs it. An error answers the
   // call with it instead. `call` gives the method, the deadline, the
   // request headers (mutable_request_metadata) and the response's
@@ -99,10 +125,14 @@ class TokenServerInterceptor : public ServerInterceptor {
   explicit TokenServerInterceptor(std::string token)
       : expected_("Bearer " + std::move(token)) {}
   Status OnCall(ServerCall& call) override;
+  bool admission() const override { return true; }
+  Status Admit(const AdmissionInfo& call) override;
   // Calls refused so far.
   uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
+  Status Check(const Metadata& headers);
+
   const std::string expected_;
   std::atomic<uint64_t> refused_{0};
 };

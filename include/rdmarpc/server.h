@@ -79,6 +79,12 @@ struct ServerOptions {
   // A request whose metadata is larger, as include/rdmarpc/metadata.h counts
   // it, is answered RESOURCE_EXHAUSTED without running its handler.
   size_t max_metadata_size = tunables::kDefaultMaxMetadataSize;
+  // With an admission interceptor (ServerInterceptor::admission()), the most
+  // payload a frame may carry, read whole, on a TCP connection none of whose
+  // calls has been admitted yet; a larger one's header is read, the call
+  // admitted or refused on it, and a refused call's payload discarded
+  // unread. (Its header is bounded by kMaxCallHeaderSize, 64 KiB.)
+  uint64_t max_unadmitted_frame_bytes = tunables::kMaxUnadmittedFrameBytes;
   // Per-method metrics (rpc/server/metrics.h); cheap enough to leave on.
   bool enable_metrics = true;
   // Calls one connection may have running at once; more are answered

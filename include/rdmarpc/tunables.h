@@ -123,14 +123,20 @@ static_assert(kKeepaliveTimeout + kKeepaliveInterval <=
 // keepalive_interval must not be set below the other side's
 // min_ping_interval.
 inline constexpr std::chrono::milliseconds kMinPingInterval{50};
+inline constexpr uint32_t kMaxPingStrikes = 2;
+static_assert(kMinPingInterval <= kKeepaliveInterval / 10,
+              "a peer with the default keepalive never comes near the limit");
 // A frame begun must arrive whole within this (TransportOptions::
 // frame_timeout), checked at keepalive ticks.
 inline constexpr std::chrono::milliseconds kFrameTimeout{10000};
 static_assert(kFrameTimeout >= kKeepaliveTimeout,
               "a frame is given at least as long as a silent peer");
-inline constexpr uint32_t kMaxPingStrikes = 2;
-static_assert(kMinPingInterval <= kKeepaliveInterval / 10,
-              "a peer with the default keepalive never comes near the limit");
+// Admission (include/rdmarpc/interceptor.h): the payload read whole from a
+// peer none of whose calls has been admitted (ServerOptions::
+// max_unadmitted_frame_bytes), and the refusals after which its connection
+// is closed.
+inline constexpr uint64_t kMaxUnadmittedFrameBytes = 4 << 10;
+inline constexpr uint32_t kMaxAdmissionFailures = 8;
 
 // --- RDMA transport --------------------------------------------------------
 // Receive credits. A connection's receives come from its completion group's

@@ -18,8 +18,7 @@ bool SameBytes(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-Status TokenServerInterceptor::OnCall(ServerCall& call) {
-  Metadata& headers = call.mutable_request_metadata();
+Status TokenServerInterceptor::Check(const Metadata& headers) {
   const std::vector<std::string_view> given = headers.GetAll(kAuthorizationKey);
   if (given.size() != 1 || !SameBytes(given.front(), expected_)) {
     refused_.fetch_add(1, std::memory_order_relaxed);
@@ -27,6 +26,16 @@ Status TokenServerInterceptor::OnCall(ServerCall& call) {
                   given.empty() ? "the call carries no authorization token"
                                 : "the call's authorization token is wrong");
   }
+  return Status();
+}
+
+Status TokenServerInterceptor::Admit(const AdmissionInfo& call) {
+  return Check(call.request_metadata);
+}
+
+Status TokenServerInterceptor::OnCall(ServerCall& call) {
+  Metadata& headers = call.mutable_request_metadata();
+  if (Status checked = Check(headers); !checked.ok()) return checked;
   headers.Remove(kAuthorizationKey);  // The handler has no use for it.
   return Status();
 }

@@ -12,7 +12,8 @@ int LatencyHistogram::BucketOf(std::chrono::nanoseconds latency) {
   const uint64_t units = static_cast<uint64_t>(ns) * kSubBuckets / 1000;
   if (units < kSubBuckets) return 0;
   // units = 2^p * (1 + f), kSubBuckets sub-buckets for f.
-  const int power = static_cast<int>(std::bit_width(units)) - 1;  // >= log2(kSubBuckets)
+  const int power =
+      static_cast<int>(std::bit_width(units)) - 1;  // >= log2(kSubBuckets)
   const int shift = power - std::countr_zero(unsigned{kSubBuckets});
   const int sub = static_cast<int>((units >> shift) - kSubBuckets);
   const int bucket = shift * kSubBuckets + sub + 1;

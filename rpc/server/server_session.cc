@@ -116,9 +116,8 @@ void ServerSession::OnCancel(uint64_t id) {
 [[gnu::always_inline]] inline void ServerSession::OnRequest(
     const CallHeader& header, transport::ReceivedFrame& frame) {
   const uint64_t id = header.call_id();
-  if (!refusal_.ok()) {
-    ReplyNotRun(id, refusal_);
-    return connection_->Close(refusal_);  // Sends the answer first.
+  if (gated_ && !OnGatedRequest(header)) [[unlikely]] {
+    return;
   }
   if (core_->draining) {  // Checked again under core_->mu below.
     return ReplyNotRun(
@@ -403,6 +402,11 @@ MethodEntry* ServerSession::ResolveMethod(const CallHeader& header) {
     entry = method->second.get();
   }
   if (entry == nullptr) {
+    // Whoever is not admitted learns nothing of the server's methods.
+    if (Status refused = RunAdmission(header); !refused.ok()) {
+      RefuseUnadmitted(header.call_id(), refused);
+      return nullptr;
+    }
     core_->unknown_method_calls++;
     Reply(header.call_id(), Status(StatusCode::kUnimplemented, unknown));
     return nullptr;

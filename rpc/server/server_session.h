@@ -53,8 +53,21 @@ struct ServerCore {
   uint64_t max_response_size = 0;
   size_t max_metadata_size = 0;
   bool metrics = true;
-  // ServerOptions::interceptors, in order.
+  // ServerOptions::interceptors, in order, and those of them that admit
+  // (ServerInterceptor::admission()).
   std::vector<std::shared_ptr<ServerInterceptor>> interceptors;
+  std::vector<ServerInterceptor*> admitters;
+  uint64_t max_unadmitted_frame_bytes = 0;
+  // Calls refused admission, and the log that says so: once per peer host
+  // and kRefusalLogInterval, with how many since.
+  std::atomic<uint64_t> calls_unadmitted{0};
+  void NoteRefusal(const std::string& peer, const Status& why);
+  struct RefusalLog {
+    std::chrono::steady_clock::time_point logged;
+    uint64_t since = 0;  // Refusals not logged since.
+  };
+  std::mutex refusal_mu;
+  std::unordered_map<std::string, RefusalLog> refusal_log;  // By host.
   // Where handlers run; empty: inline, on the connection's thread.
   Executor handler_executor;
   // Set as the server stops its workers (and then its handler pool): a
@@ -120,7 +133,18 @@ class ServerSession final : public transport::ConnectionObserver,
   void Start() { connection_->Start(shared_from_this()); }
   // Before Start: the server is at a limit. Each request is answered with
   // `why` and the connection closes after the first answer.
-  void Refuse(Status why) { refusal_ = std::move(why); }
+  void Refuse(Status why) {
+    refusal_ = std::move(why);
+    gated_ = true;
+  }
+  // Before Start: the server has admission interceptors. Until a call
+  // passes them, calls are admitted on their headers before their
+  // payloads are read (include/rdmarpc/interceptor.h).
+  void RequireAdmission() {
+    admitted_ = false;
+    gated_ = true;
+    connection_->RequireAdmission(core_->max_unadmitted_frame_bytes);
+  }
   // Runs once, after the connection has closed. Set before Start().
   void SetOnClosed(std::function<void()> on_closed) {
     on_closed_ = std::move(on_closed);
@@ -134,6 +158,7 @@ class ServerSession final : public transport::ConnectionObserver,
 
   void OnFrame(transport::ReceivedFrame frame) override;
   void OnClose(const Status& reason) override;
+  bool AdmitHeader(std::span<const std::byte> header) override;
 
   // Called by ServerCall::Finish.
   void Complete(ServerCall& call, const Status& status, Payload response);
@@ -210,8 +235,23 @@ class ServerSession final : public transport::ConnectionObserver,
               uint64_t request_bytes, bool not_run);
   // MESSAGE, HALF_CLOSE, WINDOW.
   void OnStreamFrame(const CallHeader& header, transport::ReceivedFrame frame);
+  // OnRequest's path while gated_: refused (Refuse), or not yet admitted.
+  // False once the call has been answered.
+  bool OnGatedRequest(const CallHeader& header);
+  // The admission interceptors' verdict on a call (loop thread).
+  Status RunAdmission(const CallHeader& header) const;
+  // A call refused admission: answered, counted, logged (throttled); the
+  // connection closed after kMaxAdmissionFailures.
+  void RefuseUnadmitted(uint64_t id, const Status& why);
   std::function<void()> on_closed_;
   Status refusal_;  // Set by Refuse before Start.
+  // Loop thread: requests take OnGatedRequest (refusal_ set, or not
+  // admitted_); AdmitHeader's refusal of the frame it let through without
+  // its payload; refusals so far while not admitted.
+  bool gated_ = false;
+  bool admitted_ = true;
+  Status header_refusal_;
+  uint32_t admission_failures_ = 0;
   // GoAway (the shutting-down thread) and the client's answer or the
   // connection's end (its thread) meet here: whichever comes second counts
   // the answer, once (all sequentially consistent).

@@ -34,6 +34,14 @@ class CaptureSink final : public spdlog::sinks::base_sink<std::mutex> {
     std::lock_guard lock(mutex_);
     lines_.clear();
   }
+  size_t Count(std::string_view text) {
+    std::lock_guard lock(mutex_);
+    size_t n = 0;
+    for (const auto& [at, line] : lines_) {
+      n += line.find(text) != std::string::npos ? 1 : 0;
+    }
+    return n;
+  }
   bool Contains(std::optional<spdlog::level::level_enum> level,
                 std::string_view text) {
     std::lock_guard lock(mutex_);
@@ -72,6 +80,9 @@ CaptureSink& Captured() {
 LogCapture::LogCapture() { Captured().Clear(); }
 bool LogCapture::Contains(std::string_view text) const {
   return Captured().Contains(std::nullopt, text);
+}
+size_t LogCapture::Count(std::string_view text) const {
+  return Captured().Count(text);
 }
 bool LogCapture::Contains(spdlog::level::level_enum level,
                           std::string_view text) const {

@@ -33,6 +33,8 @@ class LogCapture {
  public:
   LogCapture();
   bool Contains(std::string_view text) const;
+  // Lines captured so far that contain `text`.
+  size_t Count(std::string_view text) const;
   // Printed at exactly `level`.
   bool Contains(spdlog::level::level_enum level, std::string_view text) const;
 };

@@ -36,6 +36,7 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
                              const TransportOptions& options, Role role)
     : socket_(std::move(socket)),
       options_(options),
+      max_payload_now_(options.max_payload_size),
       peer_(PeerUri(socket_)),
       close_timer_(socket_.get_executor()),
       keepalive_timer_(socket_.get_executor()),
@@ -62,6 +63,10 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
            MSG_DONTWAIT | MSG_NOSIGNAL);
     rx_.phase = RxState::Phase::kHello;
   }
+}
+
+void TcpConnection::RequireAdmission(uint64_t max_payload) {
+  max_payload_now_ = std::min(max_payload, options_.max_payload_size);
 }
 
 void TcpConnection::AwaitHello() {

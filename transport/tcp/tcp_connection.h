@@ -66,6 +66,8 @@ class TcpConnection final : public Connection,
     std::lock_guard lock(mu_);
     return queued_bytes_;
   }
+  void RequireAdmission(uint64_t max_payload) override;
+  void Admit() override { max_payload_now_ = options_.max_payload_size; }
 
  private:
   struct QueuedFrame {
@@ -85,6 +87,9 @@ class TcpConnection final : public Connection,
     Buffer block;  // Header, then payload unless it is being discarded.
     size_t filled = 0;
     uint64_t discard_left = 0;
+    // The block holds the header only, the payload (discard_left) to be
+    // admitted (ConnectionObserver::AdmitHeader) before it is read.
+    bool admission_pending = false;
   };
 
   // Receive path (executor only).
@@ -92,6 +97,12 @@ class TcpConnection final : public Connection,
   // ConsumeStaged's prefix phase, on the `staged` bytes at `in`: false when
   // the loop stops (more to read, or the connection failed).
   bool TakePrefix(const std::byte* in, size_t staged);
+  // TakePrefix's path for a frame whose payload is over max_payload_now_
+  // (so either over max_payload_size, or not yet admitted).
+  void TakeOverLimit(const DecodedPrefix& decoded);
+  // The header of a frame awaiting admission is in: asks the observer, and
+  // on yes makes room for the payload (true: go on reading the body).
+  bool AdmitPending();
   // ConsumeStaged's HELLO phase: as TakePrefix, for the client's HELLO.
   bool TakeHello(const std::byte* in, size_t staged);
   // An accepted connection: the wait for the client's HELLO.
@@ -170,6 +181,9 @@ class TcpConnection final : public Connection,
 
   boost::asio::ip::tcp::socket socket_;
   const TransportOptions options_;
+  // The largest payload read whole: max_payload_size, or before admission
+  // (RequireAdmission) the bound for a peer not yet admitted (loop thread).
+  uint64_t max_payload_now_;
   std::string peer_;
   ConnectionStats stats_;
   std::shared_ptr<ConnectionObserver> observer_;  // Reset after OnClose.

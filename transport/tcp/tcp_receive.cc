@@ -35,8 +35,8 @@ using tunables::kTcpReceiveChunk;
     ReadMore();
     return false;
   }
-  const DecodedPrefix decoded = DecodeFramePrefix(
-      std::span(in, kFramePrefixSize), options_.max_payload_size);
+  const DecodedPrefix decoded =
+      DecodeFramePrefix(std::span(in, kFramePrefixSize), max_payload_now_);
   if (decoded.verdict == PrefixVerdict::kMalformed) {
     ProtocolError(decoded.error);
     return false;
@@ -61,10 +61,8 @@ using tunables::kTcpReceiveChunk;
   rx_.filled = 0;
   rx_.discard_left = 0;
   uint64_t keep = decoded.prefix.header_size;
-  if (decoded.verdict == PrefixVerdict::kPayloadTooLarge) {
-    Log().warn("{}: {}; discarding it", peer_, decoded.error.message());
-    rx_.discard_left = decoded.prefix.payload_size;
-    Bump(stats_.oversized_frames_dropped);
+  if (decoded.verdict == PrefixVerdict::kPayloadTooLarge) [[unlikely]] {
+    TakeOverLimit(decoded);
   } else {
     keep += decoded.prefix.payload_size;
   }
@@ -73,6 +71,38 @@ using tunables::kTcpReceiveChunk;
     rx_.block = PooledBuffer(keep);
   }
   rx_.phase = RxState::Phase::kBody;
+  return true;
+}
+
+void TcpConnection::TakeOverLimit(const DecodedPrefix& decoded) {
+  rx_.discard_left = decoded.prefix.payload_size;
+  if (decoded.prefix.payload_size <= options_.max_payload_size) {
+    // Over max_payload_now_ only: the peer is not admitted yet. Its header
+    // first (AdmitPending).
+    rx_.admission_pending = true;
+    return;
+  }
+  Log().warn(
+      "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
+      "discarding it",
+      peer_, decoded.prefix.payload_size, options_.max_payload_size);
+  Bump(stats_.oversized_frames_dropped);
+}
+
+bool TcpConnection::AdmitPending() {
+  rx_.admission_pending = false;
+  if (!observer_->AdmitHeader(rx_.block.span())) {
+    Bump(stats_.payloads_refused);
+    return false;  // Delivered with its payload dropped, which is discarded.
+  }
+  // Admitted: the header moves to a block with room for the payload, which
+  // is read as any frame's body.
+  const size_t header_size = rx_.block.size();
+  Buffer block = PooledBuffer(header_size + rx_.discard_left);
+  std::memcpy(block.data(), rx_.block.data(), header_size);
+  rx_.block = std::move(block);
+  rx_.filled = header_size;
+  rx_.discard_left = 0;
   return true;
 }
 
@@ -147,6 +177,9 @@ void TcpConnection::ConsumeStaged() {
           } else {
             return ReadMore();
           }
+        }
+        if (rx_.admission_pending && AdmitPending()) [[unlikely]] {
+          break;  // The payload, read on as the body.
         }
         const bool discard = rx_.discard_left > 0;
         more_staged_ = staged_end_ > staged_begin_;
@@ -242,6 +275,7 @@ void TcpConnection::OnBodyReadable() {
 
 void TcpConnection::FinishBody() {
   rx_.filled = rx_.block.size();
+  if (rx_.admission_pending && AdmitPending()) return ConsumeStaged();
   const bool discard = rx_.discard_left > 0;
   DeliverFrame();
   rx_.phase = discard ? RxState::Phase::kDiscard : RxState::Phase::kPrefix;

@@ -1,0 +1,143 @@
+// ServerSession: admission, the check of who calls before a call's payload is
+// read (ServerInterceptor::admission(), include/rdmarpc/interceptor.h).
+//
+// A session of a server with admission interceptors starts not admitted
+// (RequireAdmission): its transport reads at most max_unadmitted_frame_bytes
+// of a frame's payload before asking AdmitHeader, and each request goes
+// through OnGatedRequest. The first call that passes admits the connection;
+// from then on requests take the plain path, and OnCall checks each call as
+// for any interceptor.
+#include <algorithm>
+#include <chrono>
+
+#include "base/log.h"
+#include "rdmarpc/tunables.h"
+#include "rpc/server/server_session.h"
+#include "rpc/wire/wire_codec.h"
+
+namespace rdmarpc::rpc {
+
+namespace {
+
+constexpr std::chrono::seconds kRefusalLogInterval{10};
+// Peers whose refusals the log remembers before it forgets the quiet ones.
+constexpr size_t kRefusalLogPeers = 1024;
+
+// "tcp://10.0.0.2:41000" -> "tcp://10.0.0.2": refusals are logged per host.
+std::string HostOf(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  const size_t scheme = peer.find("://");
+  if (colon == std::string::npos || scheme == std::string::npos ||
+      colon < scheme + 3) {
+    return peer;
+  }
+  return peer.substr(0, colon);
+}
+
+}  // namespace
+
+void ServerCore::NoteRefusal(const std::string& peer, const Status& why) {
+  calls_unadmitted.fetch_add(1, std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  uint64_t since = 0;
+  {
+    std::lock_guard lock(refusal_mu);
+    if (refusal_log.size() >= kRefusalLogPeers) {
+      std::erase_if(refusal_log, [&](const auto& entry) {
+        return now - entry.second.logged >= kRefusalLogInterval;
+      });
+    }
+    const std::string host = HostOf(peer);
+    auto [it, fresh] = refusal_log.try_emplace(host);
+    RefusalLog& log = it->second;
+    if (!fresh && now - log.logged < kRefusalLogInterval) {
+      ++log.since;
+      return;
+    }
+    since = std::exchange(log.since, 0);
+    log.logged = now;
+  }
+  if (since == 0) {
+    Log().warn("{}: call refused: {}", peer, why.message());
+  } else {
+    Log().warn(
+        "{}: call refused: {} ({} more from this host refused since "
+        "the last report)",
+        peer, why.message(), since);
+  }
+}
+
+Status ServerSession::RunAdmission(const CallHeader& header) const {
+  if (core_->admitters.empty()) return Status();
+  Metadata metadata;
+  if (!header.metadata().empty()) {
+    const Status read = ReadMetadata(
+        header.metadata(), core_->max_metadata_size, "request metadata",
+        "server", StatusCode::kInvalidArgument, &metadata);
+    if (!read.ok()) return read;
+  }
+  std::string_view service = header.service();
+  std::string_view method = header.method();
+  if (header.method_id() != 0) {
+    MethodIndex<MethodEntry>::Found found;
+    const MethodEntry* entry =
+        core_->methods_by_id.Find(header.method_id(), &found);
+    if (found == MethodIndex<MethodEntry>::Found::kOne) {
+      service = *entry->service;
+      method = *entry->method;
+    }
+  }
+  const AdmissionInfo info{connection_->peer(), service, method, metadata};
+  for (ServerInterceptor* admitter : core_->admitters) {
+    if (Status verdict = admitter->Admit(info); !verdict.ok()) return verdict;
+  }
+  return Status();
+}
+
+void ServerSession::RefuseUnadmitted(uint64_t id, const Status& why) {
+  core_->NoteRefusal(connection_->peer(), why);
+  Reply(id, why);
+  if (!admitted_ && ++admission_failures_ >= tunables::kMaxAdmissionFailures) {
+    connection_->Close(Status(
+        why.code(),
+        std::to_string(admission_failures_) +
+            " calls refused admission on this connection: " + why.message()));
+  }
+}
+
+bool ServerSession::OnGatedRequest(const CallHeader& header) {
+  const uint64_t id = header.call_id();
+  if (!refusal_.ok()) {
+    ReplyNotRun(id, refusal_);
+    connection_->Close(refusal_);  // Sends the answer first.
+    return false;
+  }
+  Status verdict = std::exchange(header_refusal_, Status());
+  if (verdict.ok()) verdict = RunAdmission(header);
+  if (!verdict.ok()) {
+    RefuseUnadmitted(id, verdict);
+    return false;
+  }
+  admitted_ = true;
+  gated_ = false;
+  connection_->Admit();
+  return true;
+}
+
+bool ServerSession::AdmitHeader(std::span<const std::byte> bytes) {
+  const std::optional<CallHeader> header = CallHeader::Decode(bytes);
+  // Anything else is answered, or found malformed, by OnFrame; its payload
+  // is not needed for that.
+  if (!header || header->kind() != CallHeader::kRequest) return false;
+  Status verdict = RunAdmission(*header);
+  if (verdict.ok()) {
+    admitted_ = true;
+    gated_ = !refusal_.ok();
+    connection_->Admit();
+    return true;
+  }
+  header_refusal_ = std::move(verdict);
+  return false;
+}
+
+}  // namespace rdmarpc::rpc

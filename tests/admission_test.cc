@@ -1,0 +1,258 @@
+// Admission (include/rdmarpc/interceptor.h, docs/security.md): with a token
+// interceptor, a peer none of whose calls has passed it holds no memory for
+// a large payload, learns nothing of the server's methods, is cut off after
+// kMaxAdmissionFailures refusals, and is logged once per host and interval;
+// an admitted client's first call may be as large as any. Raw TCP peers.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <catch2/catch_test_macros.hpp>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "rdmarpc/channel.h"
+#include "rdmarpc/interceptor.h"
+#include "rpc/wire/call_header.h"
+#include "rpc/wire/wire_codec.h"
+#include "tests/support/test_support.h"
+#include "transport/frame.h"
+#include "transport/keepalive.h"
+#include "transport/uri.h"
+
+namespace rdmarpc::testing {
+namespace {
+
+constexpr char kToken[] = "s3cret";
+
+rpc::ServerOptions WithToken() {
+  rpc::ServerOptions options;
+  options.interceptors.push_back(
+      std::make_shared<TokenServerInterceptor>(kToken));
+  return options;
+}
+
+rpc::ChannelOptions ClientWithToken() {
+  rpc::ChannelOptions options;
+  options.interceptors.push_back(
+      std::make_shared<TokenClientInterceptor>(kToken));
+  return options;
+}
+
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A raw TCP client that has exchanged HELLOs with the server at `uri`.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& uri)
+      : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(transport::ParseUri(uri)->port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&address),
+                    sizeof(address)) == 0);
+    const timeval timeout{.tv_sec = 10, .tv_usec = 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    const auto hello =
+        transport::TcpControlFrame(transport::KeepaliveKind::kHello);
+    REQUIRE(Write(hello.data(), hello.size()));
+    std::array<std::byte, transport::kTcpControlFrameSize> greeting;
+    REQUIRE(Read(greeting.data(), greeting.size()));
+    REQUIRE(greeting == hello);
+  }
+  ~RawClient() { close(fd_); }
+
+  // A REQUEST for test.Test/`method` declaring `payload_size` bytes of
+  // payload, with an authorization header if `token` is set: its prefix and
+  // header only.
+  bool WriteRequestHead(uint64_t id, std::string_view method,
+                        uint64_t payload_size, std::string_view token = {}) {
+    std::string metadata;
+    if (!token.empty()) {
+      Metadata headers;
+      headers.Add(std::string(kAuthorizationKey),
+                  "Bearer " + std::string(token));
+      metadata = *rpc::EncodeOutgoingMetadata(headers, "headers");
+    }
+    rpc::CallHeader header;
+    header.set_kind(rpc::CallHeader::kRequest)
+        .set_call_id(id)
+        .set_service("test.Test")
+        .set_method(method)
+        .set_payload_size(payload_size)
+        .set_metadata(metadata);
+    std::vector<std::byte> bytes(header.MaxEncodedSize());
+    const size_t header_size = header.Encode(bytes.data()) - bytes.data();
+    const transport::EncodedPrefix prefix = transport::EncodeFramePrefix(
+        {.type = transport::FrameType::kRpc,
+         .header_size = static_cast<uint32_t>(header_size),
+         .payload_size = static_cast<uint32_t>(payload_size)});
+    return Write(prefix.data(), prefix.size()) &&
+           Write(bytes.data(), header_size);
+  }
+  // `n` bytes of payload.
+  bool WritePayload(uint64_t n) {
+    static const std::vector<std::byte> zeros(1 << 20);
+    for (uint64_t left = n; left > 0;) {
+      const size_t take = std::min<uint64_t>(left, zeros.size());
+      if (!Write(zeros.data(), take)) return false;
+      left -= take;
+    }
+    return true;
+  }
+  // The next RESPONSE's status; INTERNAL "closed" once the server closed.
+  Status ReadResponse() {
+    std::array<std::byte, tunables::kFramePrefixSize> prefix_bytes;
+    if (!Read(prefix_bytes.data(), prefix_bytes.size())) {
+      return Status(StatusCode::kInternal, "closed");
+    }
+    const auto prefix = transport::DecodeFramePrefix(prefix_bytes, 1 << 30);
+    std::vector<std::byte> rest(prefix.prefix.header_size +
+                                prefix.prefix.payload_size);
+    if (!Read(rest.data(), rest.size())) {
+      return Status(StatusCode::kInternal, "closed");
+    }
+    const auto header = rpc::CallHeader::Decode(
+        std::span(rest).first(prefix.prefix.header_size));
+    REQUIRE(header.has_value());
+    REQUIRE(header->kind() == rpc::CallHeader::kResponse);
+    return rpc::StatusFromHeader(*header);
+  }
+
+ private:
+  bool Write(const void* data, size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t sent = send(fd_, p, n, MSG_NOSIGNAL);
+      if (sent <= 0) return false;
+      p += sent;
+      n -= static_cast<size_t>(sent);
+    }
+    return true;
+  }
+  bool Read(void* data, size_t n) {
+    auto* p = static_cast<char*>(data);
+    while (n > 0) {
+      const ssize_t got = recv(fd_, p, n, 0);
+      if (got <= 0) return false;
+      p += got;
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  }
+  int fd_;
+};
+
+uint64_t PayloadsRefused(TestServer& server) {
+  uint64_t refused = 0;
+  server.server.ForEachConnection([&](const transport::Connection& c) {
+    refused += c.stats().payloads_refused;
+  });
+  return refused;
+}
+
+TEST_CASE(
+    "admission: a large request without the token is refused on its header "
+    "and its payload discarded, never stored") {
+  TestServer server(WithToken());
+  const uint64_t before = ResidentBytes();
+  constexpr uint64_t kDeclared = 32 << 20;  // Under max_payload_size.
+  constexpr uint64_t kSent = kDeclared - (1 << 20);
+  std::vector<std::unique_ptr<RawClient>> peers;
+  for (int i = 0; i < 4; ++i) {
+    peers.push_back(std::make_unique<RawClient>(server.uri));
+    RawClient& peer = *peers.back();
+    REQUIRE(peer.WriteRequestHead(1, "Echo", kDeclared));
+    // Answered before a byte of the payload was sent.
+    const Status answer = peer.ReadResponse();
+    INFO(answer.ToString());
+    CHECK(answer.code() == StatusCode::kUnauthenticated);
+    REQUIRE(peer.WritePayload(kSent));  // All but 1 MiB of it.
+  }
+  REQUIRE(WaitFor([&] { return PayloadsRefused(server) == 4; }));
+  // 4 x 31 MiB sent; without admission each would sit in a 32 MiB block.
+  const uint64_t grown = ResidentBytes() - before;
+  INFO("resident bytes grew by " << grown);
+  CHECK(grown < (16 << 20));
+  // The same connection, still not admitted, is refused again; a client
+  // with the token is served.
+  REQUIRE(peers[0]->WritePayload(kDeclared - kSent));
+  REQUIRE(peers[0]->WriteRequestHead(2, "Echo", 0));
+  CHECK(peers[0]->ReadResponse().code() == StatusCode::kUnauthenticated);
+  rpc::Channel admitted(server.uri, ClientWithToken());
+  CHECK(CallSync(admitted, "Echo", "hi").response == "hi");
+}
+
+TEST_CASE("admission: an admitted client's first call may be large") {
+  TestServer server(WithToken());
+  rpc::Channel channel(server.uri, ClientWithToken());
+  const std::string big(8 << 20, 'x');
+  const CallResult result = CallSync(channel, "Echo", big);
+  INFO(result.status.ToString());
+  CHECK(result.status.ok());
+  CHECK(result.response == big);
+  CHECK(PayloadsRefused(server) == 0);
+  // Without the token, the same call is refused.
+  rpc::Channel stranger(server.uri);
+  CHECK(CallSync(stranger, "Echo", big).status.code() ==
+        StatusCode::kUnauthenticated);
+}
+
+TEST_CASE(
+    "admission: an unknown method is UNAUTHENTICATED for a call without the "
+    "token, UNIMPLEMENTED with it") {
+  TestServer server(WithToken());
+  rpc::Channel stranger(server.uri);
+  const CallResult unknown = CallSync(stranger, "NoSuchMethod", "");
+  CHECK(unknown.status.code() == StatusCode::kUnauthenticated);
+  CHECK(unknown.status.message().find("NoSuchMethod") == std::string::npos);
+  rpc::Channel member(server.uri, ClientWithToken());
+  CHECK(CallSync(member, "NoSuchMethod", "").status.code() ==
+        StatusCode::kUnimplemented);
+  // On a connection admitted already, a call without the token learns
+  // nothing either.
+  RawClient peer(server.uri);
+  REQUIRE(peer.WriteRequestHead(1, "Echo", 0, kToken));
+  CHECK(peer.ReadResponse().ok());
+  REQUIRE(peer.WriteRequestHead(3, "NoSuchMethod", 0));
+  CHECK(peer.ReadResponse().code() == StatusCode::kUnauthenticated);
+}
+
+TEST_CASE(
+    "admission: a connection refused kMaxAdmissionFailures times is closed, "
+    "and refusals are logged once per host and interval") {
+  LogCapture log;
+  TestServer server(WithToken());
+  RawClient guesser(server.uri);
+  int refused = 0;
+  for (uint64_t id = 1; id <= 2 * tunables::kMaxAdmissionFailures; ++id) {
+    if (!guesser.WriteRequestHead(id, "Echo", 0,
+                                  "guess" + std::to_string(id))) {
+      break;
+    }
+  }
+  for (Status answer = guesser.ReadResponse();
+       answer.code() == StatusCode::kUnauthenticated;
+       answer = guesser.ReadResponse()) {
+    ++refused;
+  }
+  CHECK(refused == static_cast<int>(tunables::kMaxAdmissionFailures));
+  CHECK(WaitFor([&] { return server.stats().connections == 0; }));
+  // A second connection from the same host, refused too: still one line.
+  RawClient again(server.uri);
+  REQUIRE(again.WriteRequestHead(1, "Echo", 0));
+  CHECK(again.ReadResponse().code() == StatusCode::kUnauthenticated);
+  CHECK(log.Count("call refused") == 1);
+}
+
+}  // namespace
+}  // namespace rdmarpc::testing
