@@ -471,6 +471,22 @@ TEST_CASE("admin: a bad admin address fails Listen with a clear error") {
   CHECK(bound.status().message().find("http://HOST:PORT") != std::string::npos);
 }
 
+TEST_CASE(
+    "admin: the endpoint listens beyond loopback only when its URI says "
+    "remote=1") {
+  rpc::Server server;
+  rpc::EnableAdmin(server, "http://0.0.0.0:0");
+  const StatusOr<std::string> refused = server.Listen(ListenUri());
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK(refused.status().message().find("?remote=1") != std::string::npos);
+  CHECK(!rpc::ClientAdmin::Start("http://0.0.0.0:0").ok());
+  CHECK(!rpc::ClientAdmin::Start("http://127.0.0.1:0?remote=yes").ok());
+  auto remote = rpc::ClientAdmin::Start("http://0.0.0.0:0?remote=1");
+  REQUIRE(remote.ok());
+  CHECK((*remote)->uri().rfind("http://0.0.0.0:", 0) == 0);
+}
+
 TEST_CASE("admin: ServerOptions::admin_listen opens the same endpoint") {
   rpc::ServerOptions options;
   options.admin_listen = "http://127.0.0.1:0";

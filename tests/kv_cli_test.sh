@@ -59,7 +59,8 @@ kv frobnicate 2>/dev/null
 
 # A server that wants a token (interceptors): refused without it, served
 # with it, each call logged.
-"$server" --uri tcp://127.0.0.1:0 --token s3cret --log-calls 1 \
+echo s3cret >"$work/token"
+"$server" --uri tcp://127.0.0.1:0 --token-file "$work/token" --log-calls 1 \
   >"$work/guarded.out" 2>"$work/guarded.err" &
 guarded=$!
 trap 'kill $pid $guarded 2>/dev/null; wait $pid $guarded 2>/dev/null' EXIT
@@ -68,9 +69,12 @@ guarded_uri=$(sed -n 's/^kv server listening on //p' "$work/guarded.out")
 [[ -n $guarded_uri ]] || fail "guarded server did not start"
 "$client" --uri "$guarded_uri" put t1 v 2>"$work/err" && fail "no token exited 0"
 grep -q UNAUTHENTICATED "$work/err" || fail "no token: $(cat "$work/err")"
-"$client" --uri "$guarded_uri" --token wrong put t1 v 2>/dev/null && fail "wrong token exited 0"
-"$client" --uri "$guarded_uri" --token s3cret put t1 v || fail "put with the token"
-[[ "$("$client" --uri "$guarded_uri" --token s3cret get t1)" == v ]] || fail "get with the token"
+KV_TOKEN=wrong "$client" --uri "$guarded_uri" put t1 v 2>/dev/null && fail "wrong token exited 0"
+KV_TOKEN=s3cret "$client" --uri "$guarded_uri" put t1 v || fail "put with the token"
+[[ "$("$client" --uri "$guarded_uri" --token-file "$work/token" get t1)" == v ]] || fail "get with the token"
+# A token on the command line is refused, with the way to give it.
+"$client" --uri "$guarded_uri" --token s3cret get t1 2>"$work/err" && fail "--token exited 0"
+grep -q "token-file" "$work/err" || fail "--token: $(cat "$work/err")"
 grep -q 'KeyValue/Put unary -> OK' "$work/guarded.out" "$work/guarded.err" ||
   fail "the server logged no call: $(cat "$work/guarded.err")"
 echo "kv cli: all checks passed"

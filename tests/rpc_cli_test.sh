@@ -89,7 +89,7 @@ grep -Eq "^$kv/ScanStream +0 +0 +3$" "$work/stats" || fail "stats ScanStream: $(
 
 # Headers (-H): a server that checks a token refuses calls without it, and
 # takes them with it, streaming ones too.
-"$server" --uri tcp://127.0.0.1:0 --token s3cret >"$work/token.out" 2>"$work/token.err" &
+KV_TOKEN=s3cret "$server" --uri tcp://127.0.0.1:0 >"$work/token.out" 2>"$work/token.err" &
 token_pid=$!
 trap 'kill $pid $token_pid 2>/dev/null; wait $pid $token_pid 2>/dev/null' EXIT
 for _ in $(seq 100); do grep -q 'listening on' "$work/token.out" && break; sleep 0.1; done

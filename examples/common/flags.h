@@ -2,7 +2,9 @@
 #ifndef RDMARPC_EXAMPLES_COMMON_FLAGS_H_
 #define RDMARPC_EXAMPLES_COMMON_FLAGS_H_
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +33,32 @@ class Flags {
     return it == values_.end() ? fallback : std::atoll(it->second.c_str());
   }
   const std::vector<std::string>& positional() const { return positional_; }
+
+  // A secret, never from the command line (where `ps` shows it): the file
+  // named by --NAME-file (its first line), else the environment variable
+  // `env`; empty if neither is set. Exits with status 2 if --NAME is given,
+  // or the file cannot be read.
+  std::string Secret(const std::string& name, const char* env) const {
+    if (values_.count(name) != 0) {
+      std::fprintf(stderr,
+                   "--%s is not accepted: the command line is visible to "
+                   "every user (ps); use --%s-file FILE or %s\n",
+                   name.c_str(), name.c_str(), env);
+      std::exit(2);
+    }
+    if (const auto it = values_.find(name + "-file"); it != values_.end()) {
+      std::ifstream in(it->second);
+      std::string secret;
+      if (!in || !std::getline(in, secret)) {
+        std::fprintf(stderr, "cannot read --%s-file %s\n", name.c_str(),
+                     it->second.c_str());
+        std::exit(2);
+      }
+      return secret;
+    }
+    const char* value = std::getenv(env);
+    return value != nullptr ? value : "";
+  }
 
  private:
   std::map<std::string, std::string> values_;

@@ -18,8 +18,8 @@
 // round-robin|least-loaded|hash spreads the calls, hash by each call's key,
 // and a session then also takes `endpoints`, `wait-endpoints N` and
 // `lookup KEY` (a get for which an absent key is no failure).
-// --token TOKEN sends "authorization: Bearer TOKEN" with every call (the
-// server's --token). --timing 1 prints each call's latency on stderr. A failed
+// With a token (the first line of --token-file FILE, or $KV_TOKEN), every
+// call carries "authorization: Bearer TOKEN" (the server's token). --timing 1 prints each call's latency on stderr. A failed
 // call prints its status on stderr and exits non-zero (1; 2 for bad usage).
 #include <boost/asio/use_future.hpp>
 #include <cstdio>
@@ -58,7 +58,8 @@ class Cli {
     rpc::ChannelOptions options;
     options.transport.max_payload_size = kMaxMessageSize;
     options.max_request_size = kMaxMessageSize;
-    if (const std::string token = flags.Get("token", ""); !token.empty()) {
+    if (const std::string token = flags.Secret("token", "KV_TOKEN");
+        !token.empty()) {
       options.interceptors.push_back(
           std::make_shared<rpc::TokenClientInterceptor>(token));
     }

@@ -1,14 +1,16 @@
 // The KV server: //examples/kv:server --uri URI [--capacity BYTES]
-//   [--token TOKEN] [--log-calls 1] [--admin http://HOST:PORT]
+//   [--token-file FILE] [--log-calls 1] [--admin http://HOST:PORT]
 //   [--register-at etcd://HOST:PORT/PREFIX [--registration-ttl-s N]]
 // With --admin it serves /metrics (Prometheus) and a status page there
 // (docs/admin.md).
 // With --register-at it registers in etcd while it serves, for clients
 // whose --uri is that etcd:// target (docs/cluster.md).
-// With --token, every call must carry "authorization: Bearer TOKEN" (the
-// client's --token); --log-calls 1 logs each call's end. Both are
-// interceptors (rdmarpc/server.h, include/rdmarpc/interceptor.h). A token
-// crosses tcp:// in the clear: use it on a trusted network only.
+// With a token (the first line of --token-file FILE, or $KV_TOKEN; never on
+// the command line, where ps shows it), every call must carry
+// "authorization: Bearer TOKEN" (the client's token); --log-calls 1 logs
+// each call's end. Both are interceptors (rdmarpc/server.h,
+// include/rdmarpc/interceptor.h). A token crosses tcp:// in the clear: use
+// it on a trusted network only.
 #include <chrono>
 #include <memory>
 
@@ -26,7 +28,8 @@ int main(int argc, char** argv) {
   options.transport.max_payload_size = kMaxMessageSize;
   options.max_response_size = kMaxMessageSize;
   // The token check first: the log then shows only calls it let through.
-  if (const std::string token = flags.Get("token", ""); !token.empty()) {
+  if (const std::string token = flags.Secret("token", "KV_TOKEN");
+      !token.empty()) {
     options.interceptors.push_back(
         std::make_shared<rpc::TokenServerInterceptor>(token));
   }

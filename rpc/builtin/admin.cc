@@ -176,6 +176,25 @@ StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
                   "admin endpoint: \"" + parsed->host +
                       "\" is not an IP address: " + error.message());
   }
+  // It shows every method, limit and client address, unauthenticated: on
+  // loopback unless the URI says otherwise (?remote=1).
+  bool remote = false;
+  for (const auto& [name, value] : parsed->params) {
+    if (name == "remote" && (value == "1" || value == "0")) {
+      remote = value == "1";
+    } else {
+      return Status(StatusCode::kInvalidArgument,
+                    "admin endpoint: unknown parameter \"" + name + "=" +
+                        value + "\" (the only one is remote=1)");
+    }
+  }
+  if (!address.is_loopback() && !remote) {
+    return Status(StatusCode::kInvalidArgument,
+                  "admin endpoint: " + parsed->host +
+                      " is not a loopback address, and the endpoint shows "
+                      "every method, limit and client address to whoever "
+                      "connects: add ?remote=1 to serve it there");
+  }
   auto endpoint = std::unique_ptr<AdminEndpoint>(new AdminEndpoint);
   endpoint->state_ = std::make_shared<State>(loop);
   State& state = *endpoint->state_;
