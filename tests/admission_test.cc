@@ -12,10 +12,12 @@
 #include <catch2/catch_test_macros.hpp>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmarpc/channel.h"
 #include "rdmarpc/interceptor.h"
+#include "rdmarpc/peer_memory.h"
 #include "rpc/wire/call_header.h"
 #include "rpc/wire/wire_codec.h"
 #include "tests/support/test_support.h"
@@ -98,6 +100,12 @@ class RawClient {
          .payload_size = static_cast<uint32_t>(payload_size)});
     return Write(prefix.data(), prefix.size()) &&
            Write(bytes.data(), header_size);
+  }
+  // A whole REQUEST whose payload is `request`.
+  bool WriteRequest(uint64_t id, std::string_view method,
+                    std::string_view request) {
+    return WriteRequestHead(id, method, request.size()) &&
+           Write(request.data(), request.size());
   }
   // `n` bytes of payload.
   bool WritePayload(uint64_t n) {
@@ -252,6 +260,65 @@ TEST_CASE(
   REQUIRE(again.WriteRequestHead(1, "Echo", 0));
   CHECK(again.ReadResponse().code() == StatusCode::kUnauthenticated);
   CHECK(log.Count("call refused") == 1);
+}
+
+// Sets the peer memory limit for one test, and puts it back.
+class PeerMemoryLimitFor {
+ public:
+  explicit PeerMemoryLimitFor(uint64_t bytes) : before_(PeerMemoryLimit()) {
+    SetPeerMemoryLimit(bytes);
+  }
+  ~PeerMemoryLimitFor() { SetPeerMemoryLimit(before_); }
+
+ private:
+  const uint64_t before_;
+};
+
+TEST_CASE(
+    "peer memory: past the limit a large request is refused and its payload "
+    "discarded, and what a request held is given back") {
+  TestServer server;
+  const uint64_t idle = PeerMemoryUsed();
+  // This process is the server and the client: a 2 MiB echo counts its
+  // request and its response on both sides, at most 8 MiB at once.
+  PeerMemoryLimitFor limit(idle + (12 << 20));
+  rpc::Channel channel(server.uri);
+  // 2 MiB fits: counted while it is held, given back after.
+  CHECK(CallSync(channel, "Echo", std::string(2 << 20, 'a')).status.ok());
+  CHECK(WaitFor([&] { return PeerMemoryUsed() == idle; }));
+  // 16 MiB does not.
+  RawClient peer(server.uri);
+  REQUIRE(peer.WriteRequestHead(1, "Echo", 16 << 20));
+  REQUIRE(peer.WritePayload(16 << 20));
+  const Status refused = peer.ReadResponse();
+  INFO(refused.ToString());
+  CHECK(refused.code() == StatusCode::kResourceExhausted);
+  CHECK(refused.message().find("SetPeerMemoryLimit") != std::string::npos);
+  // The connection goes on.
+  REQUIRE(peer.WriteRequestHead(2, "Echo", 0));
+  CHECK(peer.ReadResponse().ok());
+  CHECK(PeerMemoryUsed() == idle);
+}
+
+TEST_CASE(
+    "peer memory: responses queued for a client that never reads stop at "
+    "the limit") {
+  TestServer server;
+  const uint64_t idle = PeerMemoryUsed();
+  constexpr uint64_t kLimit = 16 << 20;
+  PeerMemoryLimitFor limit(idle + kLimit);
+  RawClient peer(server.uri);  // Never reads a response.
+  // 64 responses of 1 MiB: 64 MiB, far below max_queued_bytes (256 MiB).
+  std::string one_mib = std::to_string(1 << 20);
+  for (uint64_t id = 1; id <= 64; ++id) {
+    REQUIRE(peer.WriteRequest(id, "Bytes", one_mib));
+  }
+  // Each either queued, within the limit, or refused.
+  REQUIRE(WaitFor([&] { return server.server.stats().calls_started == 64; }));
+  std::this_thread::sleep_for(200ms);  // The last responses queue.
+  INFO("peer memory used: " << PeerMemoryUsed() - idle);
+  CHECK(PeerMemoryUsed() <= idle + kLimit + (2 << 20));
+  CHECK(server.server.stats().responses_refused > 0);
 }
 
 }  // namespace

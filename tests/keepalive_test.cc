@@ -329,7 +329,9 @@ TEST_CASE(
     return received >= bytes;
   }));
   INFO("queued: " << QueuedBytes(server));
-  CHECK(QueuedBytes(server) <= 2 * (tunables::kFramePrefixSize + 1));
+  // One PONG, or two, at what a queue entry costs (a few hundred bytes);
+  // one per PING was 1 M of them.
+  CHECK(QueuedBytes(server) <= 2048);
   CHECK(server.stats().connections == 1);
   close(fd);
 }

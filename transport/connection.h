@@ -177,8 +177,10 @@ class Connection {
   // The peer as a URI: "tcp://127.0.0.1:40001".
   virtual const std::string& peer() const = 0;
   virtual const ConnectionStats& stats() const = 0;
-  // Bytes of frames queued and not yet handed to the socket or the send
-  // queue (waiting for room, or on RDMA for credits): the queue's depth now.
+  // What frames queued and not yet handed to the socket or the send queue
+  // (waiting for room, or on RDMA for credits) cost now: on TCP their bytes
+  // and their queue entries (include/rdmarpc/peer_memory.h), on RDMA their
+  // bytes.
   virtual uint64_t queued_bytes() const = 0;
 
   // Admission (the server's side, include/rdmarpc/interceptor.h). Before

@@ -55,6 +55,7 @@ enum class DropReason : uint8_t {
   kNone = 0,
   kTooLarge = 1,     // Over the receiver's max_payload_size.
   kMemoryLimit = 2,  // RDMA: over the receiver's max_grant_bytes.
+  kPeerMemory = 3,   // Over the process's peer memory limit (peer_memory.h).
 };
 
 struct FramePrefix {

@@ -247,6 +247,10 @@ Status DroppedPayloadStatus(const transport::ReceivedFrame& frame,
   if (frame.drop_reason() == transport::DropReason::kMemoryLimit) {
     message += "refused: the " + std::string(receiver) +
                "'s registered-memory limit is reached";
+  } else if (frame.drop_reason() == transport::DropReason::kPeerMemory) {
+    message += "refused: the " + std::string(receiver) +
+               " holds all the memory its peers may make it hold "
+               "(rdmarpc::SetPeerMemoryLimit)";
   } else {
     message += "exceeds the " + std::string(receiver) + "'s maximum" +
                std::string(detail);

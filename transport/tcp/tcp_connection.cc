@@ -8,6 +8,7 @@
 #include "base/buffer_pool.h"
 #include "base/large_block.h"
 #include "base/log.h"
+#include "transport/peer_budget.h"
 #include "transport/tcp/tcp_connection_internal.h"
 
 namespace rdmarpc::transport::tcp {
@@ -175,9 +176,12 @@ void TcpConnection::CloseNow(const Status& reason) {
     std::lock_guard lock(mu_);
     closing_ = true;
     unsent.swap(queue_);
+    ReleasePeerBytes(queued_bytes_ +
+                     writing_bytes_.exchange(0, std::memory_order_relaxed));
     queued_bytes_ = 0;
     queued_frames_ = 0;
   }
+  writing_.clear();
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

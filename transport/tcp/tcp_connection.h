@@ -90,6 +90,7 @@ class TcpConnection final : public Connection,
     // The block holds the header only, the payload (discard_left) to be
     // admitted (ConnectionObserver::AdmitHeader) before it is read.
     bool admission_pending = false;
+    DropReason drop_reason = DropReason::kTooLarge;  // With discard_left.
   };
 
   // Receive path (executor only).
@@ -103,6 +104,13 @@ class TcpConnection final : public Connection,
   // The header of a frame awaiting admission is in: asks the observer, and
   // on yes makes room for the payload (true: go on reading the body).
   bool AdmitPending();
+  // A block for a frame larger than the staging area, counted in the peer
+  // memory budget; past it, the header's only, the payload discarded.
+  Buffer LargeFrameBlock(uint64_t header_size, uint64_t payload_size);
+  // TakePrefix's: rx_.block = LargeFrameBlock(...), out of line so that the
+  // common path's one move into rx_.block stays inline.
+  [[gnu::noinline]] void TakeLargeFrame(uint64_t header_size,
+                                        uint64_t payload_size);
   // ConsumeStaged's HELLO phase: as TakePrefix, for the client's HELLO.
   bool TakeHello(const std::byte* in, size_t staged);
   // An accepted connection: the wait for the client's HELLO.
@@ -169,6 +177,12 @@ class TcpConnection final : public Connection,
   template <typename Handler>
   void PostToLoop(Handler handler);
   void FinishWrite(size_t bytes);  // The batch in writing_ has left.
+  // What a frame costs while it waits (include/rdmarpc/peer_memory.h).
+  static uint64_t QueuedCost(uint64_t header, uint64_t payload) {
+    return sizeof(QueuedFrame) + header + payload;
+  }
+  // Send's refusal past the peer memory limit.
+  Status PeerMemoryFull(uint64_t bytes) const;
   void OnWritten(const boost::system::error_code& error, size_t bytes);
 
   // Closes once the queue is written, or after kCloseFlushTimeout.
@@ -205,7 +219,10 @@ class TcpConnection final : public Connection,
 
   mutable std::mutex mu_;
   std::vector<QueuedFrame> queue_;  // Guarded by mu_.
-  uint64_t queued_bytes_ = 0;       // Guarded by mu_: the bytes in queue_.
+  uint64_t queued_bytes_ = 0;       // Guarded by mu_: what queue_ costs.
+  // What the batch in writing_ costs (QueuedCost), counted in the peer
+  // memory budget until it has left: set by the loop thread, read by Send.
+  std::atomic<uint64_t> writing_bytes_{0};
   // The writer's token: a flush is posted or a write is in flight, and
   // either picks up queue_. Set and cleared under mu_, except by the write-
   // now path, which takes and gives it back without mu_ (see LetGo).

@@ -10,6 +10,7 @@
 #include "base/large_block.h"
 #include "base/log.h"
 #include "base/pooled_handler.h"
+#include "transport/peer_budget.h"
 #include "transport/tcp/tcp_connection_internal.h"
 
 namespace rdmarpc::transport::tcp {
@@ -67,14 +68,39 @@ using tunables::kTcpReceiveChunk;
     keep += decoded.prefix.payload_size;
   }
   after_large_frame_ = keep > kTcpReceiveChunk;
-  if (keep < tunables::kTcpReceiveInPlaceMin || !ReceiveInPlace(keep)) {
+  if (after_large_frame_) [[unlikely]] {
+    TakeLargeFrame(decoded.prefix.header_size,
+                   keep - decoded.prefix.header_size);
+  } else if (keep < tunables::kTcpReceiveInPlaceMin || !ReceiveInPlace(keep)) {
     rx_.block = PooledBuffer(keep);
   }
   rx_.phase = RxState::Phase::kBody;
   return true;
 }
 
+Buffer TcpConnection::LargeFrameBlock(uint64_t header_size,
+                                      uint64_t payload_size) {
+  const uint64_t size = header_size + payload_size;
+  if (TryChargePeerBytes(size)) {
+    return ChargedBuffer(PooledBuffer(size), size);
+  }
+  Log().warn(
+      "{}: payload of {} bytes refused: the process holds {} bytes "
+      "for its peers, its limit {}; discarding it",
+      peer_, payload_size, PeerMemoryUsed(), PeerMemoryLimit());
+  Bump(stats_.oversized_frames_dropped);
+  rx_.discard_left = payload_size;
+  rx_.drop_reason = DropReason::kPeerMemory;
+  return PooledBuffer(header_size);
+}
+
+void TcpConnection::TakeLargeFrame(uint64_t header_size,
+                                   uint64_t payload_size) {
+  rx_.block = LargeFrameBlock(header_size, payload_size);
+}
+
 void TcpConnection::TakeOverLimit(const DecodedPrefix& decoded) {
+  rx_.drop_reason = DropReason::kTooLarge;
   rx_.discard_left = decoded.prefix.payload_size;
   if (decoded.prefix.payload_size <= options_.max_payload_size) {
     // Over max_payload_now_ only: the peer is not admitted yet. Its header
@@ -98,11 +124,14 @@ bool TcpConnection::AdmitPending() {
   // Admitted: the header moves to a block with room for the payload, which
   // is read as any frame's body.
   const size_t header_size = rx_.block.size();
-  Buffer block = PooledBuffer(header_size + rx_.discard_left);
+  const uint64_t payload_size = std::exchange(rx_.discard_left, 0);
+  Buffer block = header_size + payload_size > kTcpReceiveChunk
+                     ? LargeFrameBlock(header_size, payload_size)
+                     : PooledBuffer(header_size + payload_size);
+  if (rx_.discard_left > 0) return false;  // Over the peer memory limit.
   std::memcpy(block.data(), rx_.block.data(), header_size);
   rx_.block = std::move(block);
   rx_.filled = header_size;
-  rx_.discard_left = 0;
   return true;
 }
 
@@ -291,7 +320,8 @@ void TcpConnection::DeliverFrame() {
   }
   Bump(stats_.frames_received);
   ReceivedFrame frame(rx_.prefix.type, std::move(rx_.block),
-                      rx_.prefix.header_size, rx_.discard_left);
+                      rx_.prefix.header_size, rx_.discard_left,
+                      rx_.drop_reason);
   InsideOnFrame guard(in_observer_);
   observer_->OnFrame(std::move(frame));
 }

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/pooled_handler.h"
+#include "transport/peer_budget.h"
 #include "transport/tcp/tcp_connection_internal.h"
 
 namespace rdmarpc::transport::tcp {
@@ -71,13 +72,18 @@ Status TcpConnection::Send(OutgoingFrame frame) {
   {
     std::lock_guard lock(mu_);
     if (closing_) return ClosedError(peer_);
-    const uint64_t bytes = kFramePrefixSize + frame.header.size() + payload;
-    if (Status room = CheckQueueRoom(queued_bytes_, bytes,
-                                     options_.max_queued_bytes, peer_);
+    // What the frame costs while it waits: its bytes and its queue entry.
+    const uint64_t bytes = QueuedCost(frame.header.size(), payload);
+    if (Status room = CheckQueueRoom(
+            queued_bytes_ + writing_bytes_.load(std::memory_order_relaxed),
+            bytes, options_.max_queued_bytes, peer_);
         !room.ok()) {
       if (!frame.may_wait) return room;
       Bump(stats_.frames_waited_for_room);
+    } else if (PeerBytesFull(bytes) && !frame.may_wait) [[unlikely]] {
+      return PeerMemoryFull(bytes);
     }
+    ChargePeerBytes(bytes);
     queued_bytes_ += bytes;
     queue_.push_back({prefix, std::move(frame)});
     // Counted before the token is read: see LetGo.
@@ -125,6 +131,9 @@ void TcpConnection::WriteNow(const EncodedPrefix& prefix,
   // The socket took part of it, or none, or failed: the batch path takes
   // over, with this frame as its batch (no write is in flight).
   const int error = n < 0 ? errno : 0;
+  const uint64_t cost = QueuedCost(frame.header.size(), frame.payload_size());
+  ChargePeerBytes(cost);
+  writing_bytes_.store(cost, std::memory_order_relaxed);
   writing_.push_back({prefix, std::move(frame)});
   if (error != 0 && error != EAGAIN && error != EWOULDBLOCK) {
     return OnWritten(
@@ -162,6 +171,7 @@ void TcpConnection::Flush() {
         flush_pending_ = false;
       } else {
         std::swap(queue_, writing_);
+        writing_bytes_.store(queued_bytes_, std::memory_order_relaxed);
         queued_bytes_ = 0;
         queued_frames_ = 0;
       }
@@ -270,6 +280,16 @@ void TcpConnection::FinishWrite(size_t bytes) {
   Bump(stats_.frames_sent, writing_.size());
   Bump(stats_.bytes_sent, bytes);
   writing_.clear();  // Releases every sent buffer.
+  ReleasePeerBytes(writing_bytes_.exchange(0, std::memory_order_relaxed));
+}
+
+Status TcpConnection::PeerMemoryFull(uint64_t bytes) const {
+  return Status(
+      StatusCode::kResourceExhausted,
+      "cannot queue " + std::to_string(bytes) + " bytes for " + peer_ +
+          ": the process holds " + std::to_string(PeerMemoryUsed()) +
+          " bytes for its peers, its limit " +
+          std::to_string(PeerMemoryLimit()) + " (rdmarpc::SetPeerMemoryLimit)");
 }
 
 void TcpConnection::OnWritten(const boost::system::error_code& error,
