@@ -352,6 +352,7 @@ class Server::Impl {
     Log().info("{}: accepted", connection->peer());
     auto session =
         std::make_shared<rpc::ServerSession>(core_, connection, workers_);
+    std::string host;  // Counted in per_host_ (max_connections_per_peer).
     {
       std::lock_guard lock(mu_);
       if (shut_down_) {
@@ -369,12 +370,27 @@ class Server::Impl {
         session->Refuse(Status(
             StatusCode::kResourceExhausted,
             "server at its connection limit (" + std::to_string(limit) + ")"));
+      } else if (const uint32_t per_peer = options_.max_connections_per_peer;
+                 per_peer > 0) {
+        host = rpc::PeerHost(connection->peer());
+        if (per_host_[host]++ >= per_peer) {
+          core_->connections_refused++;
+          Log().warn(
+              "{}: refused: {} connections from that host, its limit "
+              "(max_connections_per_peer)",
+              connection->peer(), per_peer);
+          session->Refuse(Status(StatusCode::kResourceExhausted,
+                                 "server at its limit of connections from one "
+                                 "host (" +
+                                     std::to_string(per_peer) + ")"));
+        }
       }
       sessions_.insert(session);
     }
     if (!core_->admitters.empty()) session->RequireAdmission();
-    session->SetOnClosed([this, weak = std::weak_ptr(session)] {
+    session->SetOnClosed([this, weak = std::weak_ptr(session), host] {
       std::lock_guard lock(mu_);
+      if (!host.empty() && --per_host_[host] == 0) per_host_.erase(host);
       if (auto s = weak.lock()) {
         // Its counts stay in the transport's totals (ForEachTransport).
         closed_totals_[TransportOf(s->connection())].Add(
@@ -424,6 +440,8 @@ class Server::Impl {
   std::unique_ptr<naming::Registration> registration_;           // Guarded.
   std::vector<std::function<void()>> shutdown_hooks_;            // Guarded.
   std::set<std::shared_ptr<rpc::ServerSession>> sessions_;       // Guarded.
+  // Open connections by peer host, with max_connections_per_peer. Guarded.
+  std::map<std::string, uint32_t> per_host_;
   // Per transport, the counters of the connections closed (ForEachTransport).
   std::map<std::string, transport::ConnectionStats> closed_totals_;  // Guarded.
   std::vector<std::unique_ptr<Service>> owned_services_;             // Guarded.

@@ -112,6 +112,26 @@ TEST_CASE("limits: calls finished elsewhere as their handler returns leave") {
   CHECK(server.stats().calls_over_limit == 0);
 }
 
+TEST_CASE("limits: connections per peer host") {
+  ServerOptions options;
+  options.max_connections_per_peer = 2;
+  TestServer server(options);
+  auto first = std::make_unique<Channel>(server.uri);
+  Channel second(server.uri);
+  REQUIRE(CallSync(*first, "Echo", "1").status.ok());
+  REQUIRE(CallSync(second, "Echo", "2").status.ok());
+  Channel third(server.uri);
+  const CallResult refused = CallSync(third, "Echo", "3");
+  CHECK(refused.status.code() == StatusCode::kResourceExhausted);
+  CHECK(refused.status.message().find("from one host") != std::string::npos);
+  CHECK(WaitFor([&] { return server.stats().connections == 2; }));
+  // Room again once one of that host's connections goes.
+  first.reset();
+  CHECK(WaitFor([&] { return server.stats().connections == 1; }));
+  CHECK(WaitFor([&] { return CallSync(third, "Echo", "in").response == "in"; },
+                20s));
+}
+
 TEST_CASE("limits: connections per server") {
   ServerOptions options;
   options.max_connections = 2;

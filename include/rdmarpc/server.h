@@ -93,6 +93,10 @@ struct ServerOptions {
   // Open connections; a connection beyond it has each request answered
   // RESOURCE_EXHAUSTED and is closed (0: no limit).
   uint32_t max_connections = tunables::kDefaultMaxConnections;
+  // Open connections from one host (its IP address); a connection beyond it
+  // is treated as one beyond max_connections. 0, the default: no limit (a
+  // benchmark, or a proxy, opens thousands from one address).
+  uint32_t max_connections_per_peer = 0;
   // Overload (brpc's max_concurrency): calls the whole server runs at once,
   // and calls of one method ("pkg.Service/Method") at once. A request beyond
   // either is answered RESOURCE_EXHAUSTED at once, before its handler runs,

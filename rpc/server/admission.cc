@@ -23,8 +23,9 @@ constexpr std::chrono::seconds kRefusalLogInterval{10};
 // Peers whose refusals the log remembers before it forgets the quiet ones.
 constexpr size_t kRefusalLogPeers = 1024;
 
-// "tcp://10.0.0.2:41000" -> "tcp://10.0.0.2": refusals are logged per host.
-std::string HostOf(const std::string& peer) {
+}  // namespace
+
+std::string PeerHost(const std::string& peer) {
   const size_t colon = peer.rfind(':');
   const size_t scheme = peer.find("://");
   if (colon == std::string::npos || scheme == std::string::npos ||
@@ -33,8 +34,6 @@ std::string HostOf(const std::string& peer) {
   }
   return peer.substr(0, colon);
 }
-
-}  // namespace
 
 void ServerCore::NoteRefusal(const std::string& peer, const Status& why) {
   calls_unadmitted.fetch_add(1, std::memory_order_relaxed);
@@ -47,7 +46,7 @@ void ServerCore::NoteRefusal(const std::string& peer, const Status& why) {
         return now - entry.second.logged >= kRefusalLogInterval;
       });
     }
-    const std::string host = HostOf(peer);
+    const std::string host = PeerHost(peer);
     auto [it, fresh] = refusal_log.try_emplace(host);
     RefusalLog& log = it->second;
     if (!fresh && now - log.logged < kRefusalLogInterval) {

@@ -45,6 +45,10 @@ struct ServiceEntry {
   std::map<std::string, std::unique_ptr<MethodEntry>, std::less<>> methods;
 };
 
+// "tcp://10.0.0.2:41000" -> "tcp://10.0.0.2": a peer's host, by which
+// refusals are logged and connections counted (max_connections_per_peer).
+std::string PeerHost(const std::string& peer);
+
 // State every session of a server shares.
 struct ServerCore {
   // Fixed once serving.

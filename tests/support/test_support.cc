@@ -345,6 +345,13 @@ std::span<const ServerOptionFlag> ServerOptionFlags() {
        [](ServerOptions& o, long long v) {
          o.transport.keepalive_timeout = milliseconds(v);
        }},
+      {"max-conns-per-peer",
+       [](const ServerOptions& o) -> long long {
+         return o.max_connections_per_peer;
+       },
+       [](ServerOptions& o, long long v) {
+         o.max_connections_per_peer = static_cast<uint32_t>(v);
+       }},
       {"min-ping-ms",
        [](const ServerOptions& o) -> long long {
          return o.transport.min_ping_interval.count();
