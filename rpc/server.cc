@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "naming/registration.h"
 #include "rdmarpc/method_ref.h"
 #include "rpc/common/event_loop.h"
@@ -349,7 +350,13 @@ class Server::Impl {
 
  private:
   void Accept(const std::shared_ptr<transport::Connection>& connection) {
-    Log().info("{}: accepted", connection->peer());
+    // One line per host and interval: a peer may open connections at will.
+    if (const auto held = ThrottleLog("accepted", connection->peer())) {
+      Log().info("{}: accepted{}", connection->peer(),
+                 *held == 0 ? ""
+                            : " (and " + std::to_string(*held) +
+                                  " more from this host since)");
+    }
     auto session =
         std::make_shared<rpc::ServerSession>(core_, connection, workers_);
     std::string host;  // Counted in per_host_ (max_connections_per_peer).
@@ -372,7 +379,7 @@ class Server::Impl {
             "server at its connection limit (" + std::to_string(limit) + ")"));
       } else if (const uint32_t per_peer = options_.max_connections_per_peer;
                  per_peer > 0) {
-        host = rpc::PeerHost(connection->peer());
+        host = PeerHost(connection->peer());
         if (per_host_[host]++ >= per_peer) {
           core_->connections_refused++;
           Log().warn(

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/log_throttle.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/interceptor.h"
 #include "rdmarpc/peer_memory.h"
@@ -124,6 +125,7 @@ TEST_CASE(
 TEST_CASE(
     "admission: a connection refused kMaxAdmissionFailures times is closed, "
     "and refusals are logged once per host and interval") {
+  ForgetThrottledLogs();  // Counted from here.
   LogCapture log;
   TestServer server(WithToken());
   RawClient guesser(server.uri);

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/log_throttle.h"
 #include "tests/support/test_support.h"
 #include "transport/uri.h"
 
@@ -340,6 +341,7 @@ TEST_CASE(
     "keepalive: a peer that pings too often is told TOO_MANY_PINGS and "
     "cut off",
     "[tcp]") {
+  ForgetThrottledLogs();  // The server's line is looked for.
   LogCapture log;
   TestServer server;  // min_ping_interval 50 ms, 2 strikes.
   const int fd = ConnectRaw(server.uri);
@@ -391,6 +393,7 @@ TEST_CASE(
     "keepalive: a client that trickles a frame a byte at a time is cut off "
     "after frame_timeout, and others are served meanwhile",
     "[tcp]") {
+  ForgetThrottledLogs();  // The server's line is looked for.
   LogCapture log;
   rpc::ServerOptions options = ServerWithKeepalive();
   options.transport.frame_timeout = 500ms;

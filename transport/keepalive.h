@@ -34,6 +34,7 @@
 #include <string>
 
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/tunables.h"
 #include "transport/connection.h"
@@ -201,7 +202,10 @@ void ArmKeepalive(boost::asio::steady_timer& timer, KeepaliveClock& clock,
       case KeepaliveClock::Action::kSlowFrame: {
         const Status slow = clock.SlowFrame(peer);
         Bump(stats.slow_frames);
-        Log().warn("{}: closing: {}", peer, slow.message());
+        if (const auto held = ThrottleLog("slow frame", peer)) {
+          Log().warn("{}: closing: {}{}", peer, slow.message(),
+                     HeldBack(*held));
+        }
         return close(slow);
       }
       case KeepaliveClock::Action::kPing:

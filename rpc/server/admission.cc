@@ -7,62 +7,18 @@
 // through OnGatedRequest. The first call that passes admits the connection;
 // from then on requests take the plain path, and OnCall checks each call as
 // for any interceptor.
-#include <algorithm>
-#include <chrono>
-
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "rdmarpc/tunables.h"
 #include "rpc/server/server_session.h"
 #include "rpc/wire/wire_codec.h"
 
 namespace rdmarpc::rpc {
 
-namespace {
-
-constexpr std::chrono::seconds kRefusalLogInterval{10};
-// Peers whose refusals the log remembers before it forgets the quiet ones.
-constexpr size_t kRefusalLogPeers = 1024;
-
-}  // namespace
-
-std::string PeerHost(const std::string& peer) {
-  const size_t colon = peer.rfind(':');
-  const size_t scheme = peer.find("://");
-  if (colon == std::string::npos || scheme == std::string::npos ||
-      colon < scheme + 3) {
-    return peer;
-  }
-  return peer.substr(0, colon);
-}
-
 void ServerCore::NoteRefusal(const std::string& peer, const Status& why) {
   calls_unadmitted.fetch_add(1, std::memory_order_relaxed);
-  const auto now = std::chrono::steady_clock::now();
-  uint64_t since = 0;
-  {
-    std::lock_guard lock(refusal_mu);
-    if (refusal_log.size() >= kRefusalLogPeers) {
-      std::erase_if(refusal_log, [&](const auto& entry) {
-        return now - entry.second.logged >= kRefusalLogInterval;
-      });
-    }
-    const std::string host = PeerHost(peer);
-    auto [it, fresh] = refusal_log.try_emplace(host);
-    RefusalLog& log = it->second;
-    if (!fresh && now - log.logged < kRefusalLogInterval) {
-      ++log.since;
-      return;
-    }
-    since = std::exchange(log.since, 0);
-    log.logged = now;
-  }
-  if (since == 0) {
-    Log().warn("{}: call refused: {}", peer, why.message());
-  } else {
-    Log().warn(
-        "{}: call refused: {} ({} more from this host refused since "
-        "the last report)",
-        peer, why.message(), since);
+  if (const auto held = ThrottleLog("call refused", peer)) {
+    Log().warn("{}: call refused: {}{}", peer, why.message(), HeldBack(*held));
   }
 }
 

@@ -7,6 +7,7 @@
 #include "base/buffer_pool.h"
 #include "base/latency_trace.h"
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "rdmarpc/retry_options.h"
 #include "rdmarpc/tunables.h"
 #include "rpc/wire/wire_codec.h"
@@ -471,8 +472,20 @@ void ServerSession::OnClose(const Status& reason) {
       if (auto call = weak.lock()) orphans.push_back(std::move(call));
     }
   }
-  Log().info("{}: connection closed: {} ({} calls in flight)",
-             connection_->peer(), reason.message(), orphans.size());
+  // Closed for what a peer can repeat at will (and the transport logged,
+  // throttled): this line is throttled too.
+  const ConnectionStats& stats = connection_->stats();
+  const bool peer_misbehaved =
+      stats.protocol_errors > 0 || stats.pings_refused > 0 ||
+      stats.slow_frames > 0 || stats.hello_timeouts > 0 ||
+      stats.keepalive_timeouts > 0 || admission_failures_ > 0;
+  if (const auto held = peer_misbehaved
+                            ? ThrottleLog("closed", connection_->peer())
+                            : std::optional<uint64_t>(0)) {
+    Log().info("{}: connection closed: {} ({} calls in flight){}",
+               connection_->peer(), reason.message(), orphans.size(),
+               HeldBack(*held));
+  }
   for (auto& call : orphans) call->MarkCancelled();
   if (auto on_closed = std::move(on_closed_)) on_closed();
 }

@@ -45,10 +45,6 @@ struct ServiceEntry {
   std::map<std::string, std::unique_ptr<MethodEntry>, std::less<>> methods;
 };
 
-// "tcp://10.0.0.2:41000" -> "tcp://10.0.0.2": a peer's host, by which
-// refusals are logged and connections counted (max_connections_per_peer).
-std::string PeerHost(const std::string& peer);
-
 // State every session of a server shares.
 struct ServerCore {
   // Fixed once serving.
@@ -62,16 +58,10 @@ struct ServerCore {
   std::vector<std::shared_ptr<ServerInterceptor>> interceptors;
   std::vector<ServerInterceptor*> admitters;
   uint64_t max_unadmitted_frame_bytes = 0;
-  // Calls refused admission, and the log that says so: once per peer host
-  // and kRefusalLogInterval, with how many since.
+  // Calls refused admission, and the log that says so (base/log_throttle.h:
+  // once per peer host and interval).
   std::atomic<uint64_t> calls_unadmitted{0};
   void NoteRefusal(const std::string& peer, const Status& why);
-  struct RefusalLog {
-    std::chrono::steady_clock::time_point logged;
-    uint64_t since = 0;  // Refusals not logged since.
-  };
-  std::mutex refusal_mu;
-  std::unordered_map<std::string, RefusalLog> refusal_log;  // By host.
   // Where handlers run; empty: inline, on the connection's thread.
   Executor handler_executor;
   // Set as the server stops its workers (and then its handler pool): a

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "transport/rdma/completion_member.h"
 #include "transport/rdma/grant_memory.h"
 #include "transport/rdma/rdma_connection.h"
@@ -18,7 +19,9 @@ void RdmaConnection::TooManyPings() {
   if (close_after_drain_) return;  // Told already; closing.
   const Status status = keepalive_.TooManyPings(peer_);
   Bump(stats_.pings_refused);
-  Log().warn("{}: closing: {}", peer_, status.message());
+  if (const auto held = ThrottleLog("too many pings", peer_)) {
+    Log().warn("{}: closing: {}{}", peer_, status.message(), HeldBack(*held));
+  }
   // The peer learns why, if it gives a credit back within
   // kCloseFlushTimeout.
   ControlMessage told;

@@ -8,6 +8,7 @@
 #include "base/buffer_pool.h"
 #include "base/large_block.h"
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "transport/peer_budget.h"
 #include "transport/tcp/tcp_connection_internal.h"
 
@@ -85,7 +86,10 @@ void TcpConnection::AwaitHello() {
         "no HELLO from " + self->peer_ + " within " +
             std::to_string(self->options_.connect_timeout.count()) +
             " ms of connecting (connect_timeout)");
-    Log().info("{}: closing: {}", self->peer_, late.message());
+    if (const auto held = ThrottleLog("no hello", self->peer_)) {
+      Log().info("{}: closing: {}{}", self->peer_, late.message(),
+                 HeldBack(*held));
+    }
     self->CloseNow(late);
   });
 }

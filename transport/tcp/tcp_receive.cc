@@ -9,6 +9,7 @@
 #include "base/buffer_pool.h"
 #include "base/large_block.h"
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "base/pooled_handler.h"
 #include "transport/peer_budget.h"
 #include "transport/tcp/tcp_connection_internal.h"
@@ -245,7 +246,9 @@ void TcpConnection::RefuseOtherVersion(const Status& error) {
 
 void TcpConnection::ProtocolError(const Status& error) {
   Bump(stats_.protocol_errors);
-  Log().warn("{}: closing: {}", peer_, error.message());
+  if (const auto held = ThrottleLog("protocol error", peer_)) {
+    Log().warn("{}: closing: {}{}", peer_, error.message(), HeldBack(*held));
+  }
   CloseNow(error);
 }
 
@@ -361,7 +364,9 @@ void TcpConnection::OnKeepalive(KeepaliveKind kind) {
 void TcpConnection::TooManyPings() {
   const Status status = keepalive_.TooManyPings(peer_);
   Bump(stats_.pings_refused);
-  Log().warn("{}: closing: {}", peer_, status.message());
+  if (const auto held = ThrottleLog("too many pings", peer_)) {
+    Log().warn("{}: closing: {}{}", peer_, status.message(), HeldBack(*held));
+  }
   receive_stopped_ = true;  // Nothing more is read or delivered.
   // The peer learns why, unless it does not read: then the close waits at
   // most kCloseFlushTimeout for it.
