@@ -183,9 +183,12 @@ StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
     if (name == "remote" && (value == "1" || value == "0")) {
       remote = value == "1";
     } else {
-      return Status(StatusCode::kInvalidArgument,
-                    "admin endpoint: unknown parameter \"" + name + "=" +
-                        value + "\" (the only one is remote=1)");
+      std::string why = "admin endpoint: unknown parameter \"";
+      why += name;
+      why += '=';
+      why += value;
+      why += "\" (the only one is remote=1)";
+      return Status(StatusCode::kInvalidArgument, std::move(why));
     }
   }
   if (!address.is_loopback() && !remote) {

@@ -26,9 +26,9 @@ Status ServerSession::RunAdmission(const CallHeader& header) const {
   if (core_->admitters.empty()) return Status();
   Metadata metadata;
   if (!header.metadata().empty()) {
-    const Status read = ReadMetadata(
-        header.metadata(), core_->max_metadata_size, "request metadata",
-        "server", StatusCode::kInvalidArgument, &metadata);
+    Status read = ReadMetadata(header.metadata(), core_->max_metadata_size,
+                               "request metadata", "server",
+                               StatusCode::kInvalidArgument, &metadata);
     if (!read.ok()) return read;
   }
   std::string_view service = header.service();

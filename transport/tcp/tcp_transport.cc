@@ -164,97 +164,99 @@ Status CheckHello(std::span<const std::byte> got, const std::string& target,
                     "a HELLO");
 }
 
+// One Connect: resolve, connect, exchange HELLOs, all under one timer.
+struct Attempt {
+  explicit Attempt(asio::io_context& context)
+      : resolver(context), socket(context), timer(context) {}
+  tcp::resolver resolver;
+  tcp::socket socket;
+  asio::steady_timer timer;
+  ConnectHandler done;
+  TransportOptions options;
+  std::string target;
+  bool finished = false;
+  bool connected = false;  // Waiting for the server's HELLO.
+  std::array<std::byte, kTcpControlFrameSize> hello{};
+  // What the timer, once it fires, says was waited for.
+  std::string waited_for = "connect_timeout";
+  std::chrono::milliseconds wait{};
+
+  // Gives the attempt `wait` from now.
+  void Arm(const std::shared_ptr<Attempt>& self,
+           std::chrono::milliseconds wait) {
+    this->wait = wait;
+    timer.expires_after(wait);
+    timer.async_wait([self](const boost::system::error_code& error) {
+      if (error || self->finished) return;
+      boost::system::error_code ignored;
+      self->socket.close(ignored);
+      self->Finish(Status(
+          StatusCode::kUnavailable,
+          self->connected ? "connected to " + self->target +
+                                ", which sent no HELLO within " +
+                                std::to_string(self->wait.count()) + " ms (" +
+                                self->waited_for +
+                                "): a hung or overloaded server, or not rdmarpc"
+                          : "connect to " + self->target + " timed out"));
+    });
+  }
+
+  void Finish(StatusOr<std::shared_ptr<Connection>> result) {
+    if (std::exchange(finished, true)) return;
+    timer.cancel();
+    resolver.cancel();
+    done(std::move(result));
+  }
+  void Fail(const std::string& what, const boost::system::error_code& e) {
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    Finish(Status(StatusCode::kUnavailable,
+                  what + " " + target + ": " + e.message()));
+  }
+};
+// Connected: sends this side's HELLO and waits for the server's (the
+// timer still runs), then hands over the connection.
+void ExchangeHellos(const std::shared_ptr<Attempt>& attempt) {
+  attempt->connected = true;
+  // A peer connected and silent for keepalive_timeout is taken for dead,
+  // as on an open connection: so is a server that sends no HELLO.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      attempt->timer.expiry() - std::chrono::steady_clock::now());
+  const auto silence = attempt->options.keepalive_timeout;
+  if (attempt->options.keepalive_interval.count() > 0 && silence < left) {
+    attempt->waited_for = "keepalive_timeout";
+    attempt->Arm(attempt, silence);
+  }
+  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+  boost::system::error_code error;
+  asio::write(attempt->socket, asio::buffer(hello), error);  // Fits.
+  if (error) return attempt->Fail("cannot greet", error);
+  asio::async_read(
+      attempt->socket, asio::buffer(attempt->hello),
+      [attempt](const boost::system::error_code& error, size_t bytes) {
+        if (attempt->finished) return;
+        Status hello =
+            CheckHello(std::span(attempt->hello).first(bytes), attempt->target,
+                       attempt->options.max_payload_size);
+        if (!hello.ok() && error &&
+            hello.code() != StatusCode::kUnimplemented) {
+          return attempt->Fail("lost the connection to", error);
+        }
+        if (!hello.ok()) {
+          boost::system::error_code ignored;
+          attempt->socket.close(ignored);
+          return attempt->Finish(std::move(hello));
+        }
+        attempt->Finish(
+            std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
+                std::move(attempt->socket), attempt->options)));
+      });
+}
+
 }  // namespace
 
 void Connect(asio::io_context& context, const std::string& host, uint16_t port,
              const TransportOptions& options, ConnectHandler done) {
-  struct Attempt {
-    explicit Attempt(asio::io_context& context)
-        : resolver(context), socket(context), timer(context) {}
-    tcp::resolver resolver;
-    tcp::socket socket;
-    asio::steady_timer timer;
-    ConnectHandler done;
-    TransportOptions options;
-    std::string target;
-    bool finished = false;
-    bool connected = false;  // Waiting for the server's HELLO.
-    std::array<std::byte, kTcpControlFrameSize> hello{};
-    // What the timer, once it fires, says was waited for.
-    std::string waited_for = "connect_timeout";
-    std::chrono::milliseconds wait{};
-
-    // Gives the attempt `wait` from now.
-    void Arm(std::shared_ptr<Attempt> self, std::chrono::milliseconds wait) {
-      this->wait = wait;
-      timer.expires_after(wait);
-      timer.async_wait([self](const boost::system::error_code& error) {
-        if (error || self->finished) return;
-        boost::system::error_code ignored;
-        self->socket.close(ignored);
-        self->Finish(
-            Status(StatusCode::kUnavailable,
-                   self->connected
-                       ? "connected to " + self->target +
-                             ", which sent no HELLO within " +
-                             std::to_string(self->wait.count()) + " ms (" +
-                             self->waited_for +
-                             "): a hung or overloaded server, or not rdmarpc"
-                       : "connect to " + self->target + " timed out"));
-      });
-    }
-
-    void Finish(StatusOr<std::shared_ptr<Connection>> result) {
-      if (std::exchange(finished, true)) return;
-      timer.cancel();
-      resolver.cancel();
-      done(std::move(result));
-    }
-    void Fail(const std::string& what, const boost::system::error_code& e) {
-      boost::system::error_code ignored;
-      socket.close(ignored);
-      Finish(Status(StatusCode::kUnavailable,
-                    what + " " + target + ": " + e.message()));
-    }
-  };
-  // Connected: sends this side's HELLO and waits for the server's (the
-  // timer still runs), then hands over the connection.
-  static constexpr auto ExchangeHellos = [](std::shared_ptr<Attempt> attempt) {
-    attempt->connected = true;
-    // A peer connected and silent for keepalive_timeout is taken for dead,
-    // as on an open connection: so is a server that sends no HELLO.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        attempt->timer.expiry() - std::chrono::steady_clock::now());
-    const auto silence = attempt->options.keepalive_timeout;
-    if (attempt->options.keepalive_interval.count() > 0 && silence < left) {
-      attempt->waited_for = "keepalive_timeout";
-      attempt->Arm(attempt, silence);
-    }
-    const auto hello = TcpControlFrame(KeepaliveKind::kHello);
-    boost::system::error_code error;
-    asio::write(attempt->socket, asio::buffer(hello), error);  // Fits.
-    if (error) return attempt->Fail("cannot greet", error);
-    asio::async_read(
-        attempt->socket, asio::buffer(attempt->hello),
-        [attempt](const boost::system::error_code& error, size_t bytes) {
-          if (attempt->finished) return;
-          Status hello =
-              CheckHello(std::span(attempt->hello).first(bytes),
-                         attempt->target, attempt->options.max_payload_size);
-          if (!hello.ok() && error &&
-              hello.code() != StatusCode::kUnimplemented) {
-            return attempt->Fail("lost the connection to", error);
-          }
-          if (!hello.ok()) {
-            boost::system::error_code ignored;
-            attempt->socket.close(ignored);
-            return attempt->Finish(std::move(hello));
-          }
-          attempt->Finish(
-              std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
-                  std::move(attempt->socket), attempt->options)));
-        });
-  };
   auto attempt = std::make_shared<Attempt>(context);
   attempt->done = std::move(done);
   attempt->options = options;
