@@ -352,10 +352,7 @@ class Server::Impl {
   void Accept(const std::shared_ptr<transport::Connection>& connection) {
     // One line per host and interval: a peer may open connections at will.
     if (const auto held = ThrottleLog("accepted", connection->peer())) {
-      Log().info("{}: accepted{}", connection->peer(),
-                 *held == 0 ? ""
-                            : " (and " + std::to_string(*held) +
-                                  " more from this host since)");
+      Log().info("{}: accepted{}", connection->peer(), HeldBack(*held));
     }
     auto session =
         std::make_shared<rpc::ServerSession>(core_, connection, workers_);

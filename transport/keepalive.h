@@ -31,6 +31,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "base/log.h"
@@ -64,6 +65,27 @@ inline std::array<std::byte, kTcpControlFrameSize> TcpControlFrame(
   std::memcpy(frame.data(), prefix.data(), prefix.size());
   frame.back() = std::byte{static_cast<uint8_t>(kind)};
   return frame;
+}
+
+// What a TCP peer's first bytes (`first`: a HELLO's worth, or fewer where
+// its stream ended) are: OK for a HELLO of this version; UNIMPLEMENTED,
+// naming both versions, for a frame of another; INVALID_ARGUMENT for
+// anything else. Both sides check the other's HELLO with it.
+inline Status CheckHello(std::span<const std::byte> first) {
+  if (first.size() >= tunables::kFramePrefixSize) {
+    DecodedPrefix decoded =
+        DecodeFramePrefix(first.first(tunables::kFramePrefixSize),
+                          tunables::kMaxPayloadSizeLimit);
+    if (decoded.verdict == PrefixVerdict::kOtherVersion) {
+      return Status(StatusCode::kUnimplemented, decoded.error.message());
+    }
+  }
+  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+  if (first.size() == hello.size() &&
+      std::memcmp(first.data(), hello.data(), hello.size()) == 0) {
+    return Status();
+  }
+  return Status(StatusCode::kInvalidArgument, "not a HELLO");
 }
 
 class KeepaliveClock {

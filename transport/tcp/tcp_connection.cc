@@ -185,7 +185,6 @@ void TcpConnection::CloseNow(const Status& reason) {
     queued_bytes_ = 0;
     queued_frames_ = 0;
   }
-  writing_.clear();
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

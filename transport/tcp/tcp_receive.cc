@@ -141,14 +141,12 @@ bool TcpConnection::TakeHello(const std::byte* in, size_t staged) {
     ReadMore();
     return false;
   }
-  const DecodedPrefix decoded = DecodeFramePrefix(
-      std::span(in, kFramePrefixSize), options_.max_payload_size);
-  if (decoded.verdict == PrefixVerdict::kOtherVersion) {
-    RefuseOtherVersion(decoded.error);
+  const Status hello = CheckHello(std::span(in, kTcpControlFrameSize));
+  if (hello.code() == StatusCode::kUnimplemented) {
+    RefuseOtherVersion(hello);
     return false;
   }
-  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
-  if (std::memcmp(in, hello.data(), hello.size()) != 0) {
+  if (!hello.ok()) {
     ProtocolError(Status(
         StatusCode::kInternal,
         "malformed frame: the first frame from " + peer_ + " is not a HELLO"));

@@ -142,21 +142,13 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
 
 namespace {
 
-// What the server's first bytes, `got` of them, say: OK for a HELLO.
-Status CheckHello(std::span<const std::byte> got, const std::string& target,
-                  uint64_t max_payload_size) {
-  if (got.size() >= tunables::kFramePrefixSize) {
-    const DecodedPrefix decoded = DecodeFramePrefix(
-        got.first(tunables::kFramePrefixSize), max_payload_size);
-    if (decoded.verdict == PrefixVerdict::kOtherVersion) {
-      return Status(StatusCode::kUnimplemented,
-                    target + ": " + decoded.error.message());
-    }
-  }
-  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
-  if (got.size() == hello.size() &&
-      std::memcmp(got.data(), hello.data(), hello.size()) == 0) {
-    return Status();
+// What the server's first bytes, `got` of them, say: OK for a HELLO;
+// UNIMPLEMENTED for another version; UNAVAILABLE for anything else.
+Status ServerHello(std::span<const std::byte> got, const std::string& target) {
+  Status hello = CheckHello(got);
+  if (hello.ok()) return hello;
+  if (hello.code() == StatusCode::kUnimplemented) {
+    return Status(StatusCode::kUnimplemented, target + ": " + hello.message());
   }
   return Status(StatusCode::kUnavailable,
                 target +
@@ -235,9 +227,8 @@ void ExchangeHellos(const std::shared_ptr<Attempt>& attempt) {
       attempt->socket, asio::buffer(attempt->hello),
       [attempt](const boost::system::error_code& error, size_t bytes) {
         if (attempt->finished) return;
-        Status hello =
-            CheckHello(std::span(attempt->hello).first(bytes), attempt->target,
-                       attempt->options.max_payload_size);
+        Status hello = ServerHello(std::span(attempt->hello).first(bytes),
+                                   attempt->target);
         if (!hello.ok() && error &&
             hello.code() != StatusCode::kUnimplemented) {
           return attempt->Fail("lost the connection to", error);
