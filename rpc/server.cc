@@ -46,6 +46,10 @@ class Server::Impl {
     core_->metrics = options_.enable_metrics;
     core_->max_calls_per_connection = options_.max_calls_per_connection;
     core_->max_concurrency = options_.max_concurrency;
+    core_->max_connection_idle = options_.max_connection_idle;
+    core_->max_connection_age = options_.max_connection_age;
+    core_->max_connection_age_grace = options_.max_connection_age_grace;
+    core_->goaway_answer_timeout = options_.goaway_answer_timeout;
     if (options_.handler_executor) {
       core_->handler_executor = options_.handler_executor;
     } else if (options_.handler_threads > 0) {
@@ -345,6 +349,7 @@ class Server::Impl {
     out.calls_shed = core_->calls_shed;
     out.connections_refused = core_->connections_refused;
     out.peers_timed_out = core_->peers_timed_out;
+    out.connections_recycled = core_->connections_recycled;
     return out;
   }
 
@@ -367,10 +372,12 @@ class Server::Impl {
       const uint32_t limit = options_.max_connections;
       if (limit > 0 && sessions_.size() >= limit) {
         core_->connections_refused++;
-        Log().warn(
-            "{}: refused: the server has {} connections, its limit "
-            "(max_connections)",
-            connection->peer(), sessions_.size());
+        if (const auto held = ThrottleLog("refused", connection->peer())) {
+          Log().warn(
+              "{}: refused: the server has {} connections, its limit "
+              "(max_connections){}",
+              connection->peer(), sessions_.size(), HeldBack(*held));
+        }
         session->Refuse(Status(
             StatusCode::kResourceExhausted,
             "server at its connection limit (" + std::to_string(limit) + ")"));
@@ -379,10 +386,12 @@ class Server::Impl {
         host = PeerHost(connection->peer());
         if (per_host_[host]++ >= per_peer) {
           core_->connections_refused++;
-          Log().warn(
-              "{}: refused: {} connections from that host, its limit "
-              "(max_connections_per_peer)",
-              connection->peer(), per_peer);
+          if (const auto held = ThrottleLog("refused", connection->peer())) {
+            Log().warn(
+                "{}: refused: {} connections from that host, its limit "
+                "(max_connections_per_peer){}",
+                connection->peer(), per_peer, HeldBack(*held));
+          }
           session->Refuse(Status(StatusCode::kResourceExhausted,
                                  "server at its limit of connections from one "
                                  "host (" +

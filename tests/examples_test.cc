@@ -6,6 +6,8 @@
 
 #include "examples/echo/echo_service.h"
 #include "examples/kv/kv_service.h"
+#include "rdmarpc/client_context.h"
+#include "rdmarpc/memory.h"
 #include "rdmarpc/server.h"
 #include "tests/support/test_support.h"
 
@@ -108,6 +110,56 @@ TEST_CASE("kv: put, get, delete, scan and their errors") {
   REQUIRE(Delete(*stub, "fruit/apple").ok());
   CHECK(Delete(*stub, "fruit/apple").code() == StatusCode::kNotFound);
   CHECK(Get(*stub, "fruit/apple").first.code() == StatusCode::kNotFound);
+}
+
+// Bulk (include/rdmarpc/bulk.h): a Put that lends its value, which the
+// server pulls into its registered arena, and a Get whose value lands in the
+// caller's memory.
+TEST_CASE("kv: a lent value is pulled in, and a value lands where asked") {
+  KvFixture f;
+  auto stub = f.NewStub();
+  auto memory = MemoryRegistration::Allocate(4 << 20);
+  REQUIRE(memory.ok());
+  std::byte* const lent = (*memory)->data();
+  std::byte* const destination = (*memory)->data() + (2 << 20);
+  constexpr size_t kSize = (1 << 20) + 3;
+  for (size_t i = 0; i < kSize; ++i) lent[i] = std::byte((i * 7) & 0xff);
+  const std::string expected(reinterpret_cast<const char*>(lent), kSize);
+  const auto put_lent = [&](const std::string& key, size_t size) {
+    kv::PutRequest request;
+    request.set_key(key);
+    rpc::CallOptions options;
+    options.bulk.push_back({lent, size, BulkAccess::kRead});
+    return std::get<0>(stub->async_Put(request, options, use_future).get());
+  };
+  const auto get_into = [&](const std::string& key, size_t room,
+                            Buffer* attachment) {
+    kv::GetRequest request;
+    request.set_key(key);
+    request.set_value_as_attachment(true);
+    ClientContext context;
+    context.set_response_destination({destination, room});
+    auto [status, reply] = stub->async_Get(context, request, use_future).get();
+    CHECK(reply.value().empty());
+    *attachment = context.TakeResponseAttachment();
+    return status;
+  };
+  REQUIRE(put_lent("big", kSize).ok());
+  CHECK(Get(*stub, "big").second == expected);  // As any value.
+  Buffer got;
+  REQUIRE(get_into("big", 2 << 20, &got).ok());
+  CHECK(got.data() == destination);
+  CHECK(got.view() == expected);
+  // A value put in its message lands there too.
+  REQUIRE(Put(*stub, "small", "tiny").ok());
+  REQUIRE(get_into("small", 64, &got).ok());
+  CHECK(got.data() == destination);
+  CHECK(got.view() == "tiny");
+  // Overwritten by a smaller lent value; a destination too small.
+  REQUIRE(put_lent("big", 100).ok());
+  CHECK(Get(*stub, "big").second == expected.substr(0, 100));
+  CHECK(get_into("big", 99, &got).code() == StatusCode::kResourceExhausted);
+  CHECK(put_lent("", 10).code() == StatusCode::kInvalidArgument);
 }
 
 // The streaming methods, with more values than a stream's initial window

@@ -17,11 +17,16 @@
 #include <catch2/catch_test_macros.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/log_throttle.h"
 #include "rdmarpc/channel.h"
+#include "rdmarpc/interceptor.h"
+#include "rdmarpc/metadata.h"
+#include "rdmarpc/peer_memory.h"
 #include "rdmarpc/server.h"
 #include "tests/support/test_support.h"
 
@@ -30,16 +35,33 @@ namespace {
 
 using namespace std::chrono_literals;
 
+constexpr char kToken[] = "s3cret";
+
 // A server with the test service on the device's address, a Channel already
 // connected to it (the one legitimate connection), and the counters the
 // checks compare against.
 struct Fixture {
-  Fixture() {
+  // `token`: the server admits only calls with kToken (admission,
+  // transport/rdma/protocol.h); the legitimate channel sends it.
+  // `adjust`: changes to the server's options.
+  explicit Fixture(bool token = false,
+                   const std::function<void(rpc::ServerOptions&)>& adjust = {})
+      : server([token, &adjust] {
+          rpc::ServerOptions options;
+          options.transport.rdma_pooled_grants = true;
+          if (token) {
+            options.interceptors.push_back(
+                std::make_shared<TokenServerInterceptor>(kToken));
+          }
+          if (adjust) adjust(options);
+          return options;
+        }()) {
     const char* rxe_ip = std::getenv("RXE_IP");
     if (rxe_ip == nullptr || *rxe_ip == '\0') {
       FAIL("RXE_IP is not set: run under tools/softroce/run (tools/test does)");
     }
     ip = rxe_ip;
+    ForgetThrottledLogs();  // Each case looks for the server's line.
     const Status available = transport::rdma::CheckRdmaAvailable();
     INFO(available.ToString());
     REQUIRE(available.ok());
@@ -49,7 +71,12 @@ struct Fixture {
     REQUIRE(bound.ok());
     uri = *bound;
     port = static_cast<uint16_t>(std::stoi(uri.substr(uri.rfind(':') + 1)));
-    channel.emplace(uri);
+    rpc::ChannelOptions channel_options;
+    if (token) {
+      channel_options.interceptors.push_back(
+          std::make_shared<TokenClientInterceptor>(kToken));
+    }
+    channel.emplace(uri, channel_options);
     ExpectEcho("before the attack");
     REQUIRE(WaitFor([&] { return server.stats().connections == 1; }, kWait));
     protocol_errors_before = server.stats().protocol_errors;
@@ -127,11 +154,7 @@ struct Fixture {
   testing::TestService service;
   // Grants from the grant pool, behind memory windows (and, for a frame
   // over a pool block, registered for themselves).
-  rpc::Server server{[] {
-    rpc::ServerOptions options;
-    options.transport.rdma_pooled_grants = true;
-    return options;
-  }()};
+  rpc::Server server;
   std::optional<rpc::Channel> channel;
   std::string ip;
   uint16_t port = 0;
@@ -541,6 +564,197 @@ TEST_CASE("hostile: a SEND with bad magic bytes") {
   INFO("the SEND: " << sent);
   CHECK((sent == kSuccess || sent == kClosedFirst));
   fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true, "magic");
+}
+
+// An Echo request's header declaring `payload_size` bytes, with the
+// token's authorization header when `token` is set.
+Bytes EchoHeader(uint64_t call_id, uint64_t payload_size, bool token) {
+  const std::string metadata = testing::TokenMetadata(token ? kToken : "");
+  rpc::CallHeader header;
+  header.set_kind(rpc::CallHeader::kRequest)
+      .set_call_id(call_id)
+      .set_service("test.Test")
+      .set_method("Echo")
+      .set_payload_size(payload_size)
+      .set_metadata(metadata);
+  Bytes bytes(header.MaxEncodedSize());
+  bytes.resize(header.Encode(bytes.data()) - bytes.data());
+  return bytes;
+}
+
+// The HEADER message for `transfer`, its header attached.
+std::string SendHeader(HostilePeer& peer, uint32_t transfer,
+                       const Bytes& header) {
+  ControlMessage message;
+  message.kind = ControlKind::kHeader;
+  message.transfer = transfer;
+  message.length = static_cast<uint32_t>(header.size());
+  return peer.PostSendFrame(FrameType::kControl, AsBytes(message), header);
+}
+
+uint64_t GrantsGiven(rpc::Server& server) {
+  uint64_t grants = 0;
+  server.ForEachConnection([&](const transport::Connection& connection) {
+    grants +=
+        connection.stats().pooled_grants + connection.stats().registered_grants;
+  });
+  return grants;
+}
+
+TEST_CASE(
+    "hostile: a peer not yet admitted is lent no key; its header is refused "
+    "and nothing is written") {
+  Fixture fixture(/*token=*/true);
+  HostilePeer peer;
+  fixture.Connect(peer);
+  const uint64_t grants_before = GrantsGiven(fixture.server);
+  // A 32 MiB request without the token.
+  const Bytes stranger = EchoHeader(1, 32 << 20, /*token=*/false);
+  REQUIRE(peer.SendRts(1, static_cast<uint32_t>(stranger.size()), 32 << 20) ==
+          kSuccess);
+  const ControlMessage ask = peer.WaitForGrant();
+  CHECK(ask.flags == transport::rdma::kGrantHeaderFirst);
+  CHECK(ask.transfer == 1);
+  CHECK(ask.length == stranger.size());
+  CHECK(ask.addr == 0);
+  CHECK(ask.rkey == 0);
+  REQUIRE(SendHeader(peer, 1, stranger) == kSuccess);
+  // Refused: no key, and the call answered UNAUTHENTICATED.
+  const ControlMessage refused = peer.WaitForGrant();
+  CHECK(refused.flags == transport::rdma::kGrantRefused);
+  CHECK(refused.transfer == 1);
+  CHECK(refused.rkey == 0);
+  const Received answer = peer.WaitForFrame();
+  REQUIRE(answer.prefix.type == FrameType::kRpc);
+  const auto answer_header = rpc::CallHeader::Decode(answer.header);
+  REQUIRE(answer_header.has_value());
+  CHECK(answer_header->call_id() == 1);
+  CHECK(answer_header->status_code() ==
+        static_cast<uint32_t>(StatusCode::kUnauthenticated));
+  CHECK(GrantsGiven(fixture.server) == grants_before);
+  CHECK(Fixture::ConnectionBytes() == fixture.registered_before);
+  // With the token: its header first, then the grant, then the call (small
+  // enough for the response to come as a SEND).
+  const std::string request(1000, 'a');
+  const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
+      2, "test.Test", "Echo", 0, 0, Buffer::CopyOf(request),
+      testing::TokenMetadata(kToken));
+  const Bytes block = FrameBytes(frame);
+  const Bytes member(frame.header.span().begin(), frame.header.span().end());
+  // Transfer 2 has its header asked for first; transfer 3, on the
+  // connection admitted by then, is granted at once.
+  for (uint32_t transfer = 2; transfer <= 3; ++transfer) {
+    REQUIRE(peer.SendRts(transfer, static_cast<uint32_t>(member.size()),
+                         static_cast<uint32_t>(request.size())) == kSuccess);
+    ControlMessage grant = peer.WaitForGrant();
+    if (transfer == 2) {
+      CHECK(grant.flags == transport::rdma::kGrantHeaderFirst);
+      REQUIRE(SendHeader(peer, 2, member) == kSuccess);
+      grant = peer.WaitForGrant();
+    }
+    CHECK(grant.flags == 0);
+    CHECK(grant.rkey != 0);
+    REQUIRE(grant.length == block.size());
+    REQUIRE(peer.WriteWithImm(grant.addr, grant.rkey, block, transfer) ==
+            kSuccess);
+    const Received response = peer.WaitForFrame();
+    const auto response_header = rpc::CallHeader::Decode(response.header);
+    REQUIRE(response_header.has_value());
+    CHECK(response_header->call_id() == 2);
+    CHECK(response_header->status_code() == 0);
+    CHECK(response.payload.size() == request.size());
+  }
+  fixture.ExpectEcho("after the stranger");
+}
+
+TEST_CASE("hostile: a HEADER its receiver did not ask for") {
+  Fixture fixture(/*token=*/true);
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  const std::string sent =
+      SendHeader(peer, 1, EchoHeader(1, 1 << 20, /*token=*/false));
+  INFO("the SEND: " << sent);
+  CHECK((sent == kSuccess || sent == kClosedFirst));
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/true,
+                               "was not asked for");
+}
+
+TEST_CASE("hostile: a header too large to admit before admission") {
+  Fixture fixture(/*token=*/true);
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  REQUIRE(peer.SendRts(1, transport::rdma::kMaxHeaderFirst + 1, 1 << 20) ==
+          kSuccess);
+  // Told why before the close.
+  const Received told = peer.WaitForFrame();
+  REQUIRE(told.prefix.type == FrameType::kControl);
+  const auto control = transport::rdma::DecodeControl(told.header);
+  REQUIRE(control.has_value());
+  CHECK(control->kind == ControlKind::kHeaderTooLarge);
+  CHECK(control->length == transport::rdma::kMaxHeaderFirst + 1);
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false,
+                               "before admission");
+}
+
+// The RDMA form of a client that never reads its responses: it asks for
+// 1 MiB responses and never grants them. The server's responses wait in
+// its send queue, counted in the peer memory budget; past it they are
+// refused, and the server goes on serving others.
+TEST_CASE("hostile: a peer that asks for large responses and never grants") {
+  Fixture fixture;
+  HostilePeer peer;
+  fixture.Connect(peer);
+  // Every charge is given back once its call is done: wait for the echo
+  // that set the fixture up to give its charge back.
+  REQUIRE(WaitFor([] { return PeerMemoryUsed() == 0; }));
+  const uint64_t idle = 0;
+  constexpr uint64_t kLimit = 16 << 20;
+  const uint64_t limit_before = PeerMemoryLimit();
+  SetPeerMemoryLimit(idle + kLimit);
+  constexpr uint64_t kCalls = 48;  // 48 MiB of responses asked for.
+  for (uint64_t id = 1; id <= kCalls; ++id) {
+    REQUIRE(WaitFor([&] {
+      peer.DropAll();
+      return peer.credits() >= 2;  // One kept for a CREDIT, as a sender does.
+    }));
+    const transport::OutgoingFrame frame =
+        rpc::MakeRequestFrame(id, "test.Test", "Bytes", 0, 0,
+                              Buffer::CopyOf(std::to_string(1 << 20)));
+    const Bytes bytes = FrameBytes(frame);
+    const size_t header = frame.header.size();
+    REQUIRE(peer.PostSendFrame(FrameType::kRpc, std::span(bytes).first(header),
+                               std::span(bytes).subspan(header)) == kSuccess);
+  }
+  REQUIRE(WaitFor(
+      [&] { return fixture.server.stats().calls_started >= kCalls + 1; }));
+  std::this_thread::sleep_for(300ms);  // The last responses queue.
+  const uint64_t held = PeerMemoryUsed() - idle;
+  INFO("peer memory held " << held << ", responses refused "
+                           << fixture.server.stats().responses_refused);
+  CHECK(held <= kLimit + (2 << 20));
+  CHECK(fixture.server.stats().responses_refused > 0);
+  fixture.ExpectEcho("while a peer grants nothing");
+  SetPeerMemoryLimit(limit_before);
+}
+
+// Slowloris over RDMA: a frame granted and never written holds its grant
+// no longer than frame_timeout.
+TEST_CASE("hostile: a granted frame never written") {
+  Fixture fixture(/*token=*/false, [](rpc::ServerOptions& options) {
+    options.transport.keepalive_interval = 100ms;
+    options.transport.keepalive_timeout = 5000ms;
+    options.transport.frame_timeout = 500ms;
+  });
+  HostilePeer peer;
+  fixture.Connect(peer);
+  LogCapture log;
+  REQUIRE(peer.SendRts(1, kRtsHeader, kRtsPayload) == kSuccess);
+  const ControlMessage grant = peer.WaitForGrant();
+  REQUIRE(grant.length == kRtsHeader + kRtsPayload);
+  fixture.ExpectClosedByServer(peer, log, /*protocol_error=*/false,
+                               "frame_timeout");
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/log_throttle.h"
+#include "tests/support/raw_client.h"
 #include "tests/support/test_support.h"
 #include "transport/uri.h"
 
@@ -440,6 +441,112 @@ TEST_CASE(
   CHECK(WaitFor([&] { return server.stats().connections == 0; }));
   CHECK(server.stats().peers_timed_out == 1);
   close(fd);
+}
+
+// Connection lifetime (ServerOptions::max_connection_idle, _age,
+// _age_grace): GOAWAY, then a close once the client has answered and its
+// calls have finished, or at the end of the grace period.
+rpc::ServerOptions WithLifetime(
+    std::chrono::milliseconds idle, std::chrono::milliseconds age,
+    std::chrono::milliseconds grace = std::chrono::milliseconds::max()) {
+  rpc::ServerOptions options;
+  options.max_connection_idle = idle;
+  options.max_connection_age = age;
+  options.max_connection_age_grace = grace;
+  return options;
+}
+
+TEST_CASE(
+    "lifetime: an idle connection is closed after max_connection_idle, and "
+    "the next call opens another") {
+  TestServer server(WithLifetime(200ms, 0ms));
+  rpc::Channel channel(server.uri);
+  REQUIRE(CallSync(channel, kEcho, "a").status.ok());
+  REQUIRE(WaitFor([&] { return server.stats().connections_recycled == 1; }));
+  CHECK(WaitFor([&] { return server.stats().connections == 0; }));
+  CHECK(CallSync(channel, kEcho, "b").status.ok());
+  CHECK(channel.stats().connects == 2);
+}
+
+TEST_CASE(
+    "lifetime: a connection in use is not idle, whether calling or waiting "
+    "on a slow call") {
+  TestServer server(WithLifetime(200ms, 0ms));
+  rpc::Channel channel(server.uri);
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < until) {
+    REQUIRE(CallSync(channel, kEcho, "a").status.ok());
+    std::this_thread::sleep_for(50ms);
+  }
+  // One call running for 5 times the limit.
+  CHECK(CallSync(channel, kSleepMs, "1000").status.ok());
+  CHECK(channel.stats().connects == 1);
+  CHECK(server.stats().connections_recycled == 0);
+}
+
+TEST_CASE(
+    "lifetime: at max_connection_age the calls running finish, new ones go "
+    "on a new connection, and none fails") {
+  TestServer server(WithLifetime(0ms, 300ms));
+  rpc::Channel channel(server.uri);
+  REQUIRE(CallSync(channel, kEcho, "a").status.ok());
+  // Running across the GOAWAY (at 270 to 330 ms).
+  std::promise<Status> slow;
+  channel.Call(kSleepMs, Buffer::CopyOf("600"), rpc::CallOptions{},
+               [&](const Status& status, Buffer) { slow.set_value(status); });
+  std::this_thread::sleep_for(400ms);
+  // Made after the GOAWAY: it waits for the old connection to close.
+  const CallResult after = CallSync(channel, kEcho, "b");
+  INFO(after.status.ToString());
+  CHECK(after.status.ok());
+  auto finished = slow.get_future();
+  REQUIRE(finished.wait_for(10s) == std::future_status::ready);
+  const Status slow_status = finished.get();
+  INFO(slow_status.ToString());
+  CHECK(slow_status.ok());
+  CHECK(server.stats().connections_recycled >= 1);
+  CHECK(channel.stats().connects >= 2);
+}
+
+TEST_CASE(
+    "lifetime: calls still running at the end of max_connection_age_grace "
+    "fail UNAVAILABLE, naming it") {
+  TestServer server(WithLifetime(0ms, 200ms, 300ms));
+  rpc::Channel channel(server.uri);
+  const auto start = std::chrono::steady_clock::now();
+  const CallResult result = CallSync(channel, kSleepMs, "5000");
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO(result.status.ToString());
+  CHECK(result.status.code() == StatusCode::kUnavailable);
+  CHECK(result.status.message().find("max_connection_age_grace") !=
+        std::string::npos);
+  CHECK(took < 4s);
+  // (The client's next connection may have reached its age meanwhile.)
+  CHECK(server.stats().connections_recycled >= 1);
+  CHECK(CallSync(channel, kEcho, "again").status.ok());
+}
+
+TEST_CASE(
+    "lifetime: a client that ignores GOAWAY has its later calls refused, not "
+    "run, and the connection closes once its calls are done",
+    "[tcp]") {
+  rpc::ServerOptions options = WithLifetime(0ms, 200ms);
+  options.goaway_answer_timeout = 200ms;
+  TestServer server(options);
+  RawClient peer(server.uri);  // Never answers a GOAWAY.
+  REQUIRE(peer.WriteRequest(1, "SleepMs", "1500"));
+  // Past the age (180 to 220 ms) and the answer's timeout.
+  std::this_thread::sleep_for(700ms);
+  REQUIRE(peer.WriteRequest(2, "Echo", "late"));
+  const Status late = peer.ReadResponse();
+  INFO(late.ToString());
+  CHECK(late.code() == StatusCode::kUnavailable);
+  CHECK(late.message().find("recycled") != std::string::npos);
+  CHECK(peer.goaways() == 1);
+  // The call in flight finishes; then the connection closes.
+  CHECK(peer.ReadResponse().ok());
+  CHECK(peer.ReadResponse().code() == StatusCode::kInternal);  // Closed.
+  CHECK(server.stats().connections_recycled == 1);
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // The receiver's grant planning and the sender's grant checks for frames
 // that go in segments, and the checks of standing grants on both sides
-// (transport/rdma/protocol.h).
+// (transport/rdma/protocol.h), and of admission's header first.
 #include "transport/rdma/peer_checks.h"
 
 #include <catch2/catch_test_macros.hpp>
+#include <vector>
 
 #include "rdmarpc/tunables.h"
+#include "transport/frame.h"
 
 namespace rdmarpc::transport::rdma {
 namespace {
@@ -194,6 +196,88 @@ TEST_CASE("release check: the oldest, at least one, no more than are out") {
   release.length = 1;
   release.transfer = 4;  // Not the oldest.
   CHECK_FALSE(CheckRelease(release, oldest, 2).ok());
+}
+
+ControlMessage AdmissionGrant(uint16_t flags, uint32_t length) {
+  ControlMessage grant;
+  grant.kind = ControlKind::kGrant;
+  grant.flags = flags;
+  grant.transfer = 7;
+  grant.length = length;
+  return grant;
+}
+
+TEST_CASE(
+    "admission grant check: the header asked for once, no key, refused only "
+    "after") {
+  PendingTransfer pending{7, 100, 1 << 20};
+  const ControlMessage ask = AdmissionGrant(kGrantHeaderFirst, 100);
+  const ControlMessage refuse = AdmissionGrant(kGrantRefused, 0);
+  CHECK(CheckGrant(ask, pending).ok());
+  // Refused before its header was sent: the receiver never saw it.
+  CHECK_FALSE(CheckGrant(refuse, pending).ok());
+  // Not the header's size; with a key; a header too large for a HEADER.
+  CHECK_FALSE(CheckGrant(AdmissionGrant(kGrantHeaderFirst, 99), pending).ok());
+  ControlMessage keyed = ask;
+  keyed.rkey = 5;
+  CHECK_FALSE(CheckGrant(keyed, pending).ok());
+  PendingTransfer huge{7, kMaxHeaderFirst + 1, 1 << 20};
+  CHECK_FALSE(
+      CheckGrant(AdmissionGrant(kGrantHeaderFirst,
+                                static_cast<uint32_t>(huge.header_size)),
+                 huge)
+          .ok());
+  pending.header_sent = true;
+  CHECK_FALSE(CheckGrant(ask, pending).ok());  // Asked twice.
+  CHECK(CheckGrant(refuse, pending).ok());
+  // Admitted: the plain grant follows.
+  CHECK(CheckGrant(Grant(100 + (1 << 20), false), pending).ok());
+  // Nothing for a transfer already under way.
+  pending.covered = 1 << 20;
+  CHECK_FALSE(CheckGrant(refuse, pending).ok());
+  // Both flags at once.
+  pending.covered = 0;
+  CHECK_FALSE(
+      CheckGrant(AdmissionGrant(kGrantHeaderFirst | kGrantRefused, 0), pending)
+          .ok());
+}
+
+TEST_CASE("header check: the one asked for, its size exactly") {
+  ControlMessage header;
+  header.kind = ControlKind::kHeader;
+  header.transfer = 7;
+  header.length = 3;
+  const std::vector<std::byte> bytes(3);
+  CHECK(CheckHeader(header, bytes, AwaitedHeader{7, 3}).ok());
+  CHECK_FALSE(CheckHeader(header, bytes, std::nullopt).ok());
+  CHECK_FALSE(CheckHeader(header, bytes, AwaitedHeader{8, 3}).ok());
+  CHECK_FALSE(CheckHeader(header, bytes, AwaitedHeader{7, 4}).ok());
+}
+
+TEST_CASE("inbound check: only a HEADER carries bytes after its message") {
+  auto message = [](ControlKind kind, uint32_t length, uint32_t attached) {
+    ControlMessage control;
+    control.kind = kind;
+    control.length = length;
+    const EncodedPrefix prefix = EncodeFramePrefix(
+        {FrameType::kControl, 0, sizeof(ControlMessage), attached});
+    std::vector<std::byte> bytes(prefix.begin(), prefix.end());
+    const auto body = std::as_bytes(std::span(&control, 1));
+    bytes.insert(bytes.end(), body.begin(), body.end());
+    bytes.resize(bytes.size() + attached, std::byte{0x5a});
+    return bytes;
+  };
+  const auto header = message(ControlKind::kHeader, 40, 40);
+  StatusOr<InboundMessage> inbound = CheckInbound(header, kMaxPayload);
+  REQUIRE(inbound.ok());
+  CHECK(inbound->attached.size() == 40);
+  CHECK(inbound->attached[0] == std::byte{0x5a});
+  // Its length and its bytes disagree; another kind with bytes attached.
+  CHECK_FALSE(
+      CheckInbound(message(ControlKind::kHeader, 41, 40), kMaxPayload).ok());
+  CHECK_FALSE(
+      CheckInbound(message(ControlKind::kPing, 40, 40), kMaxPayload).ok());
+  CHECK(CheckInbound(message(ControlKind::kPing, 0, 0), kMaxPayload).ok());
 }
 
 }  // namespace

@@ -95,6 +95,22 @@ TEST_CASE("rdma: URI options pick the device, GID and QoS of the path") {
     CHECK(path.traffic_class == 32);
     CHECK(path.ack_timeout == 17);
     CHECK(path.retry_count == 5);
+    // READ depth, both ways: the cap (rxe allows 128), as the listener
+    // accepted it.
+    CHECK(path.reads_issued == tunables::kRdmaMaxReadDepth);
+    CHECK(path.reads_served == tunables::kRdmaMaxReadDepth);
+    std::shared_ptr<Connection> server_side;
+    for (int i = 0; i < 5000 && !server_side; ++i) {
+      {
+        std::lock_guard lock(mu);
+        if (!accepted.empty()) server_side = accepted.front();
+      }
+      if (!server_side) std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(server_side != nullptr);
+    const auto served = PathOf(server_side);
+    CHECK(served.reads_issued == tunables::kRdmaMaxReadDepth);
+    CHECK(served.reads_served == tunables::kRdmaMaxReadDepth);
     (*c)->Close(Status(StatusCode::kCancelled, "done"));
   }
   SECTION("a device, GID or option that does not exist is refused") {

@@ -33,6 +33,7 @@
 #include "rdmarpc/status.h"
 #include "rdmarpc/transport_options.h"
 #include "rdmarpc/tunables.h"
+#include "transport/bulk.h"
 #include "transport/frame.h"
 #include "transport/header_bytes.h"
 
@@ -185,12 +186,63 @@ class Connection {
 
   // Admission (the server's side, include/rdmarpc/interceptor.h). Before
   // Start: until Admit(), a frame whose payload is over `max_payload` is
-  // read up to its header and handed to the observer's AdmitHeader first.
-  // TCP only so far; elsewhere a no-op.
+  // read up to its header and handed to the observer's AdmitHeader first
+  // (RDMA: every frame by rendezvous, whatever `max_payload`;
+  // transport/rdma/protocol.h).
   virtual void RequireAdmission(uint64_t max_payload) { (void)max_payload; }
   // The peer is admitted: frames are read whole from now on. On the
   // connection's executor.
   virtual void Admit() {}
+
+  // Bulk (include/rdmarpc/bulk.h, transport/bulk.h): both transports
+  // implement these; the defaults answer UNIMPLEMENTED. The owner's side,
+  // any thread: lends `bytes`, inside a live registration, to the peer
+  // until Revoke or the close. Errors as LoanTable::Lend's.
+  virtual StatusOr<BulkDescriptor> Lend(std::span<std::byte> bytes,
+                                        BulkAccess access) {
+    (void)bytes;
+    (void)access;
+    return BulkUnsupported();
+  }
+  // Ends loan `key`; `revoked` runs once the peer can no longer reach the
+  // memory (at once over TCP; over RDMA when the window's invalidation has
+  // completed, or the connection closed), on any thread. Unknown keys are
+  // revoked at once.
+  virtual void Revoke(uint64_t key, UniqueFunction<void()> revoked) {
+    (void)key;
+    revoked();
+  }
+  // The borrower's side, any thread: copies [offset, offset + size) of the
+  // peer's loan into `destination`, or `source` into the loan at `offset`.
+  // Local memory must lie inside a live registration and stay valid until
+  // `done` runs, once, on the connection's executor: OK, or the range or
+  // access check's error, the owner's (a revoked loan), or UNAVAILABLE once
+  // the connection is closed.
+  virtual void Pull(const BulkDescriptor& loan, uint64_t offset,
+                    std::span<std::byte> destination, BulkCallback done) {
+    (void)loan;
+    (void)offset;
+    (void)destination;
+    boost::asio::post(executor(), [done = std::move(done)]() mutable {
+      done(BulkUnsupported());
+    });
+  }
+  virtual void Push(std::span<const std::byte> source,
+                    const BulkDescriptor& loan, uint64_t offset,
+                    BulkCallback done) {
+    (void)source;
+    (void)loan;
+    (void)offset;
+    boost::asio::post(executor(), [done = std::move(done)]() mutable {
+      done(BulkUnsupported());
+    });
+  }
+
+ private:
+  static Status BulkUnsupported() {
+    return Status(StatusCode::kUnimplemented,
+                  "bulk loans are not supported on this transport yet");
+  }
 };
 
 // What Send returns once the connection to `peer` is closing or closed.

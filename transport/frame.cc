@@ -5,33 +5,10 @@
 #include <cstring>
 #include <string>
 
+#include "base/little_endian.h"
+
 namespace rdmarpc::transport {
 namespace {
-
-// Little-endian on the wire: one load or store on a little-endian host.
-template <typename T>
-void PutLe(std::byte* out, T value) {
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(out, &value, sizeof(T));
-  } else {
-    for (size_t i = 0; i < sizeof(T); ++i) {
-      out[i] = std::byte(value >> (8 * i));
-    }
-  }
-}
-
-template <typename T>
-T GetLe(const std::byte* in) {
-  T value = 0;
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(&value, in, sizeof(T));
-  } else {
-    for (size_t i = 0; i < sizeof(T); ++i) {
-      value |= static_cast<T>(std::to_integer<T>(in[i]) << (8 * i));
-    }
-  }
-  return value;
-}
 
 // The magic, then the version (memcmp of 4 bytes is one 32-bit compare).
 bool MagicAndVersionMatch(const std::byte* in) {

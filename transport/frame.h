@@ -2,7 +2,7 @@
 //
 //   offset  size  field
 //        0     4  magic       "RRPC" (bytes 0x52 0x52 0x50 0x43)
-//        4     1  version     kFrameVersion (6)
+//        4     1  version     kFrameVersion (7)
 //        5     1  type        FrameType
 //        6     2  credits     RDMA only: receive credits returned; zero on TCP
 //        8     4  header_size little-endian; at most kMaxCallHeaderSize
@@ -40,7 +40,9 @@ inline constexpr std::array<std::byte, 4> kFrameMagic = {
 // 5: GOAWAY (docs/protocol.md, "Going away"), which a version-4 receiver
 // would take for a protocol error and close the connection.
 // 6: TOO_MANY_PINGS, TCP keepalive's control kind 3 (transport/keepalive.h).
-inline constexpr uint8_t kFrameVersion = 6;
+// 7: bulk loans: a REQUEST's `bulk` field, which a version-6 server would
+// ignore and run the call without them, and TCP's bulk control frames.
+inline constexpr uint8_t kFrameVersion = 7;
 
 enum class FrameType : uint8_t {
   // Carries an RPC: header is a CallHeader. The only type the RPC layer sees.

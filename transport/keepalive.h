@@ -33,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "base/log.h"
 #include "base/log_throttle.h"
@@ -152,7 +153,7 @@ class KeepaliveClock {
       return Action::kSlowFrame;
     }
     received -= ping_bytes_;
-    if (received != last_received_) {
+    if (received != last_received_ || std::exchange(touched_, false)) {
       last_received_ = received;
       silent_ticks_ = 0;
       return Action::kNone;
@@ -161,6 +162,11 @@ class KeepaliveClock {
     return silent_ticks_ >= silent_ticks_allowed_ ? Action::kDead
                                                   : Action::kPing;
   }
+
+  // A sign of life other than bytes received: the peer read what was sent
+  // to it while this side did not read (flow control). Counts as activity
+  // at the next Tick.
+  void Touch() { touched_ = true; }
 
   // How long nothing but PINGs has arrived, as of the last Tick.
   std::chrono::milliseconds silent_for() const {
@@ -197,6 +203,7 @@ class KeepaliveClock {
   uint64_t last_received_ = 0;
   uint64_t ping_bytes_ = 0;
   uint32_t silent_ticks_ = 0;
+  bool touched_ = false;
   uint32_t ping_strikes_ = 0;
   std::chrono::steady_clock::time_point last_ping_{};
 };

@@ -23,15 +23,7 @@ struct Charged {
 
 }  // namespace
 
-std::atomic<uint64_t>& PeerBytes() {
-  static std::atomic<uint64_t> bytes{0};
-  return bytes;
-}
-
-std::atomic<uint64_t>& PeerBytesLimit() {
-  static std::atomic<uint64_t> limit{QuarterOfMemory()};
-  return limit;
-}
+uint64_t DefaultPeerBytesLimit() { return QuarterOfMemory(); }
 
 bool TryChargePeerBytes(uint64_t n) {
   std::atomic<uint64_t>& bytes = PeerBytes();
@@ -42,6 +34,15 @@ bool TryChargePeerBytes(uint64_t n) {
   } while (
       !bytes.compare_exchange_weak(used, used + n, std::memory_order_relaxed));
   return true;
+}
+
+Status PeerMemoryFullError(uint64_t bytes, const std::string& peer) {
+  return Status(StatusCode::kResourceExhausted,
+                "cannot queue " + std::to_string(bytes) + " bytes for " + peer +
+                    ": the process holds " + std::to_string(PeerMemoryUsed()) +
+                    " bytes for its peers, its limit " +
+                    std::to_string(PeerMemoryLimit()) +
+                    " (rdmarpc::SetPeerMemoryLimit)");
 }
 
 Buffer ChargedBuffer(Buffer block, uint64_t charge) {

@@ -9,7 +9,12 @@
 //   client --uri URI put-stream KEY VALUE [KEY VALUE...]
 //                                       (a client-streaming call: the puts
 //                                        in order, then what was stored)
-//   client --uri URI load --count N --size BYTES
+//   client --uri URI load --count N --size BYTES [--bulk 1]
+//                                       (with --bulk, each Put lends its
+//                                        value and each Get names where its
+//                                        value lands: include/rdmarpc/bulk.h;
+//                                        prints copies and registrations
+//                                        per call)
 //   client --uri URI session            (one command a line from stdin, one
 //                                        connection; prints each call)
 //   client --uri URI wire               (the server's counters of what crossed
@@ -19,10 +24,12 @@
 // and a session then also takes `endpoints`, `wait-endpoints N` and
 // `lookup KEY` (a get for which an absent key is no failure).
 // With a token (the first line of --token-file FILE, or $KV_TOKEN), every
-// call carries "authorization: Bearer TOKEN" (the server's token). --timing 1 prints each call's latency on stderr. A failed
-// call prints its status on stderr and exits non-zero (1; 2 for bad usage).
+// call carries "authorization: Bearer TOKEN" (the server's token). --timing 1
+// prints each call's latency on stderr. A failed call prints its status on
+// stderr and exits non-zero (1; 2 for bad usage).
 #include <boost/asio/use_future.hpp>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <future>
@@ -33,6 +40,9 @@
 #include "examples/common/flags.h"
 #include "examples/common/wire.h"
 #include "examples/kv/kv_service.h"
+#include "rdmarpc/bulk.h"
+#include "rdmarpc/introspection.h"
+#include "rdmarpc/memory.h"
 
 namespace rdmarpc::examples::kv {
 namespace {
@@ -44,7 +54,8 @@ int Usage() {
       stderr,
       "usage: client --uri URI put KEY VALUE|@FILE | get KEY | del KEY"
       " | scan PREFIX [--limit N] | scan-stream PREFIX [--limit N]"
-      " | put-stream KEY VALUE [KEY VALUE...] | load --count N --size BYTES"
+      " | put-stream KEY VALUE [KEY VALUE...]"
+      " | load --count N --size BYTES [--bulk 1]"
       " | session | wire"
       " [--balance round-robin|least-loaded|hash]\n"
       "A session also takes: endpoints | wait-endpoints N | lookup KEY\n");
@@ -304,12 +315,24 @@ class Cli {
     return 0;
   }
 
+  // The server's ibv_reg_mr calls so far (rdmarpc.Introspection); 0 where
+  // it cannot say.
+  uint64_t ServerRegistrations() {
+    rdmarpc::Introspection::Stub stub(channel_);
+    auto [status, metrics] =
+        stub.async_GetMetrics({}, Options(), use_future).get();
+    return status.ok() ? metrics.rdma().registrations() : 0;
+  }
+
   // Writes N keys, reads them back with up to kWindow calls in flight,
-  // verifies every value, and prints the rates.
+  // verifies every value, and prints the rates. With --bulk, values move
+  // between the server's memory and this process's registered slots (one
+  // per call in flight) without a copy where the transport allows.
   int Load() {
     const long long count = flags_.GetInt("count", 1000);
     const long long size = flags_.GetInt("size", 100);
-    if (count < 1 || size < 0) return Usage();
+    const bool bulk = flags_.GetInt("bulk", 0) != 0;
+    if (count < 1 || size < 0 || (bulk && size < 1)) return Usage();
     constexpr size_t kWindow = 32;
     auto key = [](long long i) { return "load/" + std::to_string(i); };
     auto value = [size](long long i) {
@@ -318,14 +341,37 @@ class Cli {
         v[j] = static_cast<char>('a' + (i + j) % 26);
       return v;
     };
+    std::shared_ptr<MemoryRegistration> slots;
+    if (bulk) {
+      auto allocated =
+          MemoryRegistration::Allocate(kWindow * static_cast<size_t>(size));
+      if (!allocated.ok()) return Fail(allocated.status());
+      slots = std::move(*allocated);
+    }
+    // Call i's slot: free again once call i - kWindow has completed.
+    auto slot = [&](long long i) {
+      return std::span<std::byte>(
+          slots->data() + (i % kWindow) * static_cast<size_t>(size),
+          static_cast<size_t>(size));
+    };
+    const BulkCosts costs_before = ReadBulkCosts();
+    const uint64_t server_before = bulk ? ServerRegistrations() : 0;
 
     const auto put_start = rpc::Clock::now();
     std::deque<std::future<std::tuple<Status, PutReply>>> puts;
     for (long long i = 0; i < count; ++i) {
       PutRequest request;
       request.set_key(key(i));
-      request.set_value(value(i));
-      puts.push_back(stub_->async_Put(request, Options(), use_future));
+      rpc::CallOptions options = Options();
+      if (bulk) {
+        const std::string v = value(i);
+        std::memcpy(slot(i).data(), v.data(), v.size());  // The data, made.
+        options.bulk.push_back(
+            {slot(i).data(), slot(i).size(), BulkAccess::kRead});
+      } else {
+        request.set_value(value(i));
+      }
+      puts.push_back(stub_->async_Put(request, options, use_future));
       while (puts.size() >= kWindow || (i == count - 1 && !puts.empty())) {
         auto [status, reply] = puts.front().get();
         puts.pop_front();
@@ -336,22 +382,35 @@ class Cli {
         rpc::Clock::now() - put_start;
 
     const auto get_start = rpc::Clock::now();
-    std::deque<std::pair<long long, std::future<std::tuple<Status, GetReply>>>>
-        gets;
+    struct Get {
+      long long which;
+      std::unique_ptr<ClientContext> context;
+      std::future<std::tuple<Status, GetReply>> reply;
+    };
+    std::deque<Get> gets;
     for (long long i = 0; i < count; ++i) {
       GetRequest request;
       request.set_key(key(i));
-      gets.emplace_back(i, stub_->async_Get(request, Options(), use_future));
+      auto context = std::make_unique<ClientContext>(Options());
+      if (bulk) {
+        request.set_value_as_attachment(true);
+        context->set_response_destination(slot(i));
+      }
+      auto reply = stub_->async_Get(*context, request, use_future);
+      gets.push_back({i, std::move(context), std::move(reply)});
       while (gets.size() >= kWindow || (i == count - 1 && !gets.empty())) {
-        auto [status, reply] = gets.front().second.get();
-        const long long which = gets.front().first;
-        gets.pop_front();
+        Get& done = gets.front();
+        auto [status, reply] = done.reply.get();
         if (!status.ok()) return Fail(status);
-        if (reply.value() != value(which)) {
+        const std::string_view got =
+            bulk ? done.context->response_attachment().view()
+                 : std::string_view(reply.value());
+        if (got != value(done.which)) {
           std::fprintf(stderr, "load: value of %s differs\n",
-                       key(which).c_str());
+                       key(done.which).c_str());
           return 1;
         }
+        gets.pop_front();
       }
     }
     const std::chrono::duration<double> get_time =
@@ -363,6 +422,21 @@ class Cli {
                 mb / put_time.count());
     std::printf("  get: %.0f calls/s, %.1f MB/s\n", count / get_time.count(),
                 mb / get_time.count());
+    if (bulk) {
+      // Warm-up (the first use of each slot and arena chunk) included.
+      const BulkCosts costs = ReadBulkCosts();
+      const double calls = 2.0 * static_cast<double>(count);
+      std::printf(
+          "  bulk: %.3f copies into place per get; registrations per call "
+          "%.3f here, %.3f at the server\n",
+          static_cast<double>(costs.response_copies -
+                              costs_before.response_copies) /
+              static_cast<double>(count),
+          static_cast<double>(costs.registrations -
+                              costs_before.registrations) /
+              calls,
+          static_cast<double>(ServerRegistrations() - server_before) / calls);
+    }
     return 0;
   }
 

@@ -1,5 +1,7 @@
 #include "examples/kv/kv_service.h"
 
+#include <algorithm>
+#include <bit>
 #include <mutex>
 
 namespace rdmarpc::examples::kv {
@@ -13,22 +15,70 @@ Status NotFound(const std::string& key) {
   return Status(StatusCode::kNotFound, "key '" + key + "' not found");
 }
 
+size_t SizeClass(size_t size) {
+  constexpr size_t kSmallest = 4096;
+  return std::max(kSmallest, std::bit_ceil(size));
+}
+
 }  // namespace
 
+StatusOr<std::shared_ptr<ValueArena::Block>> ValueArena::Allocate(size_t size) {
+  constexpr size_t kChunk = 4 << 20;
+  const size_t block = SizeClass(size);
+  std::lock_guard lock(mu_);
+  std::vector<std::byte*>& free = free_[block];
+  if (free.empty()) {
+    auto chunk = MemoryRegistration::Allocate(std::max(block, kChunk));
+    if (!chunk.ok()) return chunk.status();
+    for (size_t at = 0; at + block <= (*chunk)->size(); at += block) {
+      free.push_back((*chunk)->data() + at);
+    }
+    chunks_.push_back(std::move(*chunk));
+  }
+  std::byte* data = free.back();
+  free.pop_back();
+  return std::make_shared<Block>(shared_from_this(), data, block);
+}
+
+void ValueArena::Free(std::byte* data, size_t size) {
+  std::lock_guard lock(mu_);
+  free_[size].push_back(data);
+}
+
+size_t ValueArena::chunks() const {
+  std::lock_guard lock(mu_);
+  return chunks_.size();
+}
+
+Buffer Value::Attachment(std::shared_ptr<const Value> value) {
+  const std::string_view bytes = value->view();
+  // Read only, though a Buffer's bytes are not const.
+  auto* data = reinterpret_cast<std::byte*>(const_cast<char*>(bytes.data()));
+  return Buffer(
+      data, bytes.size(),
+      [](void* held, std::byte*) noexcept {
+        delete static_cast<std::shared_ptr<const Value>*>(held);
+      },
+      new std::shared_ptr<const Value>(std::move(value)));
+}
+
 Status Store::Put(const std::string& key, std::string value) {
+  return Put(key, std::make_shared<const Value>(std::move(value)));
+}
+
+Status Store::Put(const std::string& key, std::shared_ptr<const Value> value) {
   if (key.empty()) return EmptyKey();
-  if (value.size() > kMaxValueSize) {
+  if (value->size() > kMaxValueSize) {
     return Status(StatusCode::kInvalidArgument,
-                  "value of " + std::to_string(value.size()) +
+                  "value of " + std::to_string(value->size()) +
                       " bytes exceeds the maximum of " +
                       std::to_string(kMaxValueSize));
   }
-  auto shared = std::make_shared<const std::string>(std::move(value));
   std::unique_lock lock(mu_);
   const auto it = map_.find(key);
   const uint64_t old_size =
       it == map_.end() ? 0 : key.size() + it->second->size();
-  const uint64_t new_bytes = bytes_ - old_size + key.size() + shared->size();
+  const uint64_t new_bytes = bytes_ - old_size + key.size() + value->size();
   if (new_bytes > capacity_) {
     return Status(StatusCode::kResourceExhausted,
                   "store is full: " + std::to_string(bytes_) + " of " +
@@ -36,23 +86,33 @@ Status Store::Put(const std::string& key, std::string value) {
   }
   bytes_ = new_bytes;
   if (it == map_.end()) {
-    map_.emplace(key, std::move(shared));
+    map_.emplace(key, std::move(value));
   } else {
-    it->second = std::move(shared);
+    it->second = std::move(value);
   }
   return Status();
 }
 
-Status Store::Get(const std::string& key, std::string* value) const {
-  if (key.empty()) return EmptyKey();
-  std::shared_ptr<const std::string> found;
-  {
-    std::shared_lock lock(mu_);
-    const auto it = map_.find(key);
-    if (it == map_.end()) return NotFound(key);
-    found = it->second;
+std::shared_ptr<const Value> Store::Find(const std::string& key,
+                                         Status* status) const {
+  if (key.empty()) {
+    *status = EmptyKey();
+    return nullptr;
   }
-  *value = *found;  // Copied outside the lock.
+  std::shared_lock lock(mu_);
+  const auto it = map_.find(key);
+  if (it == map_.end()) {
+    *status = NotFound(key);
+    return nullptr;
+  }
+  return it->second;
+}
+
+Status Store::Get(const std::string& key, std::string* value) const {
+  Status status;
+  const std::shared_ptr<const Value> found = Find(key, &status);
+  if (!found) return status;
+  *value = found->view();  // Copied outside the lock.
   return Status();
 }
 
@@ -82,9 +142,9 @@ void Store::Scan(const std::string& prefix, uint32_t limit,
   }
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>
+std::vector<std::pair<std::string, std::shared_ptr<const Value>>>
 Store::Snapshot(const std::string& prefix, uint32_t limit) const {
-  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> out;
+  std::vector<std::pair<std::string, std::shared_ptr<const Value>>> out;
   std::shared_lock lock(mu_);
   for (auto it = map_.lower_bound(prefix);
        it != map_.end() && it->first.compare(0, prefix.size(), prefix) == 0 &&
@@ -102,15 +162,53 @@ uint64_t Store::bytes() const {
 
 void KeyValueImpl::Put(
     std::shared_ptr<rpc::TypedCall<PutRequest, PutReply>> call) {
+  if (call->request().value().empty() && !call->bulk().empty()) {
+    return PutPulled(std::move(call));
+  }
   // Move the value into the store instead of copying up to 64 MiB.
   PutRequest& request = call->mutable_request();
   call->Finish(store_.Put(request.key(), std::move(*request.mutable_value())));
 }
 
+void KeyValueImpl::PutPulled(
+    std::shared_ptr<rpc::TypedCall<PutRequest, PutReply>> call) {
+  const BulkDescriptor loan = call->bulk()[0];
+  if (call->request().key().empty()) return call->Finish(EmptyKey());
+  if (loan.length > kMaxValueSize) {
+    return call->Finish(Status(StatusCode::kInvalidArgument,
+                               "value of " + std::to_string(loan.length) +
+                                   " bytes exceeds the maximum of " +
+                                   std::to_string(kMaxValueSize)));
+  }
+  auto block = arena_->Allocate(loan.length);
+  if (!block.ok()) return call->Finish(block.status());
+  std::byte* into = (*block)->data();
+  // Straight from the client's memory into the arena: RDMA READs over
+  // rdma://, the bytes over the socket over tcp://.
+  call->Pull(loan, 0, {into, loan.length},
+             [this, call, block = std::move(*block),
+              size = loan.length](const Status& pulled) mutable {
+               if (!pulled.ok()) return call->Finish(pulled);
+               call->Finish(store_.Put(
+                   call->request().key(),
+                   std::make_shared<const Value>(std::move(block), size)));
+             });
+}
+
 void KeyValueImpl::Get(
     std::shared_ptr<rpc::TypedCall<GetRequest, GetReply>> call) {
-  call->Finish(
-      store_.Get(call->request().key(), call->response().mutable_value()));
+  if (!call->request().value_as_attachment()) {
+    return call->Finish(
+        store_.Get(call->request().key(), call->response().mutable_value()));
+  }
+  Status status;
+  std::shared_ptr<const Value> value =
+      store_.Find(call->request().key(), &status);
+  if (!value) return call->Finish(status);
+  // Into the client's destination, if it gave one: from the arena, one
+  // RDMA WRITE.
+  call->set_response_attachment(Value::Attachment(std::move(value)));
+  call->Finish();
 }
 
 void KeyValueImpl::Delete(
@@ -135,7 +233,7 @@ namespace {
 
 using ScanOut = rpc::TypedServerStream<ScanRequest, ScanEntry>;
 using Entries =
-    std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>;
+    std::vector<std::pair<std::string, std::shared_ptr<const Value>>>;
 
 // Writes entries[next...] one after another, each once the client's window
 // lets the one before it go, then ends the call.
@@ -144,7 +242,7 @@ void WriteFrom(std::shared_ptr<ScanOut> stream,
   if (next == entries->size()) return stream->Finish(Status());
   ScanEntry entry;
   entry.set_key((*entries)[next].first);
-  entry.set_value(*(*entries)[next].second);
+  entry.set_value(std::string((*entries)[next].second->view()));
   stream->async_Write(entry, [stream, entries, next](const Status& status) {
     // Not written: the call has ended (cancelled, or the client is gone).
     if (status.ok()) WriteFrom(stream, entries, next + 1);

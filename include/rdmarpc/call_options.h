@@ -8,7 +8,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <vector>
 
+#include "rdmarpc/bulk.h"
 #include "rdmarpc/metadata.h"
 
 namespace rdmarpc {
@@ -80,6 +83,36 @@ struct CallOptions {
   // BalanceKey(user_id). Calls with the same key go to the same server while it
   // is there.
   std::optional<uint64_t> balance_key;
+
+  // Memory lent to the server for this call (include/rdmarpc/bulk.h): its
+  // handler sees each region as a BulkDescriptor, in this order, and pulls
+  // from or pushes into it. Each must lie inside a live MemoryRegistration
+  // and stay valid until the call completes; the loans end before the
+  // completion runs. At most kMaxBulkLoansPerCall.
+  std::vector<BulkRegion> bulk;
+
+  // Has the response's attachment land in `destination` (memory inside a
+  // live MemoryRegistration, valid until the call completes): the call's
+  // response attachment is then a Buffer borrowing its first bytes. Its
+  // size goes with the request; an attachment larger fails the call
+  // RESOURCE_EXHAUSTED, naming both sizes, and nothing is written. Over
+  // RDMA, an attachment the server has in registered memory is written
+  // straight into the destination (RDMA WRITE, no copy on either side);
+  // one that is not, and any over TCP, comes with the response and is
+  // copied into the destination. Replaces an earlier destination; it is a
+  // write loan in `bulk` (response_destination), counted in its limit.
+  CallOptions& ResponseInto(std::span<std::byte> destination) {
+    const BulkRegion region{destination.data(), destination.size(),
+                            BulkAccess::kWrite, true};
+    for (BulkRegion& lent : bulk) {
+      if (lent.response_destination) {
+        lent = region;
+        return *this;
+      }
+    }
+    bulk.push_back(region);
+    return *this;
+  }
 
   // A timeout past what the clock can represent saturates to "very late".
   static CallOptions WithTimeout(Clock::duration timeout) {

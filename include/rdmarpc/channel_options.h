@@ -97,6 +97,9 @@ struct ChannelStats {
   // closed because the server sent nothing, not even a keepalive PONG.
   uint64_t disconnects = 0;
   uint64_t keepalive_timeouts = 0;
+  // A cluster's calls that reached an endpoint just after its server said
+  // GOAWAY, and went to another endpoint instead.
+  uint64_t calls_repicked = 0;
 
   // Adds every field of `other` to this one (a cluster's subchannels, the
   // channels of one target).
@@ -115,7 +118,8 @@ inline void ChannelStats::Add(const ChannelStats& other) {
       &ChannelStats::retries_throttled,
       &ChannelStats::calls_held,
       &ChannelStats::disconnects,
-      &ChannelStats::keepalive_timeouts};
+      &ChannelStats::keepalive_timeouts,
+      &ChannelStats::calls_repicked};
   // A field added above and not here would be left out of every sum.
   static_assert(sizeof(kFields) / sizeof(kFields[0]) * sizeof(uint64_t) ==
                 sizeof(ChannelStats));

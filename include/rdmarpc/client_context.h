@@ -17,6 +17,7 @@
 #ifndef RDMARPC_CLIENT_CONTEXT_H_
 #define RDMARPC_CLIENT_CONTEXT_H_
 
+#include <span>
 #include <string>
 #include <utility>
 
@@ -62,6 +63,11 @@ class ClientContext {
   // The response's attachment once a call completed OK; empty before, after
   // an error, or when the server sent none.
   const Buffer& response_attachment() const { return response_attachment_; }
+  // The response's attachment lands in `destination` (CallOptions::
+  // ResponseInto), for every call made with this context from now on.
+  void set_response_destination(std::span<std::byte> destination) {
+    options.ResponseInto(destination);
+  }
   Buffer TakeResponseAttachment() { return std::move(response_attachment_); }
 
  private:

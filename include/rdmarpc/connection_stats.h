@@ -35,9 +35,14 @@ struct ConnectionStats {
   // TCP only: 1 when this accepted connection closed because the client's
   // HELLO did not arrive within connect_timeout.
   std::atomic<uint64_t> hello_timeouts{0};
-  // TCP only: payloads discarded unread because their call was refused on
-  // its header, the peer not yet admitted (ServerInterceptor::Admit).
+  // Payloads discarded unread (TCP) or never granted (RDMA) because their
+  // call was refused on its header, the peer not yet admitted
+  // (ServerInterceptor::Admit).
   std::atomic<uint64_t> payloads_refused{0};
+  // TCP only: times reading paused because the process's peer memory was
+  // full while the peer had not read what was queued for it
+  // (include/rdmarpc/peer_memory.h).
+  std::atomic<uint64_t> reads_paused{0};
   // 1 when this connection closed because a frame begun did not arrive
   // whole within frame_timeout.
   std::atomic<uint64_t> slow_frames{0};
@@ -83,8 +88,12 @@ struct ConnectionStats {
   // or than a grant-pool block), and their segments.
   std::atomic<uint64_t> segmented_frames{0};
   std::atomic<uint64_t> segments_received{0};
-  std::atomic<uint64_t> segments_sent{0};    // Before each frame's last one.
-  std::atomic<uint64_t> credit_stalls{0};    // Flushes held back by credits.
+  std::atomic<uint64_t> segments_sent{0};  // Before each frame's last one.
+  std::atomic<uint64_t> credit_stalls{0};  // Flushes held back by credits.
+  // Times a local operation (a bulk loan's bind or invalidation, a grant's
+  // invalidation) waited for the send queue to drain first: Soft-RoCE's
+  // rule (docs/protocol.md section 4); 0 on other devices.
+  std::atomic<uint64_t> local_op_waits{0};
   std::atomic<uint64_t> credit_messages{0};  // Explicit CREDIT messages sent.
   // Receive credits lent the peer beyond its initial ones (it was busy), and
   // kept back from it (the shared receive pool was short).
@@ -142,8 +151,11 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
      "TCP: accepted connections closed because the client's HELLO did not "
      "arrive within connect_timeout."},
     {&ConnectionStats::payloads_refused, "payloads_refused",
-     "TCP: payloads discarded unread because their call was refused on its "
-     "header before the peer was admitted."},
+     "Payloads discarded unread (TCP) or never granted (RDMA) because their "
+     "call was refused on its header before the peer was admitted."},
+    {&ConnectionStats::reads_paused, "reads_paused",
+     "TCP: times reading paused while the process's peer memory was full and "
+     "the peer had not read what was queued for it."},
     {&ConnectionStats::slow_frames, "slow_frames",
      "Connections closed because a frame begun did not arrive whole within "
      "frame_timeout."},
@@ -193,6 +205,9 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
      "Segments sent before each segmented frame's last (RDMA)."},
     {&ConnectionStats::credit_stalls, "credit_stalls",
      "Flushes held back for lack of credits (RDMA)."},
+    {&ConnectionStats::local_op_waits, "local_op_waits",
+     "Local operations (window binds, invalidations) that waited for the send "
+     "queue to drain: Soft-RoCE's rule (RDMA)."},
     {&ConnectionStats::credit_messages, "credit_messages",
      "Explicit CREDIT messages sent (RDMA)."},
     {&ConnectionStats::credits_lent, "credits_lent",

@@ -70,8 +70,10 @@ class ServerInterceptor {
   // With one configured, a connection's calls are admitted on their method
   // and headers before their payloads are read, until one passes: until
   // then the server holds at most ServerOptions::max_unadmitted_frame_bytes
-  // of a frame's payload (TCP), discards the rest of a refused call's
-  // payload as it arrives, and answers it with Admit's error. A connection
+  // of a frame's payload (TCP) or lends nothing beyond the connection's
+  // first receive buffers and no remote key (RDMA), discards the rest of a
+  // refused call's payload as it arrives (RDMA: it is never sent), and
+  // answers it with Admit's error. A connection
   // refused kMaxAdmissionFailures times is closed. Admit runs on the
   // connection's event loop: it must be quick and must not block. Once a
   // call is admitted, the connection's calls are checked by OnCall only, as

@@ -83,7 +83,8 @@ struct ServerOptions {
   // payload a frame may carry, read whole, on a TCP connection none of whose
   // calls has been admitted yet; a larger one's header is read, the call
   // admitted or refused on it, and a refused call's payload discarded
-  // unread. (Its header is bounded by kMaxCallHeaderSize, 64 KiB.)
+  // unread. (Its header is bounded by kMaxCallHeaderSize, 64 KiB.) On RDMA
+  // no frame larger than a receive buffer is granted before admission.
   uint64_t max_unadmitted_frame_bytes = tunables::kMaxUnadmittedFrameBytes;
   // Per-method metrics (rpc/server/metrics.h); cheap enough to leave on.
   bool enable_metrics = true;
@@ -140,6 +141,20 @@ struct ServerOptions {
   // at most this long (within the grace period); then it refuses new
   // requests and waits for the calls still running.
   std::chrono::milliseconds goaway_answer_timeout{1000};
+  // Connection lifetime, as gRPC's server keepalive options (0: none, the
+  // default). A connection with no call in flight and no request received
+  // for max_connection_idle, or open for max_connection_age (each
+  // connection's age drawn within 10 % of it, so that connections opened
+  // together do not all leave together), is told GOAWAY: its client sends
+  // its new calls on a new connection, and this one closes once its client
+  // has answered and its calls have finished, or, with calls still running
+  // max_connection_age_grace after the GOAWAY, fails them UNAVAILABLE and
+  // closes. Counted in ServerStats::connections_recycled. Checked by a timer
+  // per connection, only where set: a call pays nothing for them.
+  std::chrono::milliseconds max_connection_idle{0};
+  std::chrono::milliseconds max_connection_age{0};
+  std::chrono::milliseconds max_connection_age_grace =
+      std::chrono::milliseconds::max();  // max(): however long they run.
 };
 
 struct ServerStats {
@@ -161,6 +176,8 @@ struct ServerStats {
   // Connections closed because the client sent nothing, not even a keepalive
   // PONG, for TransportOptions::keepalive_timeout.
   uint64_t peers_timed_out = 0;
+  // Connections closed for max_connection_age or max_connection_idle.
+  uint64_t connections_recycled = 0;
 };
 
 // A listener of a Server's that is not an RPC port: the admin endpoint

@@ -25,9 +25,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "rdmarpc/buffer.h"
+#include "rdmarpc/bulk.h"
 #include "rdmarpc/call_options.h"
 #include "rdmarpc/metadata.h"
 #include "rdmarpc/payload.h"
@@ -104,6 +107,30 @@ class ServerCall {
   // response carries no message: its messages went by Write.
   void Finish(const Status& status, Payload response = Payload());
 
+  // Bulk (include/rdmarpc/bulk.h). The client's loans to this call, in the
+  // order it lent them; empty when it lent none.
+  std::span<const BulkDescriptor> bulk() const {
+    return metadata_ ? std::span<const BulkDescriptor>(metadata_->bulk)
+                     : std::span<const BulkDescriptor>();
+  }
+  // Copies [offset, offset + destination.size()) of `loan` into
+  // `destination`; Push copies `source` into the loan at `offset`. Local
+  // memory must lie inside a live MemoryRegistration (INVALID_ARGUMENT
+  // otherwise, never a hidden copy) and stay valid until `done` runs, once,
+  // where stream callbacks run. Errors: OUT_OF_RANGE or PERMISSION_DENIED
+  // (checked before anything moves), CANCELLED (the call was cancelled or
+  // past its deadline before the transfer began), UNAVAILABLE (the
+  // connection was lost). A loan whose call has ended on the client: over
+  // TCP FAILED_PRECONDITION; over RDMA the device refuses the access and
+  // the connection fails (UNAVAILABLE). Over RDMA these are one-sided READs
+  // and WRITEs the client's CPU takes no part in; over TCP the bytes go
+  // over the socket.
+  void Pull(const BulkDescriptor& loan, uint64_t offset,
+            std::span<std::byte> destination,
+            UniqueFunction<void(const Status&)> done);
+  void Push(std::span<const std::byte> source, const BulkDescriptor& loan,
+            uint64_t offset, UniqueFunction<void(const Status&)> done);
+
   // Streaming calls only (kind() says which way).
   StreamKind kind() const;
   // The client's next message (client- and bidi-streaming).
@@ -150,7 +177,22 @@ class ServerCall {
     Metadata request;  // Set by the session before the handler runs.
     Metadata headers;
     Metadata trailers;
+    std::vector<BulkDescriptor> bulk;  // The client's loans.
+    // Where the response's attachment goes (CallOptions::ResponseInto),
+    // how much was written there, and the call itself, held while it is.
+    std::optional<BulkDescriptor> destination;
+    uint64_t placed = 0;
+    std::weak_ptr<ServerCall> self;
   };
+  // Checks a Pull or Push before the transport moves anything.
+  std::optional<Status> RefuseBulk() const;
+  // Finish for an OK response whose attachment goes into the client's
+  // destination.
+  void FinishIntoDestination(Payload response);
+  // `done`, run where stream callbacks run (Post) once the transport ends
+  // a Pull or Push.
+  UniqueFunction<void(const Status&)> BulkDone(
+      UniqueFunction<void(const Status&)> done) const;
   CallMetadata& Meta() {
     if (!metadata_) metadata_ = std::make_unique<CallMetadata>();
     return *metadata_;

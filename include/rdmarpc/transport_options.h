@@ -48,6 +48,11 @@ struct TransportOptions {
   // One frame of any size is accepted into an empty queue, and a frame that
   // may wait (OutgoingFrame::may_wait) into any.
   uint64_t max_queued_bytes = tunables::kDefaultMaxQueuedBytes;
+  // A connect's whole setup. With keepalive on, a server that has not
+  // answered within keepalive_timeout, if shorter, is taken for hung (its
+  // kernel may still accept): on TCP its HELLO; on RDMA its accept, counted
+  // from the connect request and never less than rdma_cm's window to resend
+  // a lost request (tunables::kRdmaCmResendWindow, 8.59 s).
   std::chrono::milliseconds connect_timeout = tunables::kConnectTimeout;
   // RDMA only. Bytes of receive grants (memory registered for peers' large
   // frames) this process may hold at once, counted over every connection

@@ -206,6 +206,14 @@ inline constexpr uint8_t kRdmaRetryCount = 6;
 static_assert(kRdmaAckTimeout >= 12 && kRdmaAckTimeout <= 20,
               "between 17 ms and 4.3 s per try");
 static_assert(kRdmaRetryCount < 7, "7 means retry forever");
+// RDMA READs a queue pair may have outstanding, each way (bulk pulls,
+// include/rdmarpc/bulk.h): both sides offer this much, or their device's
+// max_qp_init_rd_atom and max_qp_rd_atom if lower, and the connection takes
+// the smaller of the two offers (rdma_accept(3)). rxe allows 128; 16 READs
+// of kBulkChunkSize keep 16 MiB in flight, past any link's bandwidth-delay
+// product in a datacenter.
+inline constexpr uint8_t kRdmaMaxReadDepth = 16;
+static_assert(kRdmaMaxReadDepth >= 1);
 // A connection whose port goes down (IBV_EVENT_PORT_ERR) and is still down
 // this much later is closed: longer than the QP's retries (above) ride out.
 inline constexpr std::chrono::milliseconds kRdmaPortDownGrace{3000};
@@ -331,6 +339,38 @@ static_assert(kDefaultMaxGrantBytes >=
                   kDefaultMaxPayloadSize + kMaxCallHeaderSize,
               "a largest frame must fit the grant budget on its own");
 
+// --- Bulk (include/rdmarpc/bulk.h)
+// -------------------------------------------- Loans a call may carry
+// (CallOptions::bulk), a connection may hold, and the process may hold; past
+// each, the call fails RESOURCE_EXHAUSTED naming it. On RDMA each loan is a
+// memory window, which the device counts (max_mw).
+inline constexpr size_t kMaxBulkLoansPerCall = 16;
+inline constexpr size_t kMaxBulkLoansPerConnection = 4096;
+inline constexpr size_t kMaxBulkLoans = 65536;
+// A loan's length, at most (the descriptor's field is 64 bits; 2^48 keeps
+// offset + length far from overflow).
+inline constexpr uint64_t kMaxBulkLength = 1ull << 48;
+// Pulls and pushes move in chunks of at most this many bytes, at most
+// kBulkWindowChunks of them in flight per connection, so a call's frame
+// queued during a 64 MiB pull goes out after at most that many chunks.
+inline constexpr uint32_t kBulkChunkSize = 1u << 20;
+inline constexpr uint32_t kBulkWindowChunks = 4;
+static_assert(kMaxBulkLoansPerCall <= kMaxBulkLoansPerConnection &&
+              kMaxBulkLoansPerConnection <= kMaxBulkLoans);
+static_assert(kMaxCallHeaderSize >=
+                  (16 << 10) + (16 << 10) + 128 + kMaxBulkLoansPerCall * 32 + 4,
+              "a request's names, headers and descriptors fit one header");
+static_assert(kBulkChunkSize <= kDefaultMaxPayloadSize &&
+              kBulkWindowChunks >= 2);
+// On a device that checks a memory window against its memory region only
+// (Soft-RoCE), each loan's window is bound on a region of exactly the lent
+// bytes; a protection domain keeps this many of those regions for the next
+// loan of the same bytes, so that an application lending the same buffers
+// call after call registers each once. Regions only bound windows on: none
+// is reachable by the peer without a live loan.
+inline constexpr size_t kMaxExactBulkRegions = 1024;
+static_assert(kMaxExactBulkRegions >= kMaxBulkLoansPerCall);
+
 // --- RPC ---------------------------------------------------------------------
 // Status messages longer than this are truncated, so a response header
 // always fits kMaxCallHeaderSize.
@@ -402,7 +442,11 @@ static_assert(kMaxClientLoops >= 1);
 // about 4.3 s (4.096 us << CMA_CM_RESPONSE_TIMEOUT 20): room for one lost
 // request and its resend, which 5 s did not leave.
 inline constexpr std::chrono::milliseconds kConnectTimeout{10000};
-static_assert(kConnectTimeout.count() > 2 * ((4096LL << 20) / 1000000),
+// rdma_cm's wait for the answer to a connect request, resent once: what a
+// client waits for a listener's accept at least, keepalive or not.
+inline constexpr std::chrono::milliseconds kRdmaCmResendWindow{
+    2 * ((4096LL << 20) / 1000000) + 1};
+static_assert(kConnectTimeout > kRdmaCmResendWindow,
               "a connect must outlive one lost request and its resend");
 
 static_assert(kInitialReconnectBackoff <= kMaxReconnectBackoff);

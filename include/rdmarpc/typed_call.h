@@ -88,7 +88,20 @@ class TypedCall {
     return call_->request_attachment();
   }
   Buffer TakeRequestAttachment() { return call_->TakeRequestAttachment(); }
-  // Sent beside response() by a Finish that is OK.
+  // Bulk (include/rdmarpc/bulk.h): the client's loans, and the bytes
+  // moved through them (ServerCall::Pull and Push say how).
+  std::span<const BulkDescriptor> bulk() const { return call_->bulk(); }
+  void Pull(const BulkDescriptor& loan, uint64_t offset,
+            std::span<std::byte> destination,
+            UniqueFunction<void(const Status&)> done) {
+    call_->Pull(loan, offset, destination, std::move(done));
+  }
+  void Push(std::span<const std::byte> source, const BulkDescriptor& loan,
+            uint64_t offset, UniqueFunction<void(const Status&)> done) {
+    call_->Push(source, loan, offset, std::move(done));
+  }
+  // Sent beside response() by a Finish that is OK; into the client's
+  // memory if it named a destination (CallOptions::ResponseInto).
   void set_response_attachment(Buffer attachment) {
     response_attachment_ = std::move(attachment);
   }

@@ -174,6 +174,8 @@ void ServerTotals(std::string& out, const ServerStats& stats) {
        "Connections over max_connections."},
       {"peers_timed_out", stats.peers_timed_out,
        "Connections closed because the client went silent (keepalive)."},
+      {"connections_recycled", stats.connections_recycled,
+       "Connections closed for max_connection_age or max_connection_idle."},
   };
   for (const auto& counter : counters) {
     const std::string name =
@@ -300,6 +302,9 @@ void Clients(std::string& out) {
   family("rdmarpc_client_calls_held_total", "counter",
          "Calls that waited for the request window before being sent.",
          [](T t) { return t.stats.calls_held; });
+  family("rdmarpc_client_calls_repicked_total", "counter",
+         "Calls that reached an endpoint after its GOAWAY and went to another.",
+         [](T t) { return t.stats.calls_repicked; });
   family("rdmarpc_client_endpoints", "gauge",
          "A cluster's endpoints now (0 for one server).",
          [](T t) { return t.endpoints; });

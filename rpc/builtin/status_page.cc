@@ -91,6 +91,8 @@ void ServerTotals(const ServerStats& stats, std::string& out) {
       {"responses refused", static_cast<int64_t>(stats.responses_refused)},
       {"protocol errors", static_cast<int64_t>(stats.protocol_errors)},
       {"peers timed out", static_cast<int64_t>(stats.peers_timed_out)},
+      {"connections recycled",
+       static_cast<int64_t>(stats.connections_recycled)},
   };
   for (const auto& [name, value] : totals) {
     out += "<tr><td class=\"name\">" + std::string(name) + "</td><td>" +

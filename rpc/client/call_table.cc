@@ -52,6 +52,7 @@ void CallTable::Release(uint32_t index, ResponseCallback* done) {
   Slot& slot = slots_[index];
   if (slot.heap_pos != kNotInHeap) HeapRemove(slot.heap_pos);
   slot.in_use = false;
+  slot.loans = nullptr;
   if (slot.charged != 0) {
     charged_bytes_ -= slot.charged;
     --charged_calls_;

@@ -25,6 +25,8 @@
 
 namespace rdmarpc::rpc {
 
+class BulkLoans;  // bulk_loans.h
+
 class CallTable {
  public:
   using Entry = std::pair<uint64_t, ResponseCallback>;
@@ -53,6 +55,18 @@ class CallTable {
 
   std::optional<Clock::time_point> NextDeadline() const;
 
+  // A call's bulk loans (CallOptions::bulk), for a response that reports
+  // bytes written into the call's destination. Set after Add for the few
+  // calls that lend; null for the rest, and once the call left the table.
+  // The call's callback owns them.
+  void SetLoans(uint64_t id, BulkLoans* loans) {
+    if (Slot* slot = Find(id)) slot->loans = loans;
+  }
+  BulkLoans* LoansOf(uint64_t id) {
+    Slot* slot = Find(id);
+    return slot != nullptr ? slot->loans : nullptr;
+  }
+
   // The request window (ChannelOptions::max_request_bytes_in_flight): a
   // call's request bytes count against it from Charge until the call leaves
   // the table, however it leaves. A call is charged once, when its request
@@ -79,6 +93,7 @@ class CallTable {
   struct Slot {
     ResponseCallback done;
     std::shared_ptr<ResponseMetadata> metadata;
+    BulkLoans* loans = nullptr;
     Clock::time_point deadline;
     uint64_t charged = 0;  // Request bytes counted in the window.
     uint32_t generation = 0;

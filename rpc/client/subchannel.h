@@ -24,6 +24,7 @@
 #include "rdmarpc/channel_options.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/tunables.h"
+#include "rpc/client/bulk_loans.h"
 #include "rpc/client/call_table.h"
 #include "rpc/client/callback_runner.h"
 #include "rpc/client/client_stream_state.h"
@@ -78,12 +79,20 @@ class Subchannel final : public transport::ConnectionObserver,
   // Fails every call with `why` and drops the connection.
   void Shutdown(std::vector<CallTable::Entry>* orphans);
 
+  // Picks another of a cluster's subchannels for a call's options, or
+  // returns null (none other is ready).
+  using Repick =
+      std::function<std::shared_ptr<Subchannel>(const CallOptions& options)>;
   // For a cluster's subchannel: from now on stays connected (connects now,
   // again at once after losing its connection, and after its backoff when
   // a connect failed, with or without calls waiting), and runs `on_state`
   // on the loop thread, outside the lock, after each change between
-  // kReady and the other states. Called once, before any call.
-  void KeepConnected(std::function<void(ChannelState)> on_state);
+  // kReady and the other states. A unary call that reaches this subchannel
+  // after the server's GOAWAY (picked just before the cluster heard of it)
+  // goes where `repick` says, if anywhere, instead of waiting for a server
+  // that is going away. Called once, before any call.
+  void KeepConnected(std::function<void(ChannelState)> on_state,
+                     Repick repick = nullptr);
   // Refuses every call from now on with `why` (a cluster's stand-in for an
   // endpoint it does not have).
   void Refuse(Status why) {
@@ -159,10 +168,12 @@ class Subchannel final : public transport::ConnectionObserver,
   // is called only) when the call cannot go: `done` has been completed with
   // why, outside mu_. They take `done` by reference, never moving it on the
   // way that succeeds.
-  // The request's size, its names' size, its deadline.
+  // The request's size, its names' size, its deadline; its metadata,
+  // encoded into `metadata`; its loans, into `loans` (LendsBulk).
   bool Validate(size_t request_size, size_t names_size,
                 const CallOptions& options, Clock::time_point now,
-                ResponseCallback& done);
+                ResponseCallback& done, std::string& metadata,
+                std::shared_ptr<BulkLoans>& loans);
   // Under `lock` on mu_, with the channel shut down or backing off.
   bool AdmitLocked(std::unique_lock<FutexMutex>& lock,
                    const CallOptions& options, ResponseCallback& done);
@@ -170,6 +181,23 @@ class Subchannel final : public transport::ConnectionObserver,
   // request window, overflows the send queue; if so it is failed.
   bool RefusedQueueFull(std::unique_lock<FutexMutex>& lock, CallId id,
                         uint64_t window_bytes);
+  // A call that lends memory (CallOptions::bulk): its loans, and `done`
+  // wrapped to revoke them as the call ends. False when the regions are
+  // refused: `done` has been completed with why.
+  bool LendsBulk(const CallOptions& options, ResponseCallback& done,
+                 std::shared_ptr<BulkLoans>& loans);
+  // Sends a REQUEST on `connection`, lending its loans (if any) there
+  // first. The frame moves once, into Send, as without loans.
+  static Status SendRequest(
+      const std::shared_ptr<transport::Connection>& connection,
+      transport::OutgoingFrame&& frame, BulkLoans* loans) {
+    if (loans != nullptr) [[unlikely]] {
+      if (Status lent = loans->LendOn(connection, frame); !lent.ok()) {
+        return lent;
+      }
+    }
+    return connection->Send(std::move(frame));
+  }
   // Encodes the call's request metadata into `*out`.
   bool EncodeMetadata(const Metadata& metadata, std::string* out,
                       ResponseCallback& done);
@@ -190,6 +218,23 @@ class Subchannel final : public transport::ConnectionObserver,
   // Under mu_, not connected: `waiting` waits for a connection, which this
   // starts if none is being made.
   void AwaitConnectionLocked(Waiting waiting);
+  // Start's second half, from the lock on: the call, intercepted and
+  // validated, into the call table and sent, held or made to wait.
+  // Inlined into Start; `may_repick` is false in the copy that Repick runs.
+  CallId Enqueue(std::string_view service, std::string_view method,
+                 uint64_t method_id, Payload& request,
+                 const CallOptions& options, ResponseCallback& done,
+                 StreamKind kind, std::shared_ptr<ClientStreamState>& stream,
+                 const std::string& metadata, std::shared_ptr<BulkLoans>& loans,
+                 uint64_t timeout_us, bool may_repick);
+  // A unary call that found goaway_ set: Enqueue on the subchannel repick_
+  // names, or here (to wait for the next connection) if none.
+  CallId RepickAfterGoAway(std::string_view service, std::string_view method,
+                           uint64_t method_id, Payload& request,
+                           const CallOptions& options, ResponseCallback& done,
+                           const std::string& metadata,
+                           std::shared_ptr<BulkLoans>& loans,
+                           uint64_t timeout_us);
   // Runs the interceptors' OnCall on `options` (the call's copy) and wraps
   // `done` so that their OnEnd runs before it. False when one refused the
   // call: `done` has been completed with its error.
@@ -280,6 +325,9 @@ class Subchannel final : public transport::ConnectionObserver,
     // A unary REQUEST's bytes, counted in the request window once sent; 0
     // for the rest (stream requests and messages, cancellations).
     uint64_t window_bytes = 0;
+    // A REQUEST's loans (CallOptions::bulk), lent as it is sent; null for
+    // most.
+    std::shared_ptr<BulkLoans> bulk;
   };
   std::vector<Waiting> waiting_;
   // Requests held back by the request window
@@ -294,16 +342,17 @@ class Subchannel final : public transport::ConnectionObserver,
   std::chrono::milliseconds backoff_;
   bool shut_down_ = false;
   Status shutdown_status_{StatusCode::kCancelled, "channel is shut down"};
-  // The server said GOAWAY on connection_: new calls wait in waiting_ for
-  // the next connection. sending_ counts the Starts that took connection_
-  // for a REQUEST and have not sent it yet: the answering GOAWAY goes once
-  // it is 0, so no REQUEST follows it.
+  // The server said GOAWAY on connection_: new calls go where repick_
+  // says, or wait in waiting_ for the next connection. sending_ counts the
+  // Starts that took connection_ for a REQUEST and have not sent it yet: the
+  // answering GOAWAY goes once it is 0, so no REQUEST follows it.
   bool goaway_ = false;
   std::atomic<int> sending_{0};
   ChannelStats stats_;
   // KeepConnected: set once before any call, then only read.
   bool keep_connected_ = false;
   std::function<void(ChannelState)> on_state_;
+  Repick repick_;
   std::atomic<uint64_t> completed_{0};
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint32_t> consecutive_failures_{0};

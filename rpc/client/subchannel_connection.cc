@@ -16,11 +16,13 @@ namespace rdmarpc::rpc {
 namespace asio = boost::asio;
 using transport::Connection;
 
-void Subchannel::KeepConnected(std::function<void(ChannelState)> on_state) {
+void Subchannel::KeepConnected(std::function<void(ChannelState)> on_state,
+                               Repick repick) {
   {
     std::lock_guard lock(mu_);
     keep_connected_ = true;
     on_state_ = std::move(on_state);
+    repick_ = std::move(repick);
     if (shut_down_ || state_ != ChannelState::kIdle) return;
     state_ = ChannelState::kConnecting;
   }
@@ -56,15 +58,17 @@ void Subchannel::OnConnected(StatusOr<std::shared_ptr<Connection>> result) {
       Log().info("{}: connected ({})", target_, connection_->peer());
       connection_->Start(shared_from_this());
       notify = ChannelState::kReady;
-      for (auto& [id, frame, wait_for_ready, window_bytes] : waiting_) {
+      for (auto& [id, frame, wait_for_ready, window_bytes, bulk] : waiting_) {
         // Calls that timed out or were cancelled while waiting stay unsent.
         if (!calls_.Contains(id)) continue;
         if (window_bytes != 0 && (!held_.empty() || !WindowAdmits())) {
-          Hold({id, std::move(frame), wait_for_ready, window_bytes});
+          Hold({id, std::move(frame), wait_for_ready, window_bytes,
+                std::move(bulk)});
           continue;
         }
         calls_.Charge(id, window_bytes);
-        const Status sent = connection_->Send(std::move(frame));
+        const Status sent =
+            SendRequest(connection_, std::move(frame), bulk.get());
         // (UNAVAILABLE: the connection is closing; OnClose fails the call.)
         if (!sent.ok() && sent.code() != StatusCode::kUnavailable) {
           if (auto done = calls_.Take(id)) {
@@ -142,16 +146,24 @@ void Subchannel::ReconnectAfterBackoff() {
 }
 
 void Subchannel::OnGoAway() {
-  std::shared_ptr<Connection> connection;
   {
     std::lock_guard lock(mu_);
     if (goaway_ || !connection_) return;
+  }
+  Log().info("{}: the server is going away; new calls {}", target_,
+             repick_ ? "go to other endpoints" : "wait for it to close");
+  // A cluster stops picking it first. A call that picked it before then
+  // and comes to mu_ before goaway_ is set is sent here (the answer waits
+  // for it: sending_); one that comes after is picked again (Enqueue), and
+  // the cluster no longer picks this one.
+  NotifyState(ChannelState::kIdle);
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard lock(mu_);
+    if (goaway_ || !connection_) return;  // Closed meanwhile.
     goaway_ = true;
     connection = connection_;
   }
-  Log().info("{}: the server is going away; new calls wait for it to close",
-             target_);
-  NotifyState(ChannelState::kIdle);  // A cluster stops picking it.
   AnswerGoAway(std::move(connection));
 }
 

@@ -338,6 +338,15 @@ void Cluster::KeepConnected(const std::shared_ptr<Endpoint>& sub) {
         auto self = weak.lock();
         auto sub = held.lock();
         if (self && sub) self->OnSubchannelState(sub, state);
+      },
+      [weak = weak_from_this(), held = std::weak_ptr<Subchannel>(sub->impl)](
+          const CallOptions& options) -> std::shared_ptr<Subchannel> {
+        auto self = weak.lock();
+        if (!self) return nullptr;
+        std::lock_guard lock(self->mu_);
+        const std::shared_ptr<Subchannel>* picked = self->PickLocked(options);
+        if (picked == nullptr || *picked == held.lock()) return nullptr;
+        return *picked;
       });
 }
 

@@ -62,6 +62,10 @@ void ServerSession::RefuseUnadmitted(uint64_t id, const Status& why) {
 
 bool ServerSession::OnGatedRequest(const CallHeader& header) {
   const uint64_t id = header.call_id();
+  if (!recycled_.ok()) {  // Sent after the GOAWAY: elsewhere, please.
+    ReplyNotRun(id, recycled_);
+    return false;
+  }
   if (!refusal_.ok()) {
     ReplyNotRun(id, refusal_);
     connection_->Close(refusal_);  // Sends the answer first.
@@ -87,7 +91,7 @@ bool ServerSession::AdmitHeader(std::span<const std::byte> bytes) {
   Status verdict = RunAdmission(*header);
   if (verdict.ok()) {
     admitted_ = true;
-    gated_ = !refusal_.ok();
+    gated_ = !refusal_.ok() || !recycled_.ok();
     connection_->Admit();
     return true;
   }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "base/log.h"
+#include "rdmarpc/memory.h"
 #include "rdmarpc/tunables.h"
 #include "rpc/common/stream_window.h"
 #include "rpc/server/server_session.h"
@@ -123,7 +124,46 @@ void ServerCall::Finish(const Status& status, Payload response) {
     // Its messages went by Write.
     if (ServerSends(stream_->kind)) response = Payload();
   }
+  if (metadata_ && metadata_->destination && status.ok() &&
+      !response.attachment.empty()) [[unlikely]] {
+    return FinishIntoDestination(std::move(response));
+  }
   session_->Complete(*this, status, std::move(response));
+}
+
+void ServerCall::FinishIntoDestination(Payload response) {
+  const BulkDescriptor to = *metadata_->destination;
+  const uint64_t n = response.attachment.size();
+  if (n > to.length) {
+    return session_->Complete(
+        *this,
+        Status(StatusCode::kResourceExhausted,
+               "the response's attachment of " + std::to_string(n) +
+                   " bytes does not fit the client's destination of " +
+                   std::to_string(to.length) + " bytes"),
+        Payload());
+  }
+  std::shared_ptr<ServerCall> self = metadata_->self.lock();
+  const std::span<const std::byte> source(response.attachment.data(), n);
+  if (to.rkey == 0 || !self || IsCancelled() ||
+      !MemoryRegistration::Find(source)) {
+    // Over TCP, or from memory outside every registration: the attachment
+    // goes with the response, and the client copies it into place. (A
+    // cancelled call's response is dropped there.)
+    return session_->Complete(*this, Status(), std::move(response));
+  }
+  // One RDMA WRITE into the destination, then the response, which says how
+  // many bytes landed. The attachment lives until the WRITE completes.
+  auto held = std::make_shared<Payload>(std::move(response));
+  session_->connection().Push(
+      source, to, 0, [self = std::move(self), held, n](const Status& pushed) {
+        if (!pushed.ok()) {
+          return self->session_->Complete(*self, pushed, Payload());
+        }
+        self->metadata_->placed = n;
+        self->session_->Complete(*self, Status(),
+                                 Payload(std::move(held->message)));
+      });
 }
 
 // ------------------------------------------------- ServerCall, streaming --
@@ -131,6 +171,38 @@ void ServerCall::Finish(const Status& status, Payload response) {
 void ServerCall::StartStream(StreamKind kind, uint64_t window_messages,
                              uint64_t window_bytes) {
   stream_ = std::make_unique<Stream>(kind, window_messages, window_bytes);
+}
+
+std::optional<Status> ServerCall::RefuseBulk() const {
+  if (IsCancelled()) {
+    return Status(StatusCode::kCancelled,
+                  "the call was cancelled or is past its deadline");
+  }
+  return std::nullopt;
+}
+
+UniqueFunction<void(const Status&)> ServerCall::BulkDone(
+    UniqueFunction<void(const Status&)> done) const {
+  return [session = session_,
+          done = std::move(done)](const Status& status) mutable {
+    session->Post([done = std::move(done), status]() mutable { done(status); });
+  };
+}
+
+void ServerCall::Pull(const BulkDescriptor& loan, uint64_t offset,
+                      std::span<std::byte> destination,
+                      UniqueFunction<void(const Status&)> done) {
+  auto deliver = BulkDone(std::move(done));
+  if (auto refused = RefuseBulk()) return deliver(*refused);
+  session_->connection().Pull(loan, offset, destination, std::move(deliver));
+}
+
+void ServerCall::Push(std::span<const std::byte> source,
+                      const BulkDescriptor& loan, uint64_t offset,
+                      UniqueFunction<void(const Status&)> done) {
+  auto deliver = BulkDone(std::move(done));
+  if (auto refused = RefuseBulk()) return deliver(*refused);
+  session_->connection().Push(source, loan, offset, std::move(deliver));
 }
 
 boost::asio::any_io_executor ServerCall::executor() const {

@@ -45,8 +45,11 @@ StatusCode ServerSession::Queue(uint64_t id, transport::OutgoingFrame frame,
   // The send queue to this client is full (it is not reading): the call
   // fails with that, in a small answer that waits for room.
   core_->responses_refused++;
-  Log().warn("{}: call {}: response not sent: {}", connection_->peer(), id,
-             queued.message());
+  // A peer that never reads makes this happen at will: throttled.
+  if (const auto held = ThrottleLog("response not sent", connection_->peer())) {
+    Log().warn("{}: call {}: response not sent: {}{}", connection_->peer(), id,
+               queued.message(), HeldBack(*held));
+  }
   Reply(id, queued);
   return queued.code();
 }
@@ -74,6 +77,7 @@ void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   if (header.kind() == CallHeader::kGoAway) [[unlikely]] {
     // The client has sent its last request here (or, unasked, is leaving).
     if (goaway_sent_.load()) CountGoAwayAnswer();
+    if (lifetime_) CloseIfRecycled();
     return;
   }
   if (header.kind() == CallHeader::kCancel) return OnCancel(id);
@@ -171,6 +175,15 @@ void ServerSession::OnCancel(uint64_t id) {
       call->finished_ = true;
       return reject(read, call->request_size_);
     }
+  }
+  if (!header.bulk().empty()) [[unlikely]] {
+    ServerCall::CallMetadata& meta = call->Meta();
+    const Status read = ReadBulk(header.bulk(), meta.bulk, meta.destination);
+    if (!read.ok()) {
+      call->finished_ = true;
+      return reject(read, call->request_size_);
+    }
+    if (meta.destination) meta.self = call;  // FinishIntoDestination's.
   }
   if (entry.kind != StreamKind::kUnary) {
     call->StartStream(entry.kind, header.window_messages(),
@@ -457,21 +470,25 @@ Status ServerSession::CallLimitLocked() {
                     std::to_string(limit) + ")");
 }
 
+std::vector<std::shared_ptr<ServerCall>> ServerSession::CallsInFlight() {
+  std::vector<std::shared_ptr<ServerCall>> calls;
+  std::lock_guard lock(mu_);
+  for (auto& [id, weak] : live_) {
+    if (auto call = weak.lock()) calls.push_back(std::move(call));
+  }
+  return calls;
+}
+
 void ServerSession::OnClose(const Status& reason) {
   closed_.store(true);
   if (goaway_sent_.load()) CountGoAwayAnswer();
+  if (lifetime_) StopLifetime();
   // The transport closed it for malformed input (the session's own
   // ProtocolError counts the RPC layer's).
   if (connection_->stats().protocol_errors > 0) core_->protocol_errors++;
   // Keepalive took the client for dead (a crash, a hung host, a lost link).
   if (connection_->stats().keepalive_timeouts > 0) core_->peers_timed_out++;
-  std::vector<std::shared_ptr<ServerCall>> orphans;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [id, weak] : live_) {
-      if (auto call = weak.lock()) orphans.push_back(std::move(call));
-    }
-  }
+  const std::vector<std::shared_ptr<ServerCall>> orphans = CallsInFlight();
   // Closed for what a peer can repeat at will (and the transport logged,
   // throttled): this line is throttled too.
   const ConnectionStats& stats = connection_->stats();

@@ -5,6 +5,7 @@
 #define RDMARPC_RPC_SERVER_SERVER_SESSION_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -113,6 +114,12 @@ struct ServerCore {
   std::atomic<uint64_t> calls_over_limit{0};
   std::atomic<uint64_t> connections_refused{0};
   std::atomic<uint64_t> peers_timed_out{0};
+  // ServerOptions::max_connection_idle, _age, _age_grace (zero: none).
+  std::chrono::milliseconds max_connection_idle{0};
+  std::chrono::milliseconds max_connection_age{0};
+  std::chrono::milliseconds max_connection_age_grace{0};
+  std::chrono::milliseconds goaway_answer_timeout{0};
+  std::atomic<uint64_t> connections_recycled{0};
 };
 
 class ServerSession final : public transport::ConnectionObserver,
@@ -124,7 +131,14 @@ class ServerSession final : public transport::ConnectionObserver,
                 std::shared_ptr<transport::Connection> connection,
                 std::shared_ptr<const void> loops);
 
-  void Start() { connection_->Start(shared_from_this()); }
+  void Start() {
+    // Before the connection starts: its loop reads lifetime_ from then on.
+    if (core_->max_connection_idle.count() > 0 ||
+        core_->max_connection_age.count() > 0) [[unlikely]] {
+      StartLifetime();
+    }
+    connection_->Start(shared_from_this());
+  }
   // Before Start: the server is at a limit. Each request is answered with
   // `why` and the connection closes after the first answer.
   void Refuse(Status why) {
@@ -208,6 +222,8 @@ class ServerSession final : public transport::ConnectionObserver,
   // not 0.
   std::atomic<size_t> tracked_calls_{0};
   void TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
+  // The calls in live_ still alive, taken under mu_.
+  std::vector<std::shared_ptr<ServerCall>> CallsInFlight();
   void UntrackLocked(uint64_t id);
   // The method of the previous request, looked up again only when a request
   // names another: a connection tends to call the same few methods, and
@@ -237,6 +253,23 @@ class ServerSession final : public transport::ConnectionObserver,
   // A call refused admission: answered, counted, logged (throttled); the
   // connection closed after kMaxAdmissionFailures.
   void RefuseUnadmitted(uint64_t id, const Status& why);
+  // Connection lifetime (ServerOptions::max_connection_age and _idle,
+  // rpc/server/lifetime.cc): a timer on the connection's loop, only where
+  // one is set.
+  struct Lifetime;
+  struct LifetimeDeleter {
+    void operator()(Lifetime* lifetime) const;  // Where Lifetime is whole.
+  };
+  std::unique_ptr<Lifetime, LifetimeDeleter> lifetime_;
+  void StartLifetime();
+  void StopLifetime();  // The connection closed.
+  void ScheduleLifetimeTick();
+  void OnLifetimeTick();
+  // Tells the client GOAWAY for `why` (max_connection_age or _idle).
+  void Recycle(const char* why);
+  // After Recycle: closes once the client has answered and no call is in
+  // flight, or once the grace period is over.
+  void CloseIfRecycled();
   std::function<void()> on_closed_;
   Status refusal_;  // Set by Refuse before Start.
   // Loop thread: requests take OnGatedRequest (refusal_ set, or not
@@ -244,6 +277,9 @@ class ServerSession final : public transport::ConnectionObserver,
   // its payload; refusals so far while not admitted.
   bool gated_ = false;
   bool admitted_ = true;
+  // Set once a recycled connection's client has answered its GOAWAY (or
+  // was taken to): later requests are answered with it, not run.
+  Status recycled_;
   Status header_refusal_;
   uint32_t admission_failures_ = 0;
   // GoAway (the shutting-down thread) and the client's answer or the

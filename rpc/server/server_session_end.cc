@@ -119,8 +119,9 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
                                std::to_string(core_->max_response_size)));
     return StatusCode::kResourceExhausted;
   }
-  if (call.metadata_ && (!call.metadata_->headers.empty() ||
-                         !call.metadata_->trailers.empty())) [[unlikely]] {
+  if (call.metadata_ &&
+      (!call.metadata_->headers.empty() || !call.metadata_->trailers.empty() ||
+       call.metadata_->placed != 0)) [[unlikely]] {
     return SendWithMetadata(call, status, std::move(response));
   }
   RDMARPC_TRACE(1, "encode");
@@ -154,10 +155,12 @@ StatusCode ServerSession::SendWithMetadata(ServerCall& call,
                            "the server's " + encoded.status().message()));
     return StatusCode::kInternal;
   }
-  return Queue(call.id_,
-               MakeResponseFrame(call.id_, status, std::move(response), headers,
-                                 *encoded),
-               status.code());
+  transport::OutgoingFrame frame = MakeResponseFrame(
+      call.id_, status, std::move(response), headers, *encoded);
+  if (call.metadata_->placed != 0 && status.ok()) {
+    AppendToHeader(frame, EncodePlacedSizeField(call.metadata_->placed));
+  }
+  return Queue(call.id_, std::move(frame), status.code());
 }
 
 }  // namespace rdmarpc::rpc

@@ -35,6 +35,8 @@ enum Field : uint32_t {
   kWindowBytesField = 14,
   kMetadataField = 15,
   kTrailersField = 16,
+  kBulkField = 17,
+  kPlacedSizeField = 18,
 };
 // Metadata's field, and MetadataEntry's.
 enum MetadataField : uint32_t { kEntryField = 1 };
@@ -278,15 +280,34 @@ bool DecodeEntry(std::string_view bytes, Metadata& out) {
   return true;
 }
 
+// Appends `value` as a varint.
+void AppendVarint(std::string& out, uint64_t value) {
+  std::byte bytes[10];
+  const std::byte* end = PutVarintLoop(bytes, value);
+  out.append(reinterpret_cast<const char*>(bytes), end - bytes);
+}
+
 }  // namespace
+
+std::string EncodeBulkField(std::span<const std::byte> descriptors) {
+  std::string out;
+  AppendVarint(out, Tag(kBulkField, kBytes));
+  AppendVarint(out, descriptors.size());
+  out.append(reinterpret_cast<const char*>(descriptors.data()),
+             descriptors.size());
+  return out;
+}
+
+std::string EncodePlacedSizeField(uint64_t bytes) {
+  std::string out;
+  AppendVarint(out, Tag(kPlacedSizeField, kVarint));
+  AppendVarint(out, bytes);
+  return out;
+}
 
 std::string EncodeMetadata(const Metadata& metadata) {
   std::string out;
-  const auto put_varint = [&out](uint64_t value) {
-    std::byte bytes[10];
-    const std::byte* end = PutVarintLoop(bytes, value);
-    out.append(reinterpret_cast<const char*>(bytes), end - bytes);
-  };
+  const auto put_varint = [&out](uint64_t value) { AppendVarint(out, value); };
   for (const auto& [key, value] : metadata) {
     const size_t entry =
         BytesFieldSize(kKeyField, key) + BytesFieldSize(kValueField, value);
@@ -420,6 +441,10 @@ bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
   if (in.Take2(Tag(kTrailersField, kBytes)) && !in.Bytes(trailers_)) {
     return false;
   }
+  if (in.Take2(Tag(kBulkField, kBytes)) && !in.Bytes(bulk_)) return false;
+  if (in.Take2(Tag(kPlacedSizeField, kVarint)) && !in.Varint(placed_size_)) {
+    return false;
+  }
   return in.done();
 }
 
@@ -474,6 +499,12 @@ void CallHeader::SetField(uint64_t field, bool varint, uint64_t value,
       break;
     case kTrailersField:
       if (!varint) trailers_ = text;
+      break;
+    case kBulkField:
+      if (!varint) bulk_ = text;
+      break;
+    case kPlacedSizeField:
+      if (varint) placed_size_ = value;
       break;
     default:
       break;

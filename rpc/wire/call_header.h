@@ -56,6 +56,16 @@ class CallHeader {
   // frame carries none.
   std::string_view metadata() const { return metadata_; }
   std::string_view trailers() const { return trailers_; }
+  // REQUEST: the client's bulk loans (include/rdmarpc/bulk.h), encoded
+  // BulkDescriptors back to back; empty when it lent none. Not written by
+  // Encode: a client appends it once it has lent on the connection
+  // (EncodeBulkField, BulkLoans::LendOn).
+  std::string_view bulk() const { return bulk_; }
+  // RESPONSE: bytes of the attachment that the server wrote into the
+  // call's destination (a bulk loan, CallOptions::ResponseInto) instead of
+  // sending them; 0 for nearly all. Appended like bulk
+  // (EncodePlacedSizeField).
+  uint64_t placed_size() const { return placed_size_; }
 
   CallHeader& set_kind(Kind kind) {
     kind_ = kind;
@@ -167,7 +177,15 @@ class CallHeader {
   uint64_t window_bytes_ = 0;
   std::string_view metadata_;
   std::string_view trailers_;
+  std::string_view bulk_;
+  uint64_t placed_size_ = 0;
 };
+
+// The bulk field (CallHeader::bulk) holding `descriptors`, as it goes after
+// an encoded header: protobuf reads fields in any order.
+std::string EncodeBulkField(std::span<const std::byte> descriptors);
+// The placed_size field, likewise.
+std::string EncodePlacedSizeField(uint64_t bytes);
 
 // A Metadata message (proto/wire.proto) holding `metadata`'s entries, and
 // its reverse: false, and `out` unspecified, when `block` is not a

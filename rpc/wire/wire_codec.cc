@@ -1,5 +1,6 @@
 #include "rpc/wire/wire_codec.h"
 
+#include <cstring>
 #include <string>
 
 #include "base/buffer_pool.h"
@@ -215,6 +216,46 @@ StatusOr<std::string> EncodeOutgoingMetadata(const Metadata& metadata,
                       " a call may send");
   }
   return EncodeMetadata(metadata);
+}
+
+void AppendToHeader(transport::OutgoingFrame& frame, std::string_view fields) {
+  const size_t before = frame.header.size();
+  transport::HeaderBytes header;
+  std::byte* out = header.Prepare(before + fields.size());
+  std::memcpy(out, frame.header.data(), before);
+  std::memcpy(out + before, fields.data(), fields.size());
+  header.Commit(before + fields.size());
+  frame.header = std::move(header);
+}
+
+Status ReadBulk(std::string_view field, std::vector<BulkDescriptor>& out,
+                std::optional<BulkDescriptor>& destination) {
+  constexpr size_t kSize = BulkDescriptor::kEncodedSize;
+  if (field.size() % kSize != 0 ||
+      field.size() / kSize > tunables::kMaxBulkLoansPerCall) {
+    return Status(StatusCode::kInvalidArgument,
+                  "malformed bulk field: " + std::to_string(field.size()) +
+                      " bytes is not 1 to " +
+                      std::to_string(tunables::kMaxBulkLoansPerCall) +
+                      " descriptors of " + std::to_string(kSize));
+  }
+  const auto* bytes = reinterpret_cast<const std::byte*>(field.data());
+  for (size_t at = 0; at < field.size(); at += kSize) {
+    auto descriptor = BulkDescriptor::Decode({bytes + at, kSize});
+    if (!descriptor || (descriptor->response_destination &&
+                        (destination || !descriptor->writable()))) {
+      out.clear();
+      destination.reset();
+      return Status(StatusCode::kInvalidArgument,
+                    "malformed bulk descriptor " + std::to_string(at / kSize));
+    }
+    if (descriptor->response_destination) {
+      destination = *descriptor;
+    } else {
+      out.push_back(*descriptor);
+    }
+  }
+  return Status();
 }
 
 Status ReadMetadata(std::string_view block, size_t limit, std::string_view what,

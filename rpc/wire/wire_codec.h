@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "rdmarpc/buffer.h"
+#include "rdmarpc/bulk.h"
 #include "rdmarpc/payload.h"
 #include "rdmarpc/status.h"
 #include "rpc/wire/call_header.h"
@@ -64,6 +66,18 @@ StatusOr<std::string> EncodeOutgoingMetadata(const Metadata& metadata,
 Status ReadMetadata(std::string_view block, size_t limit, std::string_view what,
                     std::string_view receiver, StatusCode malformed,
                     Metadata* out);
+
+// Appends encoded fields (EncodeBulkField, EncodePlacedSizeField) to
+// `frame`'s header: protobuf reads fields in any order.
+void AppendToHeader(transport::OutgoingFrame& frame, std::string_view fields);
+
+// A REQUEST's bulk field (CallHeader::bulk) into `out`, but for the
+// response's destination (response_destination), into `destination`:
+// INVALID_ARGUMENT when it is not whole descriptors, one does not decode,
+// there are more than kMaxBulkLoansPerCall, or more than one destination,
+// or one not writable.
+Status ReadBulk(std::string_view field, std::vector<BulkDescriptor>& out,
+                std::optional<BulkDescriptor>& destination);
 
 // Parses and validates a received frame's header; its strings are views
 // into `frame`. An error means the peer broke the protocol: the connection

@@ -4,11 +4,15 @@
 // blocks go through both Metadata parsers too.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "proto/wire.pb.h"
 #include "rpc/wire/call_header.h"
+#include "rpc/wire/wire_codec.h"
 #include "tests/fuzz/fuzz_check.h"
 
 using rdmarpc::rpc::CallHeader;
@@ -52,6 +56,34 @@ void CheckMetadata(std::string_view block) {
   FUZZ_CHECK(rdmarpc::rpc::EncodeMetadata(ours) == theirs.SerializeAsString());
 }
 
+// A bulk field (include/rdmarpc/bulk.h): what the server accepts is whole
+// descriptors within the cap, at most one of them the response's
+// destination (writable), each of which encodes back to its bytes.
+void CheckBulk(std::string_view field) {
+  std::vector<rdmarpc::BulkDescriptor> descriptors;
+  std::optional<rdmarpc::BulkDescriptor> destination;
+  if (!rdmarpc::rpc::ReadBulk(field, descriptors, destination).ok()) return;
+  const size_t count = descriptors.size() + (destination ? 1 : 0);
+  FUZZ_CHECK(count * rdmarpc::BulkDescriptor::kEncodedSize == field.size());
+  FUZZ_CHECK(count <= rdmarpc::tunables::kMaxBulkLoansPerCall);
+  if (destination) {
+    FUZZ_CHECK(destination->response_destination && destination->writable());
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const auto* at = field.data() + i * rdmarpc::BulkDescriptor::kEncodedSize;
+    const bool is_destination = (static_cast<uint8_t>(at[2]) & 1) != 0;
+    FUZZ_CHECK(!is_destination || destination.has_value());
+    const rdmarpc::BulkDescriptor& descriptor =
+        is_destination ? *destination : descriptors[next++];
+    FUZZ_CHECK(descriptor.response_destination == is_destination);
+    const auto encoded = descriptor.Encode();
+    FUZZ_CHECK(std::memcmp(encoded.data(), at, encoded.size()) == 0);
+    FUZZ_CHECK(descriptor.length > 0 &&
+               descriptor.length <= rdmarpc::tunables::kMaxBulkLength);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -81,7 +113,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(theirs.window_bytes() == ours->window_bytes());
     FUZZ_CHECK(theirs.metadata() == ours->metadata());
     FUZZ_CHECK(theirs.trailers() == ours->trailers());
+    FUZZ_CHECK(theirs.bulk() == ours->bulk());
+    FUZZ_CHECK(theirs.placed_size() == ours->placed_size());
   }
+  CheckBulk(ours->bulk());
   CheckMetadata(ours->metadata());
   CheckMetadata(ours->trailers());
   std::string encoded(ours->MaxEncodedSize(), '\0');

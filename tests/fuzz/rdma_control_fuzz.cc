@@ -11,7 +11,8 @@
 // asked for. Standing grants: a transfer into one uses our oldest (by key)
 // and fits it, a RELEASE gives back our oldest ones and no more than are
 // out, and the peer's standing grants to us come in turn, a few at most,
-// each no larger than a pool block.
+// each no larger than a pool block. Admission: a header is asked for once,
+// with no key, and a refusal ends only a transfer whose header was sent.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -120,6 +121,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           open.push_back(OpenGrant{control.transfer, total});
           granted_bytes += total;
           offered.erase(offered.begin());
+        } else if (control.kind == ControlKind::kHeader) {
+          // The header we asked for (admission): which, and of what size.
+          const AwaitedHeader awaited{in.Take<uint32_t>(), in.Take<uint16_t>()};
+          if (!CheckHeader(control, inbound->attached, awaited).ok()) return 0;
+          FUZZ_CHECK(control.transfer == awaited.id);
+          FUZZ_CHECK(inbound->attached.size() == awaited.header_size);
+          FUZZ_CHECK(inbound->prefix.payload_size == control.length);
         } else if (control.kind == ControlKind::kRelease) {
           std::optional<StandingGrant> oldest;
           if (!offered.empty()) oldest = offered.front();
@@ -197,7 +205,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           FUZZ_CHECK(oldest && oldest->id == control.transfer);
           PendingTransfer& transfer = pending[granted];
           const uint64_t total = transfer.header_size + transfer.payload_size;
-          if (control.flags & rdmarpc::transport::rdma::kGrantSegment) {
+          if (control.flags == kGrantHeaderFirst) {
+            // Admission: its header asked for, once, with no key.
+            FUZZ_CHECK(!transfer.header_sent && transfer.covered == 0);
+            FUZZ_CHECK(control.rkey == 0 && control.addr == 0);
+            FUZZ_CHECK(control.length == transfer.header_size &&
+                       control.length <= kMaxHeaderFirst);
+            transfer.header_sent = true;
+          } else if (control.flags == kGrantRefused) {
+            // Refused after its header was seen: over, nothing written.
+            FUZZ_CHECK(transfer.header_sent && transfer.covered == 0);
+            FUZZ_CHECK(control.rkey == 0 && control.addr == 0);
+            ++granted;
+          } else if (control.flags & rdmarpc::transport::rdma::kGrantSegment) {
             // The next part of the frame, after its last was written.
             FUZZ_CHECK(!transfer.writing && !control.dropped);
             FUZZ_CHECK(control.length > 0 &&

@@ -86,6 +86,14 @@ class Callers {
   std::vector<std::thread> threads_;
 };
 
+// The failures, one per line, for INFO (which lasts only as long as its
+// scope: one INFO per failure in a loop would print none of them).
+inline std::string Describe(const std::vector<Status>& failures) {
+  std::string text;
+  for (const Status& failure : failures) text += failure.ToString() + "\n";
+  return text;
+}
+
 }  // namespace rdmarpc::testing
 
 #endif  // RDMARPC_TESTS_CLUSTER_SUPPORT_H_

@@ -366,6 +366,19 @@ class HostilePeer {
     return disconnected_;
   }
 
+  // Takes every message received so far (CREDITs counted, the rest
+  // dropped: a peer that never grants a transfer or reads a frame); how
+  // many frames were dropped.
+  size_t DropAll() {
+    Poll();
+    size_t frames = 0;
+    while (!messages_.empty()) {
+      if (TakeMessage()) ++frames;
+    }
+    return frames;
+  }
+  int64_t credits() const { return credits_; }
+
   // RDMA WRITE of `data` to the server's addr/rkey; its completion.
   std::string Write(uint64_t addr, uint32_t rkey,
                     std::span<const std::byte> data) {

@@ -22,6 +22,7 @@
 #include "rdmarpc/metadata.h"
 #include "rpc/wire/call_header.h"
 #include "rpc/wire/wire_codec.h"
+#include "tests/support/test_support.h"
 #include "transport/frame.h"
 #include "transport/keepalive.h"
 #include "transport/uri.h"
@@ -79,13 +80,7 @@ class RawClient {
   // header only.
   bool WriteRequestHead(uint64_t id, std::string_view method,
                         uint64_t payload_size, std::string_view token = {}) {
-    std::string metadata;
-    if (!token.empty()) {
-      Metadata headers;
-      headers.Add(std::string(kAuthorizationKey),
-                  "Bearer " + std::string(token));
-      metadata = *rpc::EncodeOutgoingMetadata(headers, "headers");
-    }
+    const std::string metadata = TokenMetadata(token);
     rpc::CallHeader header;
     header.set_kind(rpc::CallHeader::kRequest)
         .set_call_id(id)
@@ -119,23 +114,31 @@ class RawClient {
     return true;
   }
   // The next RESPONSE's status; INTERNAL "closed" once the server closed.
+  // A GOAWAY on the way is counted (goaways()), never answered.
   Status ReadResponse() {
-    std::array<std::byte, tunables::kFramePrefixSize> prefix_bytes;
-    if (!Read(prefix_bytes.data(), prefix_bytes.size())) {
-      return Status(StatusCode::kInternal, "closed");
+    for (;;) {
+      std::array<std::byte, tunables::kFramePrefixSize> prefix_bytes;
+      if (!Read(prefix_bytes.data(), prefix_bytes.size())) {
+        return Status(StatusCode::kInternal, "closed");
+      }
+      const auto prefix = transport::DecodeFramePrefix(prefix_bytes, 1 << 30);
+      std::vector<std::byte> rest(prefix.prefix.header_size +
+                                  prefix.prefix.payload_size);
+      if (!Read(rest.data(), rest.size())) {
+        return Status(StatusCode::kInternal, "closed");
+      }
+      const auto header = rpc::CallHeader::Decode(
+          std::span(rest).first(prefix.prefix.header_size));
+      REQUIRE(header.has_value());
+      if (header->kind() == rpc::CallHeader::kGoAway) {
+        ++goaways_;
+        continue;
+      }
+      REQUIRE(header->kind() == rpc::CallHeader::kResponse);
+      return rpc::StatusFromHeader(*header);
     }
-    const auto prefix = transport::DecodeFramePrefix(prefix_bytes, 1 << 30);
-    std::vector<std::byte> rest(prefix.prefix.header_size +
-                                prefix.prefix.payload_size);
-    if (!Read(rest.data(), rest.size())) {
-      return Status(StatusCode::kInternal, "closed");
-    }
-    const auto header = rpc::CallHeader::Decode(
-        std::span(rest).first(prefix.prefix.header_size));
-    REQUIRE(header.has_value());
-    REQUIRE(header->kind() == rpc::CallHeader::kResponse);
-    return rpc::StatusFromHeader(*header);
   }
+  int goaways() const { return goaways_; }
 
   int fd() const { return fd_; }
   bool Write(const void* data, size_t n) {
@@ -161,6 +164,7 @@ class RawClient {
 
  private:
   int fd_;
+  int goaways_ = 0;
 };
 
 }  // namespace rdmarpc::testing

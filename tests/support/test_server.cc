@@ -12,7 +12,8 @@
 //   Stats     "calls_started cancels_observed connections live_calls
 //              responses_dropped protocol_errors unknown_method_calls
 //              server_calls_started calls_over_limit connections_refused
-//              peers_timed_out keepalive_pings calls_shed" (the first
+//              peers_timed_out keepalive_pings calls_shed
+//              connections_recycled" (the first
 //              two are the TestService's; keepalive_pings, over its open
 //              connections)
 //   Shutdown  request "MS": the test server's Shutdown with that grace
@@ -70,7 +71,8 @@ int main(int argc, char** argv) {
         std::to_string(stats.calls_over_limit) + " " +
         std::to_string(stats.connections_refused) + " " +
         std::to_string(stats.peers_timed_out) + " " + std::to_string(pings) +
-        " " + std::to_string(stats.calls_shed);
+        " " + std::to_string(stats.calls_shed) + " " +
+        std::to_string(stats.connections_recycled);
     call->Finish(Status(), Buffer::CopyOf(text));
   });
   control.AddMethod("Shutdown", [&](std::shared_ptr<rpc::ServerCall> call) {

@@ -19,7 +19,11 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/log_throttle.h"
+#include "rdmarpc/interceptor.h"
 #include "rdmarpc/introspection.h"
+#include "rdmarpc/metadata.h"
+#include "rpc/wire/wire_codec.h"
 #include "tests/support/typed_services.h"
 #include "transport/connection.h"
 #include "transport/rdma/cm_channel.h"
@@ -359,8 +363,43 @@ std::span<const ServerOptionFlag> ServerOptionFlags() {
        [](ServerOptions& o, long long v) {
          o.transport.min_ping_interval = milliseconds(v);
        }},
+      {"max-connection-idle-ms",
+       [](const ServerOptions& o) -> long long {
+         return o.max_connection_idle.count();
+       },
+       [](ServerOptions& o, long long v) {
+         o.max_connection_idle = milliseconds(v);
+       }},
+      {"max-connection-age-ms",
+       [](const ServerOptions& o) -> long long {
+         return o.max_connection_age.count();
+       },
+       [](ServerOptions& o, long long v) {
+         o.max_connection_age = milliseconds(v);
+       }},
+      {"max-connection-age-grace-ms",
+       [](const ServerOptions& o) -> long long {
+         return o.max_connection_age_grace.count();
+       },
+       [](ServerOptions& o, long long v) {
+         o.max_connection_age_grace = milliseconds(v);
+       }},
+      {"goaway-answer-ms",
+       [](const ServerOptions& o) -> long long {
+         return o.goaway_answer_timeout.count();
+       },
+       [](ServerOptions& o, long long v) {
+         o.goaway_answer_timeout = milliseconds(v);
+       }},
   };
   return kFlags;
+}
+
+std::string TokenMetadata(std::string_view token) {
+  if (token.empty()) return {};
+  Metadata headers;
+  headers.Add(std::string(kAuthorizationKey), "Bearer " + std::string(token));
+  return *rpc::EncodeOutgoingMetadata(headers, "headers");
 }
 
 std::string RequireEnv(const char* name) {
@@ -414,7 +453,7 @@ struct TestServer::Remote {
     std::vector<long long> values;
     std::istringstream in(result.response);
     for (long long v; in >> v;) values.push_back(v);
-    values.resize(12);
+    values.resize(14);  // As many as the test server sends.
     return values;
   }
 };
@@ -432,6 +471,9 @@ void HostServices(rpc::Server& server, TestService& service, unsigned hosts,
 TestServer::TestServer(rpc::ServerOptions options, std::string listen,
                        unsigned hosts)
     : server(RemoteServers() ? rpc::ServerOptions{} : options) {
+  // A test's server logs as a fresh process's would: nothing held back
+  // for what an earlier test's server logged (base/log_throttle.h).
+  ForgetThrottledLogs();
   if (!RemoteServers()) {
     HostServices(server, service, hosts, hosted);
     auto bound = server.Listen(listen.empty() ? ListenUri() : listen);
@@ -516,6 +558,7 @@ rpc::ServerStats TestServer::stats() {
   stats.connections_refused = v[9];
   stats.peers_timed_out = v[10];
   stats.calls_shed = v[12];
+  stats.connections_recycled = v[13];
   return stats;
 }
 

@@ -41,6 +41,10 @@ class LogCapture {
 
 // "tcp://127.0.0.1:0", or the rdma equivalent on the VM's RXE_IP.
 std::string ListenUri();
+// A request's encoded metadata carrying `authorization: Bearer <token>`,
+// as TokenClientInterceptor sends it; empty for an empty token. For peers
+// that write raw frames.
+std::string TokenMetadata(std::string_view token);
 // True when the suite runs over rdma:// (RDMARPC_TEST_TRANSPORT=rdma).
 bool OverRdma();
 // Bytes this process has registered with the RDMA device now (0 over tcp).

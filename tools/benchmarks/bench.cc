@@ -114,8 +114,13 @@ int Serve(const std::string& uri, transport::PollMode poll) {
 bool IsRdma(const Options& options) {
   return options.uri.rfind("rdma://", 0) == 0;
 }
+bool IsBulk(const Options& options) {
+  return options.mode == "pull" || options.mode == "push";
+}
+
 bool IsBandwidth(const Options& options) {
-  return options.mode == "bandwidth" || options.mode == "stream";
+  return options.mode == "bandwidth" || options.mode == "stream" ||
+         IsBulk(options);
 }
 // Where the RPC side's loops sleep between calls, rounds alternate RPC and
 // raw, so that a slow spell of this shared machine falls on both alike: TCP
@@ -163,6 +168,7 @@ bool ParseOptions(const rdmarpc::Flags& flags, Options* options,
   options->raw = flags.GetInt("raw", 1) != 0;
   options->pooled_grants = flags.GetInt("pooled-grants", 1) != 0;
   options->by_name = flags.GetInt("by-name", 0) != 0;
+  options->lend = static_cast<uint64_t>(flags.GetInt("lend", 0));
   options->json = flags.Get("json", "");
   options->plot = flags.Get("plot", "");
   options->stats = flags.GetInt("stats", 0) != 0;
@@ -178,8 +184,9 @@ bool ParseOptions(const rdmarpc::Flags& flags, Options* options,
                   "pin", std::thread::hardware_concurrency() >= 2 ? 1 : 0) != 0;
   if (options->mode != "latency" && options->mode != "throughput" &&
       !bandwidth && !grid) {
-    std::fprintf(stderr,
-                 "bench: --mode latency|throughput|bandwidth|stream|grid\n");
+    std::fprintf(
+        stderr,
+        "bench: --mode latency|throughput|bandwidth|stream|pull|push|grid\n");
     return false;
   }
   return true;
@@ -208,8 +215,9 @@ std::vector<Result> RawBaselines(const Options& options, const char* self) {
       r.raw_p50 = Percentile(base, 0.5);
       r.raw_p99 = Percentile(base, 0.99);
     } else if (bandwidth && !AlternateBandwidth(options)) {
-      r.raw_gbps = RawVerbs(self, HostOf(options.uri), "write-bw", size,
-                            options.iters, "outstanding: ");
+      r.raw_gbps = RawVerbs(self, HostOf(options.uri),
+                            options.mode == "pull" ? "read-bw" : "write-bw",
+                            size, options.iters, "outstanding: ");
     }
   }
   return raw;
@@ -319,10 +327,19 @@ void AlternatingBandwidth(const Options& options, rpc::Channel& channel,
                           size_t size, const char* self, Result& r) {
   const bool rdma = IsRdma(options);
   const bool stream = options.mode == "stream";
+  const bool pull = options.mode == "pull";
   const auto raw_gbps = [&](int n) {
-    return rdma ? RawVerbs(self, HostOf(options.uri), "write-bw", size, n,
+    return rdma ? RawVerbs(self, HostOf(options.uri),
+                           pull ? "read-bw" : "write-bw", size, n,
                            "outstanding: ")
                 : RawTcpBandwidth(size, n, /*ack_each=*/!stream);
+  };
+  const auto rpc_gbps = [&](int n) {
+    if (IsBulk(options)) {
+      return RpcBulkBandwidth(channel, arena, size, n, pull, r.errors);
+    }
+    return stream ? RpcStreamBandwidth(channel, arena, size, n, r.errors)
+                  : RpcBandwidth(channel, arena, size, n, r.errors);
   };
   constexpr int kRounds = 4;
   double rpc_seconds = 0, raw_seconds = 0;
@@ -331,10 +348,7 @@ void AlternatingBandwidth(const Options& options, rpc::Channel& channel,
     if (n == 0) continue;
     const double bytes = static_cast<double>(size) * n;
     raw_seconds += bytes / 1e9 / raw_gbps(n);
-    rpc_seconds +=
-        bytes / 1e9 /
-        (stream ? RpcStreamBandwidth(channel, arena, size, n, r.errors)
-                : RpcBandwidth(channel, arena, size, n, r.errors));
+    rpc_seconds += bytes / 1e9 / rpc_gbps(n);
   }
   const double bytes = static_cast<double>(size) * options.iters;
   r.gbps = bytes / rpc_seconds / 1e9;
@@ -367,9 +381,20 @@ Result Measure(const Options& options, rpc::Channel& channel,
     r.p999 = Percentile(r.samples, 0.999);
     r.max = r.samples.empty() ? 0 : r.samples.back();
   } else if (options.mode == "throughput") {
-    r.calls_per_s = RpcThroughput(options, arena, size, r.errors);
+    const BulkCosts before = ReadBulkCosts();
+    uint64_t calls = 0;
+    r.calls_per_s = RpcThroughput(options, arena, size, r.errors, &calls);
+    if (options.lend > 0 && calls > 0) {
+      r.local_op_waits_per_call =
+          static_cast<double>(ReadBulkCosts().local_op_waits -
+                              before.local_op_waits) /
+          static_cast<double>(calls);
+    }
   } else if (AlternateBandwidth(options)) {
     AlternatingBandwidth(options, channel, arena, size, self, r);
+  } else if (IsBulk(options)) {
+    r.gbps = RpcBulkBandwidth(channel, arena, size, options.iters,
+                              options.mode == "pull", r.errors);
   } else {
     r.gbps =
         stream

@@ -14,6 +14,8 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,10 @@ inline constexpr rpc::MethodRef kSink(kService, "Sink");
 inline constexpr rpc::MethodRef kPin(kService, "Pin");
 inline constexpr rpc::MethodRef kWindow(kService, "Window");
 inline constexpr rpc::MethodRef kDrain(kService, "Drain");
+// Bulk (include/rdmarpc/bulk.h): the handler pulls the client's loan 0 into
+// its own registered memory, or pushes that memory into it.
+inline constexpr rpc::MethodRef kPull(kService, "Pull");
+inline constexpr rpc::MethodRef kPush(kService, "Push");
 
 // Echo answers with the request's own buffer (no copy); Sink with nothing;
 // Drain, client-streaming, reads every message and answers with nothing;
@@ -43,6 +49,12 @@ inline constexpr rpc::MethodRef kDrain(kService, "Drain");
 class BenchService : public rpc::Service {
  public:
   BenchService();
+
+ private:
+  // Pull's and Push's registered memory, grown to the largest loan.
+  std::span<std::byte> BulkMemory(size_t size);
+  std::mutex mu_;
+  std::shared_ptr<transport::MemoryRegistration> bulk_;  // Guarded.
 };
 
 struct Options {
@@ -73,11 +85,16 @@ struct Options {
   // The channel's request window (ChannelOptions::
   // max_request_bytes_in_flight; 0: none).
   uint64_t window = tunables::kDefaultMaxRequestBytesInFlight;
+  // Throughput mode: each call also lends this many bytes of registered
+  // memory (include/rdmarpc/bulk.h), unused by the handler: what a loan's
+  // bind and invalidation cost a call.
+  uint64_t lend = 0;
 };
 
 struct Result {
   std::string mode;
   size_t size = 0;
+  double local_op_waits_per_call = NAN;  // Throughput with --lend.
   // latency (µs)
   double p50 = 0, p99 = 0, p999 = 0, max = 0;
   double raw_p50 = 0, raw_p99 = 0;
@@ -165,9 +182,10 @@ std::vector<double> RpcLatency(rpc::Channel& channel,
                                size_t size, int warmup, int iters, bool by_name,
                                uint64_t& errors);
 // K outstanding on each of C channels for `seconds`: calls/s.
+// `*calls`, if given, counts the calls completed in all.
 double RpcThroughput(const Options& options,
                      const transport::MemoryRegistration& arena, size_t size,
-                     uint64_t& errors);
+                     uint64_t& errors, uint64_t* calls = nullptr);
 // The closed loop every call benchmark runs: `n` calls, `k` outstanding,
 // each completion starting the next on `channel`'s thread. `start(end)`
 // starts one call whose completion runs end(status); `on_done` sees the
@@ -209,6 +227,11 @@ double RpcBandwidth(rpc::Channel& channel,
 // One client-streaming Drain call of `iters` messages of `size` bytes, each
 // written as soon as the one before it went (flow control decides): GB/s one
 // way, until the server's answer that it read them all.
+// `iters` calls of kPull (`pull`) or kPush, each moving `size` bytes of
+// `arena` lent to it, 2 outstanding: GB/s.
+double RpcBulkBandwidth(rpc::Channel& channel,
+                        const transport::MemoryRegistration& arena, size_t size,
+                        int iters, bool pull, uint64_t& errors);
 double RpcStreamBandwidth(rpc::Channel& channel,
                           const transport::MemoryRegistration& arena,
                           size_t size, int iters, uint64_t& errors);

@@ -68,11 +68,32 @@ BenchService::BenchService() : rpc::Service(kService) {
               PinTo(1);  // Runs on the server's event loop: pins that thread.
               call->Finish(Status());
             });
+  AddMethod(std::string(kPull.method()),
+            [this](std::shared_ptr<rpc::ServerCall> call) {
+              const BulkDescriptor loan = call->bulk()[0];
+              call->Pull(loan, 0, BulkMemory(loan.length),
+                         [call](const Status& s) { call->Finish(s); });
+            });
+  AddMethod(std::string(kPush.method()),
+            [this](std::shared_ptr<rpc::ServerCall> call) {
+              const BulkDescriptor loan = call->bulk()[0];
+              call->Push(BulkMemory(loan.length), loan, 0,
+                         [call](const Status& s) { call->Finish(s); });
+            });
   AddMethod(std::string(kWindow.method()),
             [](std::shared_ptr<rpc::ServerCall> call) {
               Window(call->request().view() == "start");
               call->Finish(Status());
             });
+}
+
+std::span<std::byte> BenchService::BulkMemory(size_t size) {
+  std::lock_guard lock(mu_);
+  if (!bulk_ || bulk_->size() < size) {
+    bulk_ = Arena(size);
+    std::memset(bulk_->data(), 0x5a, size);
+  }
+  return {bulk_->data(), size};
 }
 
 void Progress(const std::string& what, uint64_t done, uint64_t total) {

@@ -82,7 +82,14 @@ std::vector<double> RpcLatency(rpc::Channel& channel,
 // K outstanding on each of C channels for `seconds`: calls/s.
 double RpcThroughput(const Options& options,
                      const transport::MemoryRegistration& arena, size_t size,
-                     uint64_t& errors) {
+                     uint64_t& errors, uint64_t* calls) {
+  rpc::CallOptions call_options;
+  std::shared_ptr<transport::MemoryRegistration> lent;
+  if (options.lend > 0) {
+    lent = Arena(options.lend);
+    call_options.bulk.push_back(
+        {lent->data(), options.lend, BulkAccess::kRead});
+  }
   std::vector<std::unique_ptr<rpc::Channel>> channels;
   for (int c = 0; c < options.connections; ++c) {
     channels.push_back(std::make_unique<rpc::Channel>(
@@ -93,7 +100,7 @@ double RpcThroughput(const Options& options,
   std::atomic<int> running{0};
   std::promise<void> drained;
   std::function<void(rpc::Channel*)> issue = [&](rpc::Channel* channel) {
-    channel->Call(kEcho, Payload(arena, size), {},
+    channel->Call(kEcho, Payload(arena, size), call_options,
                   [&, channel](const Status& status, Buffer) {
                     if (status.ok()) {
                       completed.fetch_add(1, std::memory_order_relaxed);
@@ -135,6 +142,7 @@ double RpcThroughput(const Options& options,
   drained.get_future().wait();
   Progress(what, 1, 1);
   errors += failed.load();
+  if (calls != nullptr) *calls = completed.load();
   return counted / seconds;
 }
 
@@ -166,6 +174,26 @@ double RpcBandwidth(rpc::Channel& channel,
   const auto start = Clock::now();
   errors += RunCalls(channel, iters, 2, kSink, payload,
                      rpc::CallOptions::WithTimeout(600s),
+                     [&](long long done) { Progress(what, done, iters); });
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  return static_cast<double>(size) * iters / seconds / 1e9;
+}
+
+double RpcBulkBandwidth(rpc::Channel& channel,
+                        const transport::MemoryRegistration& arena, size_t size,
+                        int iters, bool pull, uint64_t& errors) {
+  rpc::CallOptions options = rpc::CallOptions::WithTimeout(600s);
+  options.bulk.push_back(
+      {arena.data(), size, pull ? BulkAccess::kRead : BulkAccess::kWrite});
+  const rpc::MethodRef& method = pull ? kPull : kPush;
+  const auto none = [] { return Buffer(); };
+  // One call first, so connecting and registering are not timed.
+  errors += RunCalls(channel, 1, 1, method, none, options);
+  const std::string what =
+      std::string(pull ? "pull " : "push ") + std::to_string(size) + " B";
+  const auto start = Clock::now();
+  errors += RunCalls(channel, iters, 2, method, none, options,
                      [&](long long done) { Progress(what, done, iters); });
   const double seconds =
       std::chrono::duration<double>(Clock::now() - start).count();

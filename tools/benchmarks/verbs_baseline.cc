@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/latency_trace.h"
 #include "base/flags.h"
+#include "base/latency_trace.h"
 #include "tools/benchmarks/pin.h"
 #include "tools/benchmarks/verbs_util.h"
 #include "transport/rdma/verbs.h"

@@ -81,6 +81,12 @@ class DeviceDomain {
   // queue pair that stops sending with no error completion, until the
   // peer's keepalive or its own retries end it (docs/reliability.md).
   bool local_ops_need_idle_send_queue() const { return local_ops_need_idle_; }
+  // Whether the device checks an access through a memory window against
+  // the window's range, as the verbs specification says, or only against
+  // the memory region it is bound on: rxe (Linux 6.1, rxe_resp.c
+  // check_rkey) does the latter, so a bulk loan there gets a region of its
+  // own, exactly its bytes (rdma_bulk.cc).
+  bool windows_bound_by_range() const { return !local_ops_need_idle_; }
 
  private:
   ibv_context* const verbs_;

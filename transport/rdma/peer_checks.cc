@@ -81,9 +81,16 @@ StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
   if (prefix.type == FrameType::kControl) {
     inbound.control = DecodeControl(
         message.subspan(tunables::kFramePrefixSize, prefix.header_size));
-    if (!inbound.control || prefix.payload_size != 0) {
+    // Only a HEADER carries a payload: the frame header it is for.
+    const bool attaches =
+        inbound.control && inbound.control->kind == ControlKind::kHeader;
+    if (!inbound.control ||
+        (attaches ? prefix.payload_size != inbound.control->length
+                  : prefix.payload_size != 0)) {
       return Violation("bad control message");
     }
+    inbound.attached = message.subspan(
+        tunables::kFramePrefixSize + prefix.header_size, prefix.payload_size);
     return inbound;
   }
   inbound.payload_too_large =
@@ -164,11 +171,46 @@ uint64_t PlanSegment(uint64_t remaining, uint64_t budget_left) {
                                    uint64_t{tunables::kRdmaSegmentSize}}));
 }
 
+namespace {
+
+// A GRANT with kGrantHeaderFirst or kGrantRefused: no key, and for a
+// transfer not yet granted, whose header was (refused) or was not (header
+// first) sent.
+Status CheckAdmissionGrant(const ControlMessage& grant,
+                           const PendingTransfer& pending) {
+  const bool first = grant.flags == kGrantHeaderFirst;
+  if (grant.addr != 0 || grant.rkey != 0) {
+    return Violation("admission grant with a key");
+  }
+  if (pending.covered != 0 || pending.writing) {
+    return Violation("admission grant for a transfer granted already");
+  }
+  if (first) {
+    if (pending.header_sent || grant.dropped != 0 ||
+        grant.length != pending.header_size ||
+        pending.header_size > kMaxHeaderFirst) {
+      return Violation("header asked for twice, or a header of " +
+                       std::to_string(pending.header_size) +
+                       " bytes asked for as " + std::to_string(grant.length));
+    }
+    return Status();
+  }
+  if (!pending.header_sent || grant.length != 0) {
+    return Violation("refusal of a transfer whose header was not asked for");
+  }
+  return Status();
+}
+
+}  // namespace
+
 Status CheckGrant(const ControlMessage& grant,
                   const std::optional<PendingTransfer>& pending) {
   if (grant.kind != ControlKind::kGrant) return Violation("not a GRANT");
   if (!pending || pending->id != grant.transfer) {
     return Violation("grant for no open transfer");
+  }
+  if (grant.flags == kGrantHeaderFirst || grant.flags == kGrantRefused) {
+    return CheckAdmissionGrant(grant, *pending);
   }
   if ((grant.flags & ~kGrantSegment) != 0) {
     return Violation("grant with unknown flags " + std::to_string(grant.flags));
@@ -193,6 +235,22 @@ Status CheckGrant(const ControlMessage& grant,
   }
   if (pending->writing) {
     return Violation("segment grant before the segment before was written");
+  }
+  return Status();
+}
+
+Status CheckHeader(const ControlMessage& header,
+                   std::span<const std::byte> bytes,
+                   const std::optional<AwaitedHeader>& awaited) {
+  if (header.kind != ControlKind::kHeader) return Violation("not a HEADER");
+  if (!awaited || awaited->id != header.transfer) {
+    return Violation("HEADER for transfer " + std::to_string(header.transfer) +
+                     ", whose header was not asked for");
+  }
+  if (bytes.size() != awaited->header_size || header.flags != 0) {
+    return Violation("HEADER of " + std::to_string(bytes.size()) +
+                     " bytes for a header of " +
+                     std::to_string(awaited->header_size));
   }
   return Status();
 }

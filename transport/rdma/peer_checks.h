@@ -31,6 +31,8 @@ struct InboundMessage {
   bool payload_too_large = false;
   // Set when prefix.type is kControl.
   std::optional<ControlMessage> control;
+  // A HEADER's payload: the frame header it carries.
+  std::span<const std::byte> attached;
 };
 
 // `message` is the whole SEND (byte_len of its completion). The prefix's
@@ -93,12 +95,17 @@ struct PendingTransfer {
   // the last of them are still to be posted.
   uint64_t covered = 0;
   bool writing = false;
+  // Its header went as a HEADER, asked for by kGrantHeaderFirst.
+  bool header_sent = false;
 };
 
 // A GRANT: it must answer our oldest transfer not yet covered by grants:
 // for exactly the bytes we asked for (or the header alone when it drops the
 // payload), or, with kGrantSegment, for the next non-empty segment of them,
-// once the segment before has been written.
+// once the segment before has been written. kGrantHeaderFirst asks for the
+// header (at most kMaxHeaderFirst bytes) of a transfer not yet granted whose
+// header was not sent; kGrantRefused ends one whose header was sent; neither
+// carries an address or a key.
 Status CheckGrant(const ControlMessage& grant,
                   const std::optional<PendingTransfer>& pending);
 
@@ -129,6 +136,16 @@ Status CheckStandingRts(const ControlMessage& rts, uint32_t ahead,
 // must be numbered `release.transfer`.
 Status CheckRelease(const ControlMessage& release,
                     const std::optional<StandingGrant>& oldest, size_t out);
+
+// A HEADER: it must carry the header of our oldest transfer whose header we
+// asked for (`awaited`, with the size its RTS declared), none else.
+struct AwaitedHeader {
+  uint32_t id = 0;
+  uint64_t header_size = 0;
+};
+Status CheckHeader(const ControlMessage& header,
+                   std::span<const std::byte> bytes,
+                   const std::optional<AwaitedHeader>& awaited);
 
 // A grant of ours, open for the peer's WRITEs.
 struct OpenGrant {

@@ -65,6 +65,22 @@
 // process's old memory (a pool block is zeroed when the application
 // releases it). The grant's window or region bounds every WRITE.
 //
+// Admission (a server whose interceptors admit calls, include/rdmarpc/
+// interceptor.h): until one of its calls has been admitted, a peer is lent
+// nothing beyond its initial credits' receive buffers: none of its RTSs is
+// granted before its header has been seen. The receiver answers such an RTS
+// with a GRANT with kGrantHeaderFirst {transfer, length = header_size, no
+// address, no key}; the sender SENDs the frame's header as a HEADER
+// {transfer, length = header_size}, the header its payload, outside the
+// order of frames (like any control message). Admitted, the transfer goes
+// on as above (its GRANT follows, the header written again with the rest).
+// Refused, the GRANT has kGrantRefused {transfer, dropped}: the sender
+// writes nothing and the frame is over; the receiver delivers the header
+// with the payload dropped. No later RTS is answered before a HEADER asked
+// for has arrived. A header that does not fit one receive buffer with its
+// HEADER message (kMaxHeaderFirst) cannot be admitted: the connection is
+// closed, the peer told why with a HEADER_TOO_LARGE {length = its size}.
+//
 // Pipelining: a sender may have up to the receiver's `max_open_grants`
 // transfers under way, so the next RTS, and the receiver's zeroing and
 // registering of its grant, overlap the WRITEs of the one before. Grants
@@ -117,7 +133,8 @@ inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
 // 5: an idle side gives back credits (kGiveBack).
 // 6: standing grants (kGrantStanding, kRtsStanding, kRelease).
 // 7: kTooManyPings.
-inline constexpr uint16_t kConnVersion = 7;
+// 8: admission: kGrantHeaderFirst, kHeader, kGrantRefused, kHeaderTooLarge.
+inline constexpr uint16_t kConnVersion = 8;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
@@ -180,11 +197,21 @@ enum class ControlKind : uint8_t {
   // The last message before this side closes the connection of a peer that
   // pinged too often (transport/keepalive.h).
   kTooManyPings = 8,
+  // A frame's header, asked for by a GRANT with kGrantHeaderFirst: the
+  // message's payload, `length` bytes, for transfer `transfer`.
+  kHeader = 9,
+  // The last message before this side closes the connection of a peer not
+  // yet admitted whose call header (`length` bytes) is over kMaxHeaderFirst.
+  kHeaderTooLarge = 10,
 };
 
 // ControlMessage::flags of a GRANT.
 inline constexpr uint16_t kGrantSegment = 1;   // Covers a segment only.
 inline constexpr uint16_t kGrantStanding = 2;  // For a transfer not yet asked.
+// No key: send the header as a HEADER first (admission).
+inline constexpr uint16_t kGrantHeaderFirst = 4;
+// No key: the header was refused admission; write nothing.
+inline constexpr uint16_t kGrantRefused = 8;
 // ControlMessage::flags of an RTS: the frame is written into the sender's
 // oldest standing grant, whose key is in `rkey`.
 inline constexpr uint16_t kRtsStanding = 1;
@@ -198,11 +225,18 @@ struct ControlMessage {
   uint32_t payload_size = 0;  // RTS.
   uint64_t addr = 0;          // GRANT.
   uint32_t rkey = 0;          // GRANT; RTS with kRtsStanding.
-  // GRANT: bytes the sender may write. GIVE_BACK: credits given back.
-  // RELEASE: standing grants given back.
+  // GRANT: bytes the sender may write (kGrantHeaderFirst: the header's
+  // size). GIVE_BACK: credits given back. RELEASE: standing grants given
+  // back. HEADER: the header's size.
   uint32_t length = 0;
 };
 static_assert(sizeof(ControlMessage) == 32);
+
+// The largest header a HEADER message carries: what the smallest receive
+// buffer holds besides the frame prefix and the message itself.
+inline constexpr uint64_t kMaxHeaderFirst =
+    tunables::kRdmaSmallReceiveBufferSize - tunables::kFramePrefixSize -
+    sizeof(ControlMessage);
 
 inline std::optional<ControlMessage> DecodeControl(
     std::span<const std::byte> bytes) {
@@ -210,7 +244,7 @@ inline std::optional<ControlMessage> DecodeControl(
   ControlMessage message;
   std::memcpy(&message, bytes.data(), sizeof(message));
   if (message.kind < ControlKind::kCredit ||
-      message.kind > ControlKind::kTooManyPings) {
+      message.kind > ControlKind::kHeaderTooLarge) {
     return std::nullopt;
   }
   return message;

@@ -1,6 +1,7 @@
 // RdmaConnection: close (graceful drain, teardown).
 #include <boost/asio/post.hpp>
 
+#include "transport/peer_budget.h"
 #include "transport/rdma/loop_state.h"
 #include "transport/rdma/rdma_connection.h"
 
@@ -90,7 +91,10 @@ void RdmaConnection::ReleaseDevice() {
   // the QP is destroyed), then the QP.
   free_windows_.clear();
   windows_.clear();
+  EndLoans();  // Their windows too; the revocations run.
   if (id_ && id_->qp != nullptr) rdma_destroy_qp(id_.get());
+  // Nothing more lands in a pull's memory: its caller may free it.
+  EndBulk(close_reason_);
   // Then what this connection holds of the shared pools and registrations;
   // the group and the domain go when their last connection does.
   outgoing_.clear();
@@ -150,6 +154,7 @@ void RdmaConnection::CloseNow(const Status& reason) {
   {
     std::lock_guard lock(mu_);
     closing_ = true;
+    ReleasePeerBytes(queued_bytes_ + queue_.size() * sizeof(OutgoingFrame));
     queue_.clear();
     queued_bytes_ = 0;
     queued_frames_.store(0, std::memory_order_relaxed);

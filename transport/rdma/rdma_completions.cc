@@ -9,6 +9,7 @@
 #include "base/buffer_pool.h"
 #include "base/latency_trace.h"
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "base/pooled_handler.h"
 #include "transport/rdma/completion_member.h"
 #include "transport/rdma/rdma_connection.h"
@@ -58,6 +59,17 @@ bool RdmaConnection::UseCredit(bool frame) {
   return true;
 }
 
+// Inlined into OnCompletion: split out for reading only.
+[[gnu::always_inline]] inline void RdmaConnection::SendsCompleted(
+    uint64_t seq) {
+  completed_ = std::max(completed_, seq);
+  ReleaseBounceChunks(completed_);
+  ReleaseStaging(completed_);
+  if (!bulk_posted_.empty()) [[unlikely]] {
+    FinishBulkChunks();
+  }
+}
+
 void RdmaConnection::OnCompletion(const ibv_wc& wc) {
   const auto tag = static_cast<WrTag>(wc.wr_id >> kTagShift);
   const uint64_t value = wc.wr_id & kValueMask;
@@ -66,17 +78,23 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
     const std::string why = std::string("completion error: ") +
                             ibv_wc_status_str(wc.status) + " (vendor error " +
                             std::to_string(wc.vendor_err) + ")";
+    // A peer can cause these at will (an access outside its grants):
+    // logged once per host and interval.
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-      Log().warn("{}: closing: {}", peer_, why);
+      if (const auto held = ThrottleLog("completion error", peer_)) {
+        Log().warn("{}: closing: {}{}", peer_, why, HeldBack(*held));
+      }
     } else if (!torn_down_ && !close_after_drain_) {
       // Flushed before we closed: the QP went to error on its own. A peer's
       // RDMA access outside its grant does that (the NIC refuses it), as
       // does a fabric failure; the completion cannot tell which.
-      Log().warn(
-          "{}: closing: the queue pair entered the error state without a "
-          "local cause (a peer's access outside its grants, or a fabric "
-          "failure)",
-          peer_);
+      if (const auto held = ThrottleLog("completion error", peer_)) {
+        Log().warn(
+            "{}: closing: the queue pair entered the error state without a "
+            "local cause (a peer's access outside its grants, or a fabric "
+            "failure){}",
+            peer_, HeldBack(*held));
+      }
     }
     // The port going down explains the failure better than the completion.
     return CloseNow(Lost(why + (port_down_.empty() ? "" : "; " + port_down_)));
@@ -107,23 +125,25 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
     }
     case kSendTag:
       if (value > posted_) return;  // Not ours: a QP number reused.
-      completed_ = std::max(completed_, value);
-      ReleaseBounceChunks(completed_);
-      ReleaseStaging(completed_);
-      if (wc.opcode == IBV_WC_LOCAL_INV) OnInvalidated();
+      SendsCompleted(value);
+      if (wc.opcode == IBV_WC_LOCAL_INV && !OnLoanInvalidated(value)) {
+        OnInvalidated();
+      }
       if (close_after_drain_) MaybeFinishClose();  // Rare: no call else.
       return;
     case kWriteTag:                 // The last WRITE of a transfer.
       if (value > posted_) return;  // Not ours: a QP number reused.
-      completed_ = std::max(completed_, value);
-      ReleaseBounceChunks(completed_);
-      ReleaseStaging(completed_);
+      SendsCompleted(value);
       // Releases the callers' buffers and registrations.
       while (!outgoing_.empty() && outgoing_.front().last_seq != 0 &&
              outgoing_.front().last_seq <= value) {
         outgoing_.pop_front();
         Bump(stats_.rdma_writes);
         Bump(stats_.frames_sent);
+        // Refused by admission behind it: nothing of theirs was written.
+        while (!outgoing_.empty() && outgoing_.front().refused) [[unlikely]] {
+            outgoing_.pop_front();
+          }
       }
       if (close_after_drain_) MaybeFinishClose();  // Rare: no call else.
       return;
@@ -144,7 +164,9 @@ void RdmaConnection::ReplayHeld() {
 
 void RdmaConnection::ProtocolError(const Status& error) {
   Bump(stats_.protocol_errors);
-  Log().warn("{}: closing: {}", peer_, error.message());
+  if (const auto held = ThrottleLog("protocol error", peer_)) {
+    Log().warn("{}: closing: {}{}", peer_, error.message(), HeldBack(*held));
+  }
   CloseNow(error);
 }
 
@@ -161,7 +183,12 @@ void RdmaConnection::OnReceive(const std::byte* data, uint32_t bytes) {
   }
   credits_ += prefix.credits;
   Bump(stats_.bytes_received, bytes);
-  if (inbound->control) return OnControl(*inbound->control);
+  if (inbound->control) [[unlikely]] {
+    if (inbound->control->kind == ControlKind::kHeader) {
+      return OnHeader(*inbound->control, inbound->attached);
+    }
+    return OnControl(*inbound->control);
+  }
   const std::byte* header = data + kFramePrefixSize;
   const bool dropped = inbound->payload_too_large;
   const size_t keep = prefix.header_size + (dropped ? 0 : prefix.payload_size);

@@ -41,19 +41,44 @@ std::string AddressString(const sockaddr* address) {
 
 // For rdma_connect and rdma_accept alike (accept ignores retry_count: the
 // connecting side's, carried in its request, governs both QPs). `local`
-// travels as private data and must outlive the call.
-rdma_conn_param ConnParam(const ConnParams& local, uint8_t retry_count) {
+// travels as private data and must outlive the call. `depth` is the READ
+// depth each way (ReadDepth).
+rdma_conn_param ConnParam(const ConnParams& local, uint8_t retry_count,
+                          ReadDepth depth) {
   rdma_conn_param param{};
   param.private_data = &local;
   param.private_data_len = sizeof(local);
-  param.responder_resources = 1;
-  param.initiator_depth = 1;
+  param.responder_resources = depth.responder;
+  param.initiator_depth = depth.initiator;
   param.retry_count = std::min<uint8_t>(retry_count, 7);  // 3 bits.
   param.rnr_retry_count = tunables::kRdmaRnrRetry;
   return param;
 }
 
 }  // namespace
+
+ReadDepth OfferedReadDepth(ibv_context* device) {
+  ibv_device_attr attr{};
+  ReadDepth depth;
+  if (device == nullptr || ibv_query_device(device, &attr) != 0) return depth;
+  const auto cap = [](int device_max) {
+    return static_cast<uint8_t>(
+        std::clamp<int>(device_max, 1, tunables::kRdmaMaxReadDepth));
+  };
+  depth.initiator = cap(attr.max_qp_init_rd_atom);
+  depth.responder = cap(attr.max_qp_rd_atom);
+  return depth;
+}
+
+ReadDepth AcceptedReadDepth(ibv_context* device, ReadDepth requested) {
+  // The request's view is the listener's: its `initiator` is what the
+  // connector lets this side issue (its responder resources), its
+  // `responder` what the connector wants to issue.
+  ReadDepth depth = OfferedReadDepth(device);
+  depth.initiator =
+      std::max<uint8_t>(1, std::min(depth.initiator, requested.initiator));
+  return depth;
+}
 
 RdmaConnection::RdmaConnection(asio::io_context& context,
                                const TransportOptions& options)
@@ -142,14 +167,15 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
 
 std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     asio::io_context& context, CmId id, const ConnParams& peer,
-    const TransportOptions& options, EstablishedHandler on_established) {
+    ReadDepth requested_depth, const TransportOptions& options,
+    EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
   LoopState::Of(context).Hold(self);
   self->AdoptPeerParams(peer);
   self->peer_ = "rdma://" + AddressString(rdma_get_peer_addr(id.get()));
   auto shared_id = std::make_shared<CmId>(std::move(id));
-  asio::post(context, [self, shared_id] {
+  asio::post(context, [self, shared_id, requested_depth] {
     Status status = self->OpenEventChannel();
     if (status.ok() &&
         rdma_migrate_id(shared_id->get(), self->cm_->get()) != 0) {
@@ -165,7 +191,9 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
     if (status.ok()) {
       ConnParams local = LocalConnParams();
       local.receive_buffer_size = self->group_->receive_buffer_size();
-      rdma_conn_param param = ConnParam(local, self->options_.rdma_retry_count);
+      rdma_conn_param param =
+          ConnParam(local, self->options_.rdma_retry_count,
+                    AcceptedReadDepth(self->id_->verbs, requested_depth));
       if (rdma_accept(self->id_.get(), &param) != 0) {
         status = ErrnoStatus("rdma_accept", errno);
       }
@@ -215,9 +243,8 @@ Status RdmaConnection::CreateResources() {
   auto domain = DeviceDomain::For(verbs);
   if (!domain.ok()) return domain.status();
   domain_ = std::move(*domain);
-  // Only grants from the pool bind and invalidate windows.
-  local_ops_need_idle_ =
-      domain_->local_ops_need_idle_send_queue() && PooledGrants() != nullptr;
+  // Grants from the pool and bulk loans bind and invalidate windows.
+  local_ops_need_idle_ = domain_->local_ops_need_idle_send_queue();
   auto group = CompletionGroup::Join(context_, domain_, options_);
   if (!group.ok()) return group.status();
   group_ = std::move(*group);
@@ -318,11 +345,38 @@ void RdmaConnection::OnRouteResolved() {
   if (!created.ok()) return Established(created);
   ConnParams local = LocalConnParams();
   local.receive_buffer_size = group_->receive_buffer_size();
-  rdma_conn_param param = ConnParam(local, options_.rdma_retry_count);
+  rdma_conn_param param =
+      ConnParam(local, options_.rdma_retry_count, OfferedReadDepth(id_->verbs));
   may_park_ = true;
   if (rdma_connect(id_.get(), &param) != 0) {
-    Established(ErrnoStatus("rdma_connect " + peer_, errno));
+    return Established(ErrnoStatus("rdma_connect " + peer_, errno));
   }
+  AwaitAccept();
+}
+
+void RdmaConnection::AwaitAccept() {
+  // A listener that has not accepted within keepalive_timeout is taken for
+  // hung, as a silent open connection is (on TCP: a server that sends no
+  // HELLO): its kernel still takes the request. Never before rdma_cm has
+  // had the time to resend a lost request, and connect_timeout still
+  // bounds the whole connect.
+  if (options_.keepalive_interval.count() == 0 ||
+      options_.keepalive_timeout.count() == 0) {
+    return;
+  }
+  const auto wait =
+      std::max(options_.keepalive_timeout, tunables::kRdmaCmResendWindow);
+  close_timer_.expires_after(wait);
+  close_timer_.async_wait([weak = weak_from_this(),
+                           wait](const boost::system::error_code& error) {
+    const auto self = weak.lock();
+    if (error || !self || self->established_ || self->torn_down_) return;
+    self->Established(Status(
+        StatusCode::kUnavailable,
+        "connect to " + self->peer_ + ": the server did not accept within " +
+            std::to_string(wait.count()) +
+            " ms (keepalive_timeout): it is hung or not accepting"));
+  });
 }
 
 void RdmaConnection::OnEstablished(
@@ -340,6 +394,7 @@ void RdmaConnection::OnEstablished(
     return Established(path);
   }
   established_ = true;
+  close_timer_.cancel();  // AwaitAccept's.
   Established(Status());
 }
 
@@ -466,7 +521,8 @@ StatusOr<RdmaConnection::Path> RdmaConnection::QueryPath() const {
   ibv_qp_init_attr init{};
   if (ibv_query_qp(id_->qp, &attr,
                    IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT |
-                       IBV_QP_RETRY_CNT | IBV_QP_PORT,
+                       IBV_QP_RETRY_CNT | IBV_QP_PORT |
+                       IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC,
                    &init) != 0) {
     return ErrnoStatus("ibv_query_qp " + peer_, errno);
   }
@@ -478,6 +534,8 @@ StatusOr<RdmaConnection::Path> RdmaConnection::QueryPath() const {
   path.path_mtu = 128u << attr.path_mtu;  // IBV_MTU_256 is 1.
   path.ack_timeout = attr.timeout;
   path.retry_count = attr.retry_cnt;
+  path.reads_issued = attr.max_rd_atomic;
+  path.reads_served = attr.max_dest_rd_atomic;
   return path;
 }
 

@@ -42,6 +42,7 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -63,6 +64,18 @@
 
 namespace rdmarpc::transport::rdma {
 
+// A connection's RDMA READ depth (tunables::kRdmaMaxReadDepth), as
+// rdma_conn_param carries it: READs this side may issue, and the peer's it
+// serves.
+struct ReadDepth {
+  uint8_t initiator = 1;
+  uint8_t responder = 1;
+};
+// What a connector offers: the cap, or its device's limits if lower.
+ReadDepth OfferedReadDepth(ibv_context* device);
+// What a listener accepts, given a request's depths in its own view.
+ReadDepth AcceptedReadDepth(ibv_context* device, ReadDepth requested);
+
 class RdmaConnection final
     : public Connection,
       public CmEventHandler,
@@ -82,9 +95,11 @@ class RdmaConnection final
 
   // Passive side: `id` came from a CONNECT_REQUEST (its event acknowledged);
   // it is moved onto this connection's own event channel and accepted.
+  // `requested_depth` is the request's READ depth, in this side's view.
   static std::shared_ptr<RdmaConnection> Accept(
       boost::asio::io_context& context, CmId id, const ConnParams& peer,
-      const TransportOptions& options, EstablishedHandler on_established);
+      ReadDepth requested_depth, const TransportOptions& options,
+      EstablishedHandler on_established);
 
   ~RdmaConnection() override;
 
@@ -98,6 +113,28 @@ class RdmaConnection final
     std::lock_guard lock(mu_);
     return queued_bytes_;
   }
+  // What a queued frame of `bytes` counts in the peer memory budget
+  // (include/rdmarpc/peer_memory.h): its bytes and its queue entry.
+  static constexpr uint64_t QueuedCharge(uint64_t bytes) {
+    return bytes + sizeof(OutgoingFrame);
+  }
+  // Until Admit(), no RTS of the peer's is granted before its header was
+  // seen and admitted (protocol.h, Admission); `max_payload` does not
+  // apply: the peer may SEND only what its initial credits' receives hold.
+  void RequireAdmission(uint64_t max_payload) override;
+  void Admit() override { admitted_ = true; }
+
+  // Bulk (rdma_bulk.cc, docs/protocol.md "Bulk over RDMA"). A loan is a
+  // type 2 memory window bound to this QP over the lent bytes; a pull or
+  // push is RDMA READs or WRITEs of at most kBulkChunkSize, at most the
+  // negotiated READ depth (or kBulkWindowChunks WRITEs) in flight.
+  StatusOr<BulkDescriptor> Lend(std::span<std::byte> bytes,
+                                BulkAccess access) override;
+  void Revoke(uint64_t key, UniqueFunction<void()> revoked) override;
+  void Pull(const BulkDescriptor& loan, uint64_t offset,
+            std::span<std::byte> destination, BulkCallback done) override;
+  void Push(std::span<const std::byte> source, const BulkDescriptor& loan,
+            uint64_t offset, BulkCallback done) override;
 
   // Memory regions its device's domain holds for MemoryRegistrations.
   size_t cached_registrations() const {
@@ -115,6 +152,10 @@ class RdmaConnection final
     uint32_t path_mtu = 0;       // Bytes.
     uint32_t ack_timeout = 0;    // Exponent of 4.096 us.
     uint32_t retry_count = 0;
+    // RDMA READs outstanding at once (tunables::kRdmaMaxReadDepth): this
+    // side's to the peer, and the peer's this side serves.
+    uint32_t reads_issued = 0;
+    uint32_t reads_served = 0;
   };
   StatusOr<Path> QueryPath() const;
 
@@ -140,6 +181,10 @@ class RdmaConnection final
     uint64_t covered = 0;
     uint64_t total = 0;     // Bytes the grants will cover, once granted.
     uint64_t last_seq = 0;  // Its last WRITE WITH IMMEDIATE's, once posted.
+    // Admission (protocol.h): its header went as a HEADER; refused, it is
+    // over with nothing written.
+    bool header_sent = false;
+    bool refused = false;
     // The registrations the plan reads from stay alive until it is done.
     std::vector<std::shared_ptr<MemoryRegistration>> pins;
   };
@@ -147,6 +192,12 @@ class RdmaConnection final
   struct IncomingTransfer {
     ControlMessage rts;    // Its id (transfer) and header size.
     bool granted = false;  // Else it waits for grant memory (GrantWaiting).
+    // Admission (protocol.h): its header was asked for, and has arrived;
+    // refused, it is delivered from `block` (the header) with nothing
+    // granted.
+    bool header_asked = false;
+    bool header_arrived = false;
+    bool refused = false;
     uint64_t dropped_payload = 0;
     DropReason drop_reason = DropReason::kNone;
     Buffer block;
@@ -183,6 +234,7 @@ class RdmaConnection final
   // OnCmEvent's cases. `params`: the listener's, with its accept or reject
   // (active side only); `refused`: rejected for lack of resources.
   void OnRouteResolved();
+  void AwaitAccept();  // After the connect request: a hung listener.
   void OnEstablished(const std::optional<StatusOr<ConnParams>>& params);
   void OnDeviceRemoval();
   void OnCmFailure(const std::string& what, int status, bool refused,
@@ -208,7 +260,20 @@ class RdmaConnection final
   // The group ended a batch that had completions of ours: flush.
   void AfterBatch(bool woken) override;
   void OnControl(const ControlMessage& message);
+  void OnGrant(const ControlMessage& message);  // Of ours: the peer's GRANT.
   void OnRts(const ControlMessage& rts);
+  // Admission (protocol.h). The receiver's: whether `transfer`, not yet
+  // granted, waits for its header (asking for it if not yet asked); a
+  // HEADER, admitted or refused; refused transfers at the head of the
+  // queue, delivered. The sender's: a GRANT with kGrantHeaderFirst or
+  // kGrantRefused, and the HEADER message posted.
+  bool AwaitsHeader(IncomingTransfer& transfer);
+  void OnHeader(const ControlMessage& message,
+                std::span<const std::byte> bytes);
+  void DeliverRefused();
+  void OnAdmissionGrant(OutgoingTransfer& transfer,
+                        const ControlMessage& grant);
+  bool PostHeader(const ControlMessage& message);
   // Standing grants (protocol.h). Ours for the peer: an RTS that uses the
   // oldest, a RELEASE that gives some back, and offering another once a
   // frame of `landed` bytes landed from the pool.
@@ -382,6 +447,7 @@ class RdmaConnection final
   // Receive completions that came before Start, or while a landed frame's
   // window is invalidated, with a copy of their data (ReplayHeld).
   bool started_ = false;
+  bool admitted_ = true;  // RequireAdmission makes it false.
   std::deque<std::pair<ibv_wc, Buffer>> held_;
 
   // Credits we hold: receives the peer has lent us.
@@ -465,6 +531,60 @@ class RdmaConnection final
   // Memory windows: all this connection allocated, and those not bound.
   std::vector<MemoryWindow> windows_;
   std::vector<ibv_mw*> free_windows_;
+
+  // Bulk (rdma_bulk.cc). Loans: lent on any thread, bound and invalidated
+  // by Flush, in the order asked, under the send queue's rules for local
+  // operations (LocalOpMayGo). Guarded by mu_.
+  struct Loan {
+    BulkDescriptor descriptor;
+    std::shared_ptr<MemoryRegistration> registration;
+    ibv_mr* region = nullptr;
+    // Where windows are checked against their region only (rxe): a region
+    // of exactly the lent bytes (RegistrationCache::ExactBulkRegion).
+    std::shared_ptr<ibv_mr> own_region;
+    ibv_mw* window = nullptr;
+    enum class State { kToBind, kBound, kToInvalidate, kInvalidating };
+    State state = State::kToBind;
+    bool window_bound = false;    // Its BIND_MW was posted.
+    uint64_t invalidate_seq = 0;  // Its LOCAL_INV's, once posted.
+    std::vector<UniqueFunction<void()>> revoked;
+  };
+  std::unordered_map<uint64_t, Loan> loans_;  // By key; guarded by mu_.
+  std::deque<uint64_t> loan_work_;            // Keys to bind or revoke.
+  std::vector<MemoryWindow> loan_windows_;    // Guarded by mu_.
+  std::vector<ibv_mw*> free_loan_windows_;    // Guarded by mu_.
+  uint64_t next_loan_key_ = 1;                // Guarded by mu_.
+  uint32_t loan_invalidations_ = 0;  // LOCAL_INVs posted (loop thread).
+  // Flush's: binds and invalidates what loan_work_ asks, as far as the
+  // send queue lets it (false: it waits, local_op_waiting_).
+  void PostLoanWork();
+  // A loan's LOCAL_INV completed (sequence `seq`); false if none had it.
+  bool OnLoanInvalidated(uint64_t seq);
+  // The connection closed: loans end, their revocations run.
+  void EndLoans();
+
+  // Pulls and pushes (loop thread): those with chunks still to post, and
+  // the chunks posted, by the sequence number of their work request.
+  struct BulkOp;
+  struct BulkChunk {
+    uint64_t seq;
+    std::shared_ptr<BulkOp> op;
+    bool read;
+  };
+  std::deque<std::shared_ptr<BulkOp>> bulk_waiting_;
+  std::deque<BulkChunk> bulk_posted_;
+  uint32_t reads_posted_ = 0;   // READs of bulk_posted_.
+  uint32_t writes_posted_ = 0;  // WRITEs of bulk_posted_.
+  uint32_t read_depth_ = 0;     // The QP's max_rd_atomic, read on first use.
+  void StartBulk(std::shared_ptr<BulkOp> op, const BulkDescriptor& loan,
+                 BulkAccess wanted);
+  void PumpBulk();
+  // Chunks whose work requests are complete (completed_ has reached them).
+  void FinishBulkChunks();
+  // The send queue's requests up to `seq` are complete: what they held
+  // goes back.
+  void SendsCompleted(uint64_t seq);
+  void EndBulk(const Status& reason);
   uint32_t next_transfer_id_ = 1;
   std::optional<Status> close_after_drain_;
   boost::asio::steady_timer close_timer_;

@@ -57,6 +57,19 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
       control_queue_.push_back(pong);  // Drain's Flush posts it.
       return;
     }
+    case ControlKind::kHeader:  // OnReceive takes it, with its bytes.
+      return;
+    case ControlKind::kHeaderTooLarge: {
+      const Status told(
+          StatusCode::kResourceExhausted,
+          "the server refused a call header of " +
+              std::to_string(message.length) +
+              " bytes before this connection's first call was admitted (at "
+              "most " +
+              std::to_string(kMaxHeaderFirst) + ")");
+      Log().warn("{}: {}", peer_, told.message());
+      return CloseNow(told);
+    }
     case ControlKind::kTooManyPings: {
       const Status told = KeepaliveClock::ToldTooManyPings(peer_);
       Log().warn("{}: {}", peer_, told.message());
@@ -78,38 +91,46 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
       return OnRts(message);
     case ControlKind::kRelease:
       return OnRelease(message);
-    case ControlKind::kGrant: {
-      if (message.flags & kGrantStanding) return OnStandingGrant(message);
-      // Grants answer our RTSs in order: this one is for the oldest transfer
-      // not yet covered by grants (without one, or with segments to come).
-      OutgoingTransfer* oldest = nullptr;
-      for (size_t i = 0; i < outgoing_.size() && !oldest; ++i) {
-        if (!outgoing_[i].granted ||
-            outgoing_[i].covered < outgoing_[i].total) {
-          oldest = &outgoing_[i];
-        }
-      }
-      std::optional<PendingTransfer> pending;
-      if (oldest) {
-        pending = PendingTransfer{
-            oldest->id, oldest->frame.header.size(),
-            oldest->frame.payload_size(), oldest->covered,
-            oldest->granted && oldest->next_write < oldest->plan.writes.size()};
-      }
-      if (Status s = CheckGrant(message, pending); !s.ok()) {
-        return ProtocolError(s);
-      }
-      if (!oldest->granted) {
-        oldest->total =
-            (message.flags & kGrantSegment)
-                ? oldest->frame.header.size() + oldest->frame.payload_size()
-                : message.length;
-      }
-      oldest->granted = true;
-      oldest->grant = message;
-      return StartWrites(*oldest);
+    case ControlKind::kGrant:
+      return OnGrant(message);
+  }
+}
+
+void RdmaConnection::OnGrant(const ControlMessage& message) {
+  if (message.flags & kGrantStanding) return OnStandingGrant(message);
+  // Grants answer our RTSs in order: this one is for the oldest transfer
+  // not yet covered by grants (without one, or with segments to come).
+  OutgoingTransfer* oldest = nullptr;
+  for (size_t i = 0; i < outgoing_.size() && !oldest; ++i) {
+    if (!outgoing_[i].granted || outgoing_[i].covered < outgoing_[i].total) {
+      oldest = &outgoing_[i];
     }
   }
+  std::optional<PendingTransfer> pending;
+  if (oldest) {
+    pending = PendingTransfer{
+        oldest->id,
+        oldest->frame.header.size(),
+        oldest->frame.payload_size(),
+        oldest->covered,
+        oldest->granted && oldest->next_write < oldest->plan.writes.size(),
+        oldest->header_sent};
+  }
+  if (Status s = CheckGrant(message, pending); !s.ok()) {
+    return ProtocolError(s);
+  }
+  if (message.flags & (kGrantHeaderFirst | kGrantRefused)) [[unlikely]] {
+    return OnAdmissionGrant(*oldest, message);
+  }
+  if (!oldest->granted) {
+    oldest->total =
+        (message.flags & kGrantSegment)
+            ? oldest->frame.header.size() + oldest->frame.payload_size()
+            : message.length;
+  }
+  oldest->granted = true;
+  oldest->grant = message;
+  return StartWrites(*oldest);
 }
 
 uint64_t RdmaConnection::GrantBudget(uint64_t length) {
@@ -161,13 +182,15 @@ void RdmaConnection::OnRts(const ControlMessage& rts) {
   const bool behind = !incoming_.empty() && (!incoming_.back().granted ||
                                              incoming_.back().Blocking());
   incoming_.push_back(std::move(transfer));
-  if (!behind && !plan->wait) Grant(incoming_.back(), *plan);
+  if (behind || AwaitsHeader(incoming_.back())) return;
+  if (!plan->wait) Grant(incoming_.back(), *plan);
 }
 
 void RdmaConnection::GrantWaiting() {
   for (size_t i = 0; i < incoming_.size() && !torn_down_; ++i) {
     IncomingTransfer& transfer = incoming_[i];
     if (!transfer.granted) {
+      if (AwaitsHeader(transfer)) return;  // Admission first.
       // Checked when it arrived; only the budget can have changed.
       StatusOr<GrantPlan> plan = PlanGrantFor(transfer, i);
       if (!plan.ok()) return ProtocolError(plan.status());
@@ -179,24 +202,28 @@ void RdmaConnection::GrantWaiting() {
 }
 
 void RdmaConnection::NoteDrop(uint64_t payload_size, DropReason reason) {
+  Bump(stats_.oversized_frames_dropped);
+  // A peer can send these at will: once per host and interval.
+  const auto held = ThrottleLog("payload refused", peer_);
+  if (!held) return;
   if (reason == DropReason::kTooLarge) {
     Log().warn(
         "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
-        "discarding it",
-        peer_, payload_size, options_.max_payload_size);
+        "discarding it{}",
+        peer_, payload_size, options_.max_payload_size, HeldBack(*held));
   } else {
     const std::optional<uint64_t> lockable = LockedMemoryLimit();
     Log().warn(
         "{}: payload of {} bytes would exceed the registered-memory limit "
-        "(max_grant_bytes {}, {} in use{}); discarding it",
+        "(max_grant_bytes {}, {} in use{}); discarding it{}",
         peer_, payload_size, options_.max_grant_bytes, GrantedBytes(),
         lockable ? "; RLIMIT_MEMLOCK " + std::to_string(*lockable) + ", " +
                        std::to_string(LiveRegisteredBytes()) +
                        " registered: raise `ulimit -l` or give the process "
                        "CAP_IPC_LOCK"
-                 : std::string());
+                 : std::string(),
+        HeldBack(*held));
   }
-  Bump(stats_.oversized_frames_dropped);
 }
 
 void RdmaConnection::Grant(IncomingTransfer& transfer, const GrantPlan& plan) {
@@ -318,6 +345,9 @@ ibv_mw* RdmaConnection::TakeWindow() {
 }
 
 bool RdmaConnection::PostQueuedControl(const ControlMessage& message) {
+  if (message.kind == ControlKind::kHeader) [[unlikely]] {
+    return PostHeader(message);
+  }
   if (message.kind == ControlKind::kGrant) {
     // A standing grant's number is not a transfer id: it is found apart.
     RingQueue<IncomingTransfer>& grants =
@@ -390,6 +420,10 @@ void RdmaConnection::PostInvalidates() {
 
 bool RdmaConnection::LocalOpMayGo() {
   if (!local_ops_need_idle_ || completed_ >= last_transmit_) return true;
+  if (!local_op_waiting_) {
+    Bump(stats_.local_op_waits);
+    NoteLocalOpWait();
+  }
   local_op_waiting_ = true;
   if (signaled_ < last_transmit_) SignalLastTransmit();
   return false;
@@ -484,6 +518,11 @@ void RdmaConnection::Deliver(IncomingTransfer transfer) {
     observer_->OnFrame(ReceivedFrame(
         FrameType::kRpc, std::move(transfer.block), transfer.rts.header_size,
         transfer.dropped_payload, transfer.drop_reason));
+  }
+  if (torn_down_) return;
+  // Refused by admission behind it (rdma_admission.cc): its turn now.
+  if (!incoming_.empty() && incoming_.front().refused) [[unlikely]] {
+    DeliverRefused();
   }
   if (!torn_down_) GrantWaiting();  // Memory came free.
 }

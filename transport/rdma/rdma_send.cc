@@ -5,6 +5,7 @@
 
 #include "base/latency_trace.h"
 #include "base/pooled_handler.h"
+#include "transport/peer_budget.h"
 #include "transport/rdma/completion_member.h"
 #include "transport/rdma/rdma_connection.h"
 
@@ -50,7 +51,12 @@ Status RdmaConnection::Send(OutgoingFrame frame) {
         !room.ok()) {
       if (!frame.may_wait) return room;
       Bump(stats_.frames_waited_for_room);
+    } else if (PeerBytesFull(QueuedCharge(bytes)) && !frame.may_wait)
+        [[unlikely]] {
+      return PeerMemoryFullError(QueuedCharge(bytes), peer_);
     }
+    // Counted in the peer memory budget until it leaves the queue.
+    ChargePeerBytes(QueuedCharge(bytes));
     queued_bytes_ += bytes;
     queue_.push_back(std::move(frame));
     queued_frames_.store(queue_.size(), std::memory_order_relaxed);
@@ -78,14 +84,21 @@ bool RdmaConnection::CanPostSmallAtOnce(uint64_t frame_bytes) const {
 }
 
 void RdmaConnection::Flush() {
+  bool loan_work;
   {
     std::lock_guard lock(mu_);
     flush_pending_.store(false, std::memory_order_relaxed);
+    loan_work = !loan_work_.empty();
   }
   if (torn_down_ || !established_) return;
   local_op_waiting_ = false;
   // Windows to invalidate, then grants: the peer's frames wait on them.
   if (!invalidating_.empty()) PostInvalidates();
+  // Loans to bind or revoke (rdma_bulk.cc): a REQUEST that lends goes
+  // after its binds.
+  if (loan_work) [[unlikely]] {
+    PostLoanWork();
+  }
   while (!local_op_waiting_ && !control_queue_.empty() && credits_ >= 1 &&
          SendSlotFree() && PostQueuedControl(control_queue_.front())) {
     control_queue_.pop_front();
@@ -121,10 +134,12 @@ void RdmaConnection::Flush() {
         if (small) {
           if (!PostSmall(frame, frame.type, {})) break;  // No staging slot.
           queued_bytes_ -= total;
+          ReleasePeerBytes(QueuedCharge(total));
           queue_.pop_front();
           continue;
         }
         queued_bytes_ -= total;
+        ReleasePeerBytes(QueuedCharge(total));
         if (StartTransferLocked()) {
           standing = true;
           break;
@@ -139,6 +154,9 @@ void RdmaConnection::Flush() {
     }
   }
   PostCredits();
+  if (!bulk_waiting_.empty()) [[unlikely]] {
+    PumpBulk();
+  }
   Post();
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "base/log_throttle.h"
 #include "transport/rdma/device_info.h"
 #include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/verbs.h"
@@ -177,13 +178,19 @@ class RdmaListener final : public Listener {
       return;
     }
     rdma_cm_id* child = event->id;
+    const rdma::ReadDepth requested{event->param.conn.initiator_depth,
+                                    event->param.conn.responder_resources};
     StatusOr<ConnParams> peer = CheckConnParams(
         std::span(static_cast<const std::byte*>(event->param.conn.private_data),
                   event->param.conn.private_data_len));
     rdma_ack_cm_event(event);
     if (!peer.ok()) {
-      Log().warn("{}: refused a connection request: {}", state->uri,
-                 peer.status().message());
+      // Anyone can send these at will: once per interval for the listener.
+      if (const auto held =
+              ThrottleLog("connection request refused", state->uri)) {
+        Log().warn("{}: refused a connection request: {}{}", state->uri,
+                   peer.status().message(), HeldBack(*held));
+      }
       // Our own parameters go back with the reject: a peer of another
       // version names ours in its error.
       const ConnParams local = LocalConnParams();
@@ -194,7 +201,7 @@ class RdmaListener final : public Listener {
     // The connection keeps itself alive until established (or failed); then
     // the acceptor takes it.
     RdmaConnection::Accept(
-        state->pick(), CmId(child), *peer, state->options,
+        state->pick(), CmId(child), *peer, requested, state->options,
         [on_accept = state->on_accept, uri = state->uri](
             const Status& status, std::shared_ptr<RdmaConnection> connection) {
           if (status.code() == StatusCode::kResourceExhausted) {
@@ -305,12 +312,15 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
       });
   attempt->timer.expires_after(options.connect_timeout);
   attempt->timer.async_wait(
-      [attempt, host, port](const boost::system::error_code& e) {
+      [attempt, host, port,
+       waited = options.connect_timeout](const boost::system::error_code& e) {
         auto connection = attempt->connection.lock();
         if (e || !connection) return;
-        connection->Close(Status(StatusCode::kUnavailable,
-                                 "connect to rdma://" + host + ":" +
-                                     std::to_string(port) + " timed out"));
+        connection->Close(Status(
+            StatusCode::kUnavailable,
+            "connect to rdma://" + host + ":" + std::to_string(port) +
+                " timed out: no answer within " +
+                std::to_string(waited.count()) + " ms (connect_timeout)"));
       });
 }
 

@@ -24,6 +24,7 @@ std::atomic<uint64_t> registration_calls{0};
 std::atomic<uint64_t> pooled_bytes{0};
 std::atomic<uint64_t> pool_growths{0};
 std::atomic<uint64_t> pool_growth_registrations{0};
+std::atomic<uint64_t> local_op_waits{0};
 
 }  // namespace
 
@@ -83,6 +84,14 @@ uint64_t LiveRegisteredBytes() {
 
 uint64_t RegistrationCalls() {
   return registration_calls.load(std::memory_order_relaxed);
+}
+
+void NoteLocalOpWait() {
+  local_op_waits.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t LocalOpWaits() {
+  return local_op_waits.load(std::memory_order_relaxed);
 }
 
 Status ErrnoStatus(std::string_view what, int error) {

@@ -68,6 +68,11 @@ MemoryRegion RegisterRegion(ibv_pd* pd, void* addr, size_t length, int access);
 uint64_t LiveRegisteredBytes();
 // Successful ibv_reg_mr calls this process has made, in all.
 uint64_t RegistrationCalls();
+// Local operations (window binds, invalidations) that waited for a send
+// queue to drain, process-wide (ConnectionStats::local_op_waits per
+// connection).
+void NoteLocalOpWait();
+uint64_t LocalOpWaits();
 
 // Bytes registered for pools that connections share (the completion groups'
 // receive, send and bounce pools, the devices' grant pools), process-wide:

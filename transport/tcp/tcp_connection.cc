@@ -44,6 +44,7 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
       keepalive_timer_(socket_.get_executor()),
       keepalive_(options.keepalive_interval, options.keepalive_timeout,
                  options.min_ping_interval, options.frame_timeout),
+      pause_timer_(socket_.get_executor()),
       staging_(PooledBuffer(kTcpReceiveChunk)) {
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -57,6 +58,7 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
     loop_ = *loop;
   }
   if (ec) Log().warn("{}: cannot set O_NONBLOCK: {}", peer_, ec.message());
+  role_ = role;
   if (role == Role::kServer) {
     // At once, not at Start: the client's Connect waits for it. The socket
     // is fresh: its buffer takes these bytes whole.
@@ -69,6 +71,7 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
 
 void TcpConnection::RequireAdmission(uint64_t max_payload) {
   max_payload_now_ = std::min(max_payload, options_.max_payload_size);
+  unadmitted_ = true;
 }
 
 void TcpConnection::AwaitHello() {
@@ -175,6 +178,7 @@ void TcpConnection::CloseNow(const Status& reason) {
   close_reason_ = reason;
   close_timer_.cancel();
   keepalive_timer_.cancel();
+  pause_timer_.cancel();
   std::vector<QueuedFrame> unsent;
   {
     std::lock_guard lock(mu_);
@@ -189,6 +193,7 @@ void TcpConnection::CloseNow(const Status& reason) {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   rx_.block.Reset();
+  EndBulk(reason);
   NotifyClosed(std::move(observer_), reason, in_observer_,
                socket_.get_executor());
 }

@@ -35,15 +35,20 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/connection.h"
 #include "transport/keepalive.h"
 
 namespace rdmarpc::transport::tcp {
+
+// A bulk control frame's header (tcp_bulk.cc): a keepalive's is one byte.
+inline constexpr uint32_t kTcpBulkHeaderSize = 40;
 
 class TcpConnection final : public Connection,
                             public std::enable_shared_from_this<TcpConnection> {
@@ -67,7 +72,26 @@ class TcpConnection final : public Connection,
     return queued_bytes_;
   }
   void RequireAdmission(uint64_t max_payload) override;
-  void Admit() override { max_payload_now_ = options_.max_payload_size; }
+  void Admit() override {
+    max_payload_now_ = options_.max_payload_size;
+    unadmitted_ = false;
+  }
+
+  // Bulk (tcp_bulk.cc): the borrower sends READ and WRITE control frames
+  // of kTcpBulkHeaderSize; the owner checks each against its LoanTable and
+  // answers DATA or DONE (docs/protocol.md, "Bulk").
+  StatusOr<BulkDescriptor> Lend(std::span<std::byte> bytes,
+                                BulkAccess access) override {
+    return loans_.Lend(bytes, access);
+  }
+  void Revoke(uint64_t key, UniqueFunction<void()> revoked) override {
+    loans_.Revoke(key);
+    revoked();
+  }
+  void Pull(const BulkDescriptor& loan, uint64_t offset,
+            std::span<std::byte> destination, BulkCallback done) override;
+  void Push(std::span<const std::byte> source, const BulkDescriptor& loan,
+            uint64_t offset, BulkCallback done) override;
 
  private:
   struct QueuedFrame {
@@ -188,6 +212,30 @@ class TcpConnection final : public Connection,
   // Closes once the queue is written, or after kCloseFlushTimeout.
   void BeginClose(const Status& reason);
   void CloseNow(const Status& reason);
+  // Bulk (tcp_bulk.cc, loop thread). A Pull or Push under way, and one
+  // of its chunks in flight.
+  struct BulkOp;
+  struct BulkChunk {
+    std::shared_ptr<BulkOp> op;
+    std::byte* destination;  // A pull's; null for a push.
+    uint64_t length;
+  };
+  // Checks a Pull or Push and queues it on the loop.
+  void StartBulk(std::shared_ptr<BulkOp> op, const BulkDescriptor& loan,
+                 BulkAccess wanted);
+  // Sends chunks while fewer than kBulkWindowChunks are in flight.
+  void PumpBulk();
+  void FinishChunk(uint64_t id, const Status& status);
+  // A bulk control frame arrived (its header and payload).
+  void OnBulkFrame(std::span<const std::byte> header, Buffer payload,
+                   bool payload_dropped);
+  void AnswerBulk(uint8_t op, uint64_t id, const Status& status,
+                  Buffer payload);
+  // The connection closed: every bulk operation fails, every loan ends.
+  void EndBulk(const Status& reason);
+  // TakePrefix's check of a bulk frame's prefix: false is a protocol error.
+  bool TakeBulkPrefix(DecodedPrefix& decoded);
+
   // The peer broke the protocol: counted, logged, closed.
   void ProtocolError(const Status& error);
   // A frame of another rdmarpc version: tell the peer ours, then close.
@@ -195,6 +243,15 @@ class TcpConnection final : public Connection,
 
   boost::asio::ip::tcp::socket socket_;
   const TransportOptions options_;
+  // Before Admit on a connection that requires admission: bulk frames are
+  // a protocol error then (loop thread).
+  bool unadmitted_ = false;
+  LoanTable loans_;  // What this side lent the peer.
+  // The borrower's operations (loop thread): those with chunks still to
+  // send, in order, and the chunks in flight by id.
+  std::deque<std::shared_ptr<BulkOp>> bulk_waiting_;
+  std::unordered_map<uint64_t, BulkChunk> bulk_in_flight_;
+  uint64_t next_bulk_chunk_ = 1;
   // The largest payload read whole: max_payload_size, or before admission
   // (RequireAdmission) the bound for a peer not yet admitted (loop thread).
   uint64_t max_payload_now_;
@@ -205,12 +262,31 @@ class TcpConnection final : public Connection,
   bool in_observer_ = false;
   bool pong_sent_ = false;  // A PONG was queued (loop thread).
   bool torn_down_ = false;
+  Role role_ = Role::kClient;
   std::atomic<bool> receive_stopped_{false};
   Status close_reason_;
   std::optional<Status> close_after_flush_;
   boost::asio::steady_timer close_timer_;
   boost::asio::steady_timer keepalive_timer_;
   KeepaliveClock keepalive_;
+  // Flow control (include/rdmarpc/peer_memory.h): reading pauses, between
+  // frames, while the process's peer memory is past 7/8 of its limit and
+  // the peer has not read what is being written to it; it resumes once the
+  // peer has read it or the memory is below 3/4, checked every
+  // kReadPauseCheck and after each write.
+  // While paused, what the peer reads counts as a sign of life for
+  // keepalive.
+  void PauseReading();
+  void ArmPauseCheck();  // CheckPausedReading after kReadPauseCheck.
+  void CheckPausedReading();
+  bool MayResumeReading() const;
+  // Bytes written to the socket so far, the batch under way's included.
+  uint64_t WrittenSoFar() const {
+    return stats_.bytes_sent.load(std::memory_order_relaxed) + gather_written_;
+  }
+  bool reading_paused_ = false;
+  uint64_t sent_at_pause_check_ = 0;
+  boost::asio::steady_timer pause_timer_;
 
   Buffer staging_;  // kTcpReceiveChunk bytes, a LargeBlock.
   size_t staged_begin_ = 0;

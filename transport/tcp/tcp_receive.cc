@@ -37,7 +37,7 @@ using tunables::kTcpReceiveChunk;
     ReadMore();
     return false;
   }
-  const DecodedPrefix decoded =
+  DecodedPrefix decoded =
       DecodeFramePrefix(std::span(in, kFramePrefixSize), max_payload_now_);
   if (decoded.verdict == PrefixVerdict::kMalformed) {
     ProtocolError(decoded.error);
@@ -47,15 +47,13 @@ using tunables::kTcpReceiveChunk;
     RefuseOtherVersion(decoded.error);
     return false;
   }
-  // TCP's only control frames are keepalive's, one byte of header.
+  // TCP's control frames are keepalive's, one byte of header, and bulk's.
   const bool keepalive = decoded.prefix.type == FrameType::kControl &&
                          decoded.prefix.header_size == 1 &&
                          decoded.prefix.payload_size == 0;
-  if ((decoded.prefix.type != FrameType::kRpc && !keepalive) ||
-      decoded.prefix.credits != 0) {
-    ProtocolError(
-        Status(StatusCode::kInternal,
-               "malformed frame: RDMA control field on a TCP connection"));
+  if (((decoded.prefix.type != FrameType::kRpc && !keepalive) ||
+       decoded.prefix.credits != 0) &&
+      !TakeBulkPrefix(decoded)) [[unlikely]] {
     return false;
   }
   staged_begin_ += kFramePrefixSize;
@@ -85,11 +83,14 @@ Buffer TcpConnection::LargeFrameBlock(uint64_t header_size,
   if (TryChargePeerBytes(size)) {
     return ChargedBuffer(PooledBuffer(size), size);
   }
-  Log().warn(
-      "{}: payload of {} bytes refused: the process holds {} bytes "
-      "for its peers, its limit {}; discarding it",
-      peer_, payload_size, PeerMemoryUsed(), PeerMemoryLimit());
   Bump(stats_.oversized_frames_dropped);
+  if (const auto held = ThrottleLog("payload refused", peer_)) {
+    Log().warn(
+        "{}: payload of {} bytes refused: the process holds {} bytes "
+        "for its peers, its limit {}; discarding it{}",
+        peer_, payload_size, PeerMemoryUsed(), PeerMemoryLimit(),
+        HeldBack(*held));
+  }
   rx_.discard_left = payload_size;
   rx_.drop_reason = DropReason::kPeerMemory;
   return PooledBuffer(header_size);
@@ -109,11 +110,15 @@ void TcpConnection::TakeOverLimit(const DecodedPrefix& decoded) {
     rx_.admission_pending = true;
     return;
   }
-  Log().warn(
-      "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
-      "discarding it",
-      peer_, decoded.prefix.payload_size, options_.max_payload_size);
   Bump(stats_.oversized_frames_dropped);
+  // A peer can send these at will: once per host and interval.
+  if (const auto held = ThrottleLog("payload refused", peer_)) {
+    Log().warn(
+        "{}: payload of {} bytes exceeds the receiver's maximum of {}; "
+        "discarding it{}",
+        peer_, decoded.prefix.payload_size, options_.max_payload_size,
+        HeldBack(*held));
+  }
 }
 
 bool TcpConnection::AdmitPending() {
@@ -314,6 +319,15 @@ void TcpConnection::FinishBody() {
 
 void TcpConnection::DeliverFrame() {
   if (receive_stopped_) return;
+  if (rx_.prefix.type == FrameType::kControl &&
+      rx_.prefix.header_size == kTcpBulkHeaderSize) {
+    const uint32_t header_size = rx_.prefix.header_size;
+    const bool dropped = rx_.discard_left > 0;
+    std::array<std::byte, kTcpBulkHeaderSize> header;
+    std::memcpy(header.data(), rx_.block.data(), header_size);
+    rx_.block.RemovePrefix(header_size);
+    return OnBulkFrame(header, std::move(rx_.block), dropped);
+  }
   if (rx_.prefix.type == FrameType::kControl) {  // Keepalive.
     const auto kind = static_cast<KeepaliveKind>(rx_.block.data()[0]);
     rx_.block.Reset();
@@ -379,6 +393,13 @@ void TcpConnection::ReadMore() {
     Flush();
   }
   if (torn_down_) return;
+  // Between frames, with frames queued for the peer (none, on a call's
+  // path: its reply was written directly): flow control.
+  if (writing_bytes_.load(std::memory_order_relaxed) != 0 &&
+      role_ == Role::kServer && rx_.phase == RxState::Phase::kPrefix &&
+      staged_begin_ == staged_end_ && PeerMemoryHigh()) [[unlikely]] {
+    return PauseReading();
+  }
   // Keep the unconsumed tail at the front so the rest of it can follow.
   if (staged_begin_ > 0) {
     const size_t tail = staged_end_ - staged_begin_;
@@ -520,6 +541,49 @@ void TcpConnection::OnReadError(const boost::system::error_code& error) {
   Log().info("{}: read failed: {}", peer_, error.message());
   CloseNow(Status(StatusCode::kUnavailable,
                   "connection to " + peer_ + " lost: " + error.message()));
+}
+
+namespace {
+constexpr auto kReadPauseCheck = std::chrono::milliseconds(10);
+}  // namespace
+
+void TcpConnection::PauseReading() {
+  reading_paused_ = true;
+  sent_at_pause_check_ = WrittenSoFar();
+  Bump(stats_.reads_paused);
+  if (const auto held = ThrottleLog("reads paused", peer_)) {
+    Log().warn(
+        "{}: not reading: the process holds {} bytes for its peers, its "
+        "limit {} (rdmarpc::SetPeerMemoryLimit), and {} bytes wait for this "
+        "peer to read them{}",
+        peer_, PeerMemoryUsed(), PeerMemoryLimit(),
+        writing_bytes_.load(std::memory_order_relaxed), HeldBack(*held));
+  }
+  ArmPauseCheck();
+}
+
+void TcpConnection::ArmPauseCheck() {
+  pause_timer_.expires_after(kReadPauseCheck);
+  pause_timer_.async_wait(
+      [self = shared_from_this()](const boost::system::error_code& error) {
+        if (!error && !self->torn_down_) self->CheckPausedReading();
+      });
+}
+
+bool TcpConnection::MayResumeReading() const {
+  return writing_bytes_.load(std::memory_order_relaxed) == 0 || PeerMemoryLow();
+}
+
+void TcpConnection::CheckPausedReading() {
+  if (!reading_paused_ || torn_down_) return;
+  // The peer reads what was sent to it: alive, though we do not read.
+  const uint64_t sent = WrittenSoFar();
+  if (sent != sent_at_pause_check_) keepalive_.Touch();
+  sent_at_pause_check_ = sent;
+  if (!MayResumeReading()) return ArmPauseCheck();
+  reading_paused_ = false;
+  pause_timer_.cancel();
+  ReadMore();
 }
 
 }  // namespace rdmarpc::transport::tcp

@@ -284,12 +284,7 @@ void TcpConnection::FinishWrite(size_t bytes) {
 }
 
 Status TcpConnection::PeerMemoryFull(uint64_t bytes) const {
-  return Status(
-      StatusCode::kResourceExhausted,
-      "cannot queue " + std::to_string(bytes) + " bytes for " + peer_ +
-          ": the process holds " + std::to_string(PeerMemoryUsed()) +
-          " bytes for its peers, its limit " +
-          std::to_string(PeerMemoryLimit()) + " (rdmarpc::SetPeerMemoryLimit)");
+  return PeerMemoryFullError(bytes, peer_);
 }
 
 void TcpConnection::OnWritten(const boost::system::error_code& error,
@@ -303,6 +298,9 @@ void TcpConnection::OnWritten(const boost::system::error_code& error,
                "connection to " + peer_ + " lost: " + error.message()));
   }
   Flush();
+  if (reading_paused_) [[unlikely]] {
+    CheckPausedReading();
+  }
 }
 
 }  // namespace rdmarpc::transport::tcp
