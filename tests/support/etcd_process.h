@@ -34,8 +34,9 @@ class DnsmasqProcess {
 
 class EtcdProcess {
  public:
-  // Starts etcd and waits until it answers (throws std::runtime_error if it
-  // does not within 20 s, or if /usr/bin/etcd is missing).
+  // Starts etcd and waits until it serves requests, a leader elected
+  // (throws std::runtime_error if it does not within 20 s, or if
+  // /usr/bin/etcd is missing).
   EtcdProcess();
   ~EtcdProcess();
   EtcdProcess(const EtcdProcess&) = delete;
@@ -45,7 +46,7 @@ class EtcdProcess {
   std::string endpoint() const;
   // Stops it with `signal` (SIGTERM, SIGKILL) and waits for it to exit.
   void Stop(int signal);
-  // Starts it again on the same ports and data, and waits until it answers;
+  // Starts it again on the same ports and data, and waits until it serves;
   // a port another process holds meanwhile is waited for (up to 5 s).
   void Restart();
   // Compacts its history up to the current revision (etcdctl).
@@ -54,7 +55,7 @@ class EtcdProcess {
  private:
   // Starts etcd; tries again while it exits at once (a port taken).
   void Launch(bool new_ports_if_taken);
-  // True once it answers; false if it exited first.
+  // True once it serves (/health); false if it exited first.
   bool WaitReady();
 
   std::string dir_;
