@@ -614,5 +614,49 @@ TEST_CASE("bulk: a small call goes out during a 64 MiB pull") {
   CHECK(pulled.get_future().get() == 2);
 }
 
+// A call the client ends while the server pulls from its loan: over RDMA
+// the client keeps its window until the server answers that its READs are
+// over (BulkLoans::AwaitRelease), since a READ meeting an invalidated
+// window fails the server's queue pair, and with it every call on the
+// connection. Either way the call ends CANCELLED or DEADLINE_EXCEEDED with
+// nothing lent, and the connection serves the next call.
+TEST_CASE("bulk: a call ended during its pull keeps its connection") {
+  BulkServer server;
+  rpc::Channel channel(server.uri);
+  constexpr uint64_t kSize = 16 << 20;
+  auto arena = Arena(kSize);
+  Fill({arena->data(), kSize}, 5);
+  int started = 0;
+  for (const std::string how : {"cancel", "deadline"}) {
+    INFO(how);
+    CallOptions options = Lending(arena->data(), kSize, BulkAccess::kRead);
+    options.cancellation = std::make_shared<rpc::CallCancellation>();
+    if (how == "deadline") {
+      options.deadline = Clock::now() + std::chrono::milliseconds(200);
+    }
+    std::promise<std::pair<Status, uint64_t>> ended;
+    channel.Call("test.Bulk", "Pull", Buffer::CopyOf(std::to_string(kSize)),
+                 options, [&](const Status& status, Payload) {
+                   ended.set_value({status, transport::LiveBulkLoans()});
+                 });
+    REQUIRE(WaitFor([&] { return server.bulk.pulls_started() > started; }));
+    ++started;
+    if (how == "cancel") options.cancellation->Cancel();
+    const auto [status, loans_left] = ended.get_future().get();
+    INFO(status.ToString());
+    // Over TCP the pull may be over before the deadline.
+    CHECK((status.code() == (how == "cancel" ? StatusCode::kCancelled
+                                             : StatusCode::kDeadlineExceeded) ||
+           (!OverRdma() && status.ok())));
+    CHECK(loans_left == 0);
+    const CallResult small = CallSync(channel, "Small", "", {}, "test.Bulk");
+    CHECK(small.status.ok());
+  }
+  const ChannelStats stats = channel.stats();
+  CHECK(stats.disconnects == 0);
+  CHECK(stats.bulk_releases_timed_out == 0);
+  if (OverRdma()) CHECK(stats.bulk_releases == 2);
+}
+
 }  // namespace
 }  // namespace rdmarpc::testing

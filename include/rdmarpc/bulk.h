@@ -26,7 +26,10 @@
 // when the request leaves until the call ends (its response arrives, or it
 // fails, is cancelled or passes its deadline). The client revokes it before
 // the call's completion runs, so once the application sees the call end, the
-// server can neither read nor write the memory. Over RDMA a loan is a memory
+// server can neither read nor write the memory. A call cancelled or past its
+// deadline therefore completes, over RDMA, once the server has answered that
+// its transfers are over (at most tunables::kBulkReleaseGrace later), so
+// that none of them fails its connection. Over RDMA a loan is a memory
 // window bound to the connection's queue pair, and the server's Pull and
 // Push are RDMA READs and WRITEs; over TCP the bytes go over the socket. A loan
 // of memory that is not inside one live registration fails the call

@@ -100,6 +100,11 @@ struct ChannelStats {
   // A cluster's calls that reached an endpoint just after its server said
   // GOAWAY, and went to another endpoint instead.
   uint64_t calls_repicked = 0;
+  // Calls that lent windows and ended on the client (cancel, deadline):
+  // those whose server answered that it released them, and those whose
+  // windows were invalidated after tunables::kBulkReleaseGrace without it.
+  uint64_t bulk_releases = 0;
+  uint64_t bulk_releases_timed_out = 0;
 
   // Adds every field of `other` to this one (a cluster's subchannels, the
   // channels of one target).
@@ -119,7 +124,9 @@ inline void ChannelStats::Add(const ChannelStats& other) {
       &ChannelStats::calls_held,
       &ChannelStats::disconnects,
       &ChannelStats::keepalive_timeouts,
-      &ChannelStats::calls_repicked};
+      &ChannelStats::calls_repicked,
+      &ChannelStats::bulk_releases,
+      &ChannelStats::bulk_releases_timed_out};
   // A field added above and not here would be left out of every sum.
   static_assert(sizeof(kFields) / sizeof(kFields[0]) * sizeof(uint64_t) ==
                 sizeof(ChannelStats));

@@ -183,16 +183,34 @@ class ServerCall {
     std::optional<BulkDescriptor> destination;
     uint64_t placed = 0;
     std::weak_ptr<ServerCall> self;
+    // Pulls and Pushes of the loans under way (the library's own into the
+    // destination too), and whether the client cancelled meanwhile: its
+    // answer waits for them (ReleaseLoans). Guarded by mu_.
+    uint32_t bulk_under_way = 0;
+    bool release_owed = false;
   };
-  // Checks a Pull or Push before the transport moves anything.
-  std::optional<Status> RefuseBulk() const;
+  // Whether the client lent this call memory (set before the handler runs).
+  bool HoldsLoans() const {
+    return metadata_ && (!metadata_->bulk.empty() || metadata_->destination);
+  }
+  // Counts a Pull or Push as under way before the transport moves anything;
+  // CANCELLED once the call is cancelled or past its deadline.
+  std::optional<Status> BeginBulk();
+  // A Pull or Push ended: a cancelled call's answer owed is sent now.
+  void EndBulk();
+  // The client cancelled this call (or its deadline passed): over RDMA its
+  // loans are windows that it invalidates once told the server will touch
+  // them no more, so a READ or WRITE already posted never meets a dead key,
+  // which would break the connection for every call on it. Answers
+  // CANCELLED at once, or when the last Pull or Push under way ends.
+  void ReleaseLoans();
   // Finish for an OK response whose attachment goes into the client's
   // destination.
   void FinishIntoDestination(Payload response);
   // `done`, run where stream callbacks run (Post) once the transport ends
-  // a Pull or Push.
+  // a Pull or Push; after EndBulk if BeginBulk `counted` it.
   UniqueFunction<void(const Status&)> BulkDone(
-      UniqueFunction<void(const Status&)> done) const;
+      UniqueFunction<void(const Status&)> done, bool counted) const;
   CallMetadata& Meta() {
     if (!metadata_) metadata_ = std::make_unique<CallMetadata>();
     return *metadata_;

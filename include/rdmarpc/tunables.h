@@ -370,6 +370,12 @@ static_assert(kBulkChunkSize <= kDefaultMaxPayloadSize &&
 // is reachable by the peer without a live loan.
 inline constexpr size_t kMaxExactBulkRegions = 1024;
 static_assert(kMaxExactBulkRegions >= kMaxBulkLoansPerCall);
+// A call that lent windows and that the client cancels (or whose deadline
+// passes) completes once the server has answered that it touches them no
+// more (its READs and WRITEs under way ended), so that none meets a dead
+// key and breaks the connection; a server that does not answer within this
+// has its windows invalidated anyway (ChannelStats::bulk_releases_timed_out).
+inline constexpr std::chrono::milliseconds kBulkReleaseGrace{5000};
 
 // --- RPC ---------------------------------------------------------------------
 // Status messages longer than this are truncated, so a response header

@@ -305,6 +305,12 @@ void Clients(std::string& out) {
   family("rdmarpc_client_calls_repicked_total", "counter",
          "Calls that reached an endpoint after its GOAWAY and went to another.",
          [](T t) { return t.stats.calls_repicked; });
+  family("rdmarpc_client_bulk_releases_total", "counter",
+         "Cancelled calls whose lent windows the server released.",
+         [](T t) { return t.stats.bulk_releases; });
+  family("rdmarpc_client_bulk_releases_timed_out_total", "counter",
+         "Cancelled calls whose lent windows were invalidated unreleased.",
+         [](T t) { return t.stats.bulk_releases_timed_out; });
   family("rdmarpc_client_endpoints", "gauge",
          "A cluster's endpoints now (0 for one server).",
          [](T t) { return t.endpoints; });

@@ -114,6 +114,7 @@ Status BulkLoans::LendOn(
                                               ": " + lent.status().message());
     }
     keys_.push_back(lent->key);
+    windows_ = windows_ || lent->rkey != 0;
     lent->response_destination = region.response_destination;
     const BulkDescriptor::Encoded encoded = lent->Encode();
     descriptors.insert(descriptors.end(), encoded.begin(), encoded.end());
@@ -149,12 +150,38 @@ void RevokeAll(const std::shared_ptr<transport::Connection>& connection,
 
 }  // namespace
 
+bool BulkLoans::AwaitRelease(const transport::Connection* connection) {
+  std::lock_guard lock(mu_);
+  if (ended_ || !windows_ || keys_.empty() || lent_on_.get() != connection) {
+    return false;
+  }
+  awaiting_release_ = true;
+  return true;
+}
+
+void BulkLoans::Released() {
+  UniqueFunction<void()> revoked;
+  bool waiting;
+  {
+    std::lock_guard lock(mu_);
+    if (!awaiting_release_) return;
+    awaiting_release_ = false;
+    waiting = static_cast<bool>(deferred_);
+    revoked = std::move(deferred_);
+  }
+  if (waiting) Revoke(std::move(revoked));
+}
+
 void BulkLoans::Revoke(UniqueFunction<void()> revoked) {
   std::shared_ptr<transport::Connection> connection;
   std::vector<uint64_t> keys;
   {
     std::lock_guard lock(mu_);
     ended_ = true;
+    if (awaiting_release_) {  // Released() goes on.
+      deferred_ = std::move(revoked);
+      return;
+    }
     connection = std::move(lent_on_);
     keys.swap(keys_);
   }

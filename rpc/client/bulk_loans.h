@@ -18,11 +18,17 @@
 
 namespace rdmarpc::rpc {
 
-class BulkLoans {
+class BulkLoans : public std::enable_shared_from_this<BulkLoans> {
  public:
   explicit BulkLoans(std::vector<BulkRegion> regions)
       : regions_(std::move(regions)) {}
-  ~BulkLoans() { Revoke(); }
+  ~BulkLoans() {
+    {
+      std::lock_guard lock(mu_);
+      awaiting_release_ = false;
+    }
+    Revoke();
+  }
   BulkLoans(const BulkLoans&) = delete;
   BulkLoans& operator=(const BulkLoans&) = delete;
 
@@ -41,6 +47,16 @@ class BulkLoans {
   void Revoke() {
     Revoke([] {});
   }
+  // The call ended on the client (cancelled, or past its deadline) and its
+  // CANCEL goes to the server on `connection`. A READ or WRITE the server
+  // posted before it heard would meet an invalidated window and break the
+  // connection, failing every call on it: so when the loans are windows
+  // (RDMA) lent on `connection`, Revoke waits from now until Released()
+  // (the server's answer, the connection's close, or the channel's grace,
+  // tunables::kBulkReleaseGrace). False when there is nothing to wait for.
+  bool AwaitRelease(const transport::Connection* connection);
+  // Ends AwaitRelease: a Revoke waiting goes on now. Idempotent.
+  void Released();
 
   // The response's destination (CallOptions::ResponseInto); empty if none.
   std::span<std::byte> destination() const;
@@ -68,6 +84,9 @@ class BulkLoans {
   bool ended_ = false;                              // Guarded by mu_.
   std::shared_ptr<transport::Connection> lent_on_;  // Guarded by mu_.
   std::vector<uint64_t> keys_;                      // Guarded by mu_.
+  bool windows_ = false;  // The loans are RDMA windows; guarded by mu_.
+  bool awaiting_release_ = false;    // Guarded by mu_.
+  UniqueFunction<void()> deferred_;  // Revoke's, meanwhile; guarded by mu_.
 };
 
 }  // namespace rdmarpc::rpc

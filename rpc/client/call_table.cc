@@ -90,10 +90,15 @@ bool CallTable::Take(uint64_t id, ResponseCallback* done,
   return true;
 }
 
-void CallTable::TakeExpired(Clock::time_point now, std::vector<Entry>* out) {
+void CallTable::TakeExpired(
+    Clock::time_point now, std::vector<Entry>* out,
+    std::vector<std::pair<uint64_t, BulkLoans*>>* lending) {
   while (!heap_.empty() && slots_[heap_[0]].deadline <= now) {
     const uint32_t index = heap_[0];
     const uint64_t id = MakeId(index, slots_[index].generation);
+    if (slots_[index].loans != nullptr && lending != nullptr) {
+      lending->emplace_back(id, slots_[index].loans);
+    }
     Release(index, &out->emplace_back(id, nullptr).second);
   }
 }

@@ -45,8 +45,12 @@ class CallTable {
   // outstanding.
   bool Take(uint64_t id, ResponseCallback* done,
             std::shared_ptr<ResponseMetadata>* metadata);
-  // Removes every call whose deadline is at or before `now`.
-  void TakeExpired(Clock::time_point now, std::vector<Entry>* out);
+  // Removes every call whose deadline is at or before `now`; those that
+  // lend memory also go to `*lending` (their loans live as long as their
+  // callback in `*out`).
+  void TakeExpired(
+      Clock::time_point now, std::vector<Entry>* out,
+      std::vector<std::pair<uint64_t, BulkLoans*>>* lending = nullptr);
   // Removes every call.
   void TakeAll(std::vector<Entry>* out);
   // Removes every call but those in `keep`.

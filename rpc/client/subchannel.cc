@@ -385,10 +385,14 @@ void Subchannel::Cancel(CallId id) {
 
 void Subchannel::EndCall(uint64_t id, const Status& why) {
   std::unique_lock lock(mu_);
+  BulkLoans* const loans = calls_.LoansOf(id);
   auto done = calls_.Take(id);
   if (!done) return;  // Already complete.
   std::shared_ptr<Connection> ready;
   if (state_ == ChannelState::kReady) ready = connection_;
+  if (loans != nullptr && ready) [[unlikely]] {
+    AwaitReleaseLocked(id, *loans, ready);
+  }
   std::vector<Waiting> released;
   if (!held_.empty()) ReleaseHeld(&released);
   lock.unlock();
@@ -430,9 +434,11 @@ bool Subchannel::SendStreamFrame(uint64_t id, OutgoingFrame frame) {
 
 void Subchannel::Shutdown(std::vector<CallTable::Entry>* orphans) {
   std::shared_ptr<Connection> connection;
+  std::vector<std::shared_ptr<BulkLoans>> released;
   {
     std::lock_guard lock(mu_);
     shut_down_ = true;
+    released = TakeAllAwaitingLocked();
     calls_.TakeAll(orphans);
     waiting_.clear();
     held_.clear();
@@ -450,6 +456,8 @@ void Subchannel::Shutdown(std::vector<CallTable::Entry>* orphans) {
   if (connection) {
     connection->Close(Status(StatusCode::kCancelled, "channel shut down"));
   }
+  // After the close: the server can reach none of the memory now.
+  for (const auto& loans : released) loans->Released();
 }
 
 void Subchannel::ArmTimer() {
@@ -470,12 +478,16 @@ void Subchannel::ArmTimer() {
 void Subchannel::OnTimer(const boost::system::error_code& error) {
   if (error == asio::error::operation_aborted) return;  // Re-armed.
   std::vector<CallTable::Entry> expired;
+  std::vector<std::pair<uint64_t, BulkLoans*>> lending;
   std::vector<Waiting> released;
   std::shared_ptr<Connection> connection;
   {
     std::lock_guard lock(mu_);
-    calls_.TakeExpired(Clock::now(), &expired);
+    calls_.TakeExpired(Clock::now(), &expired, &lending);
     if (state_ == ChannelState::kReady) {
+      for (const auto& [id, loans] : lending) {
+        AwaitReleaseLocked(id, *loans, connection_);
+      }
       for (const auto& entry : expired) {
         connection_->Send(CancelFrame(entry.first)).IgnoreError();
       }
@@ -485,6 +497,55 @@ void Subchannel::OnTimer(const boost::system::error_code& error) {
   if (!released.empty()) SendReleased(connection, released);
   ArmTimer();
   FailAll(expired, Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+}
+
+void Subchannel::AwaitReleaseLocked(
+    uint64_t id, BulkLoans& loans,
+    const std::shared_ptr<Connection>& connection) {
+  if (!loans.AwaitRelease(connection.get())) return;
+  auto grace = std::make_unique<asio::steady_timer>(
+      context_, tunables::kBulkReleaseGrace);
+  grace->async_wait(
+      [weak = weak_from_this(), id](const boost::system::error_code& error) {
+        if (error) return;  // The server answered.
+        auto self = weak.lock();
+        if (!self) return;
+        std::shared_ptr<BulkLoans> loans;
+        {
+          std::lock_guard lock(self->mu_);
+          loans = self->TakeAwaitingLocked(id, /*timed_out=*/true);
+        }
+        if (loans) {
+          Log().warn(
+              "{}: call {}: the server did not release its loans within "
+              "{} ms; invalidating them",
+              self->target_, id, tunables::kBulkReleaseGrace.count());
+          loans->Released();
+        }
+      });
+  awaiting_release_.insert_or_assign(
+      id, AwaitingRelease{loans.shared_from_this(), std::move(grace)});
+}
+
+std::shared_ptr<BulkLoans> Subchannel::TakeAwaitingLocked(uint64_t id,
+                                                          bool timed_out) {
+  const auto it = awaiting_release_.find(id);
+  if (it == awaiting_release_.end()) return nullptr;
+  std::shared_ptr<BulkLoans> loans = std::move(it->second.loans);
+  if (!timed_out) it->second.grace->cancel();
+  awaiting_release_.erase(it);
+  ++(timed_out ? stats_.bulk_releases_timed_out : stats_.bulk_releases);
+  return loans;
+}
+
+std::vector<std::shared_ptr<BulkLoans>> Subchannel::TakeAllAwaitingLocked() {
+  std::vector<std::shared_ptr<BulkLoans>> all;
+  for (auto& [id, awaiting] : awaiting_release_) {
+    awaiting.grace->cancel();
+    all.push_back(std::move(awaiting.loans));
+  }
+  awaiting_release_.clear();
+  return all;
 }
 
 std::shared_ptr<Connection> Subchannel::ReleaseHeld(std::vector<Waiting>* out) {

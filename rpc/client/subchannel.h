@@ -295,6 +295,18 @@ class Subchannel final : public transport::ConnectionObserver,
   // Under mu_ (a connection ended): the held requests, never sent, go to
   // waiting_ ahead of what waits there, for the next connection.
   void RequeueHeld();
+  // Under mu_: call `id`, ended by the client, has `loans`, and its CANCEL
+  // goes out on `connection`: they wait for the server's answer
+  // (BulkLoans::AwaitRelease), at most tunables::kBulkReleaseGrace.
+  void AwaitReleaseLocked(
+      uint64_t id, BulkLoans& loans,
+      const std::shared_ptr<transport::Connection>& connection);
+  // Under mu_: takes call `id`'s loans out of awaiting_release_ (null if
+  // not there); `timed_out` counts it as such.
+  std::shared_ptr<BulkLoans> TakeAwaitingLocked(uint64_t id, bool timed_out);
+  // Under mu_: takes every call's loans out of awaiting_release_ (their
+  // connection is gone).
+  std::vector<std::shared_ptr<BulkLoans>> TakeAllAwaitingLocked();
   void FailAll(std::vector<CallTable::Entry>& calls, const Status& status) {
     for (auto& [id, done] : calls) Deliver(done, status, Buffer());
   }
@@ -330,6 +342,13 @@ class Subchannel final : public transport::ConnectionObserver,
     std::shared_ptr<BulkLoans> bulk;
   };
   std::vector<Waiting> waiting_;
+  // Calls ended by the client whose lent windows wait for the server's
+  // answer (AwaitReleaseLocked), each with its grace timer.
+  struct AwaitingRelease {
+    std::shared_ptr<BulkLoans> loans;
+    std::unique_ptr<boost::asio::steady_timer> grace;
+  };
+  std::unordered_map<uint64_t, AwaitingRelease> awaiting_release_;
   // Requests held back by the request window
   // (ChannelOptions::max_request_bytes_in_flight), in call order, and their
   // bytes. A call cancelled or timed out here is skipped when its turn comes.

@@ -181,6 +181,7 @@ void Subchannel::AnswerGoAway(std::shared_ptr<Connection> connection) {
 
 void Subchannel::OnClose(const Status& reason) {
   std::vector<CallTable::Entry> failed;
+  std::vector<std::shared_ptr<BulkLoans>> released;  // The QP is gone.
   bool reconnect = false;
   bool backing_off = false;
   bool dead = false;  // Keepalive gave up on the peer.
@@ -193,6 +194,7 @@ void Subchannel::OnClose(const Status& reason) {
       dead = timeouts > 0;
     }
     connection_.reset();
+    if (!awaiting_release_.empty()) released = TakeAllAwaitingLocked();
     if (state_ == ChannelState::kReady) state_ = ChannelState::kIdle;
     // Calls made after a GOAWAY, and requests the window held back, never
     // left: they go on the next connection, as a call made while connecting
@@ -232,6 +234,7 @@ void Subchannel::OnClose(const Status& reason) {
     Log().info("{}: connection closed: {}; failing {} calls", target_,
                reason.message(), failed.size());
   }
+  for (const auto& loans : released) loans->Released();
   FailAll(failed, Status(StatusCode::kUnavailable,
                          "connection lost: " + reason.message()));
 }

@@ -101,6 +101,7 @@ void Subchannel::OnStreamFrame(const CallHeader& header, ReceivedFrame& frame) {
   std::vector<Waiting> released;  // Allocates nothing while empty.
   std::shared_ptr<Connection> connection;
   bool misplaced = false;
+  std::shared_ptr<BulkLoans> release;  // Null on the call path.
   {
     std::lock_guard lock(mu_);
     // The server wrote the attachment into the call's destination: Land
@@ -110,13 +111,21 @@ void Subchannel::OnStreamFrame(const CallHeader& header, ReceivedFrame& frame) {
       misplaced = loans == nullptr || !loans->SetPlaced(header.placed_size());
     }
     found = calls_.Take(header.call_id(), &done, &sink);
-    if (!found) ++stats_.late_responses_dropped;
+    if (!found) [[unlikely]] {
+      // The answer a call the client ended waits for (bulk_loans.h), or a
+      // response that came too late.
+      release = awaiting_release_.empty()
+                    ? nullptr
+                    : TakeAwaitingLocked(header.call_id(), false);
+      if (!release) ++stats_.late_responses_dropped;
+    }
     if (!held_.empty()) [[unlikely]]
       connection = ReleaseHeld(&released);
   }
   // The next requests leave before this call's callback runs.
   if (!released.empty()) SendReleased(connection, released);
-  if (!found) {
+  if (!found) [[unlikely]] {
+    if (release) return release->Released();
     Log().debug("{}: dropped late response to call {}", target_,
                 header.call_id());
     return;

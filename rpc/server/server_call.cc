@@ -145,8 +145,8 @@ void ServerCall::FinishIntoDestination(Payload response) {
   }
   std::shared_ptr<ServerCall> self = metadata_->self.lock();
   const std::span<const std::byte> source(response.attachment.data(), n);
-  if (to.rkey == 0 || !self || IsCancelled() ||
-      !MemoryRegistration::Find(source)) {
+  if (to.rkey == 0 || !self || !MemoryRegistration::Find(source) ||
+      BeginBulk().has_value()) {
     // Over TCP, or from memory outside every registration: the attachment
     // goes with the response, and the client copies it into place. (A
     // cancelled call's response is dropped there.)
@@ -157,6 +157,7 @@ void ServerCall::FinishIntoDestination(Payload response) {
   auto held = std::make_shared<Payload>(std::move(response));
   session_->connection().Push(
       source, to, 0, [self = std::move(self), held, n](const Status& pushed) {
+        self->EndBulk();  // Cancelled meanwhile: answered, and this dropped.
         if (!pushed.ok()) {
           return self->session_->Complete(*self, pushed, Payload());
         }
@@ -173,18 +174,48 @@ void ServerCall::StartStream(StreamKind kind, uint64_t window_messages,
   stream_ = std::make_unique<Stream>(kind, window_messages, window_bytes);
 }
 
-std::optional<Status> ServerCall::RefuseBulk() const {
+std::optional<Status> ServerCall::BeginBulk() {
+  std::lock_guard lock(mu_);
   if (IsCancelled()) {
     return Status(StatusCode::kCancelled,
                   "the call was cancelled or is past its deadline");
   }
+  if (HoldsLoans()) ++metadata_->bulk_under_way;
   return std::nullopt;
 }
 
+void ServerCall::EndBulk() {
+  {
+    std::lock_guard lock(mu_);
+    if (--metadata_->bulk_under_way != 0 || !metadata_->release_owed) return;
+    metadata_->release_owed = false;
+  }
+  ReleaseLoans();
+}
+
+void ServerCall::ReleaseLoans() {
+  if (!HoldsLoans()) return;
+  {
+    std::lock_guard lock(mu_);
+    if (metadata_->bulk_under_way != 0) {
+      metadata_->release_owed = true;
+      return;
+    }
+  }
+  // Sent after every READ and WRITE of the call has completed: the client
+  // invalidates its windows when this arrives (rpc/client/bulk_loans.h).
+  session_->Reply(id_, Status(StatusCode::kCancelled,
+                              "the call was cancelled; its loans are "
+                              "released"));
+}
+
 UniqueFunction<void(const Status&)> ServerCall::BulkDone(
-    UniqueFunction<void(const Status&)> done) const {
-  return [session = session_,
+    UniqueFunction<void(const Status&)> done, bool counted) const {
+  std::shared_ptr<ServerCall> self;
+  if (counted && HoldsLoans()) self = metadata_->self.lock();
+  return [session = session_, self = std::move(self),
           done = std::move(done)](const Status& status) mutable {
+    if (self) self->EndBulk();
     session->Post([done = std::move(done), status]() mutable { done(status); });
   };
 }
@@ -192,17 +223,21 @@ UniqueFunction<void(const Status&)> ServerCall::BulkDone(
 void ServerCall::Pull(const BulkDescriptor& loan, uint64_t offset,
                       std::span<std::byte> destination,
                       UniqueFunction<void(const Status&)> done) {
-  auto deliver = BulkDone(std::move(done));
-  if (auto refused = RefuseBulk()) return deliver(*refused);
-  session_->connection().Pull(loan, offset, destination, std::move(deliver));
+  if (auto refused = BeginBulk()) {
+    return BulkDone(std::move(done), /*counted=*/false)(*refused);
+  }
+  session_->connection().Pull(loan, offset, destination,
+                              BulkDone(std::move(done), /*counted=*/true));
 }
 
 void ServerCall::Push(std::span<const std::byte> source,
                       const BulkDescriptor& loan, uint64_t offset,
                       UniqueFunction<void(const Status&)> done) {
-  auto deliver = BulkDone(std::move(done));
-  if (auto refused = RefuseBulk()) return deliver(*refused);
-  session_->connection().Push(source, loan, offset, std::move(deliver));
+  if (auto refused = BeginBulk()) {
+    return BulkDone(std::move(done), /*counted=*/false)(*refused);
+  }
+  session_->connection().Push(source, loan, offset,
+                              BulkDone(std::move(done), /*counted=*/true));
 }
 
 boost::asio::any_io_executor ServerCall::executor() const {

@@ -113,7 +113,7 @@ void ServerSession::OnCancel(uint64_t id) {
   }
   if (call) {
     Log().debug("{}: call {} cancelled by the client", connection_->peer(), id);
-    call->MarkCancelled();
+    if (call->MarkCancelled()) call->ReleaseLoans();
   }
 }
 
@@ -183,7 +183,7 @@ void ServerSession::OnCancel(uint64_t id) {
       call->finished_ = true;
       return reject(read, call->request_size_);
     }
-    if (meta.destination) meta.self = call;  // FinishIntoDestination's.
+    meta.self = call;  // For its Pulls and Pushes (BulkDone).
   }
   if (entry.kind != StreamKind::kUnary) {
     call->StartStream(entry.kind, header.window_messages(),
