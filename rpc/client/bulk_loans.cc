@@ -46,7 +46,8 @@ namespace rdmarpc {
 
 BulkCosts ReadBulkCosts() {
   return {rpc::BulkLoans::copies(), transport::rdma::RegistrationCalls(),
-          transport::rdma::LocalOpWaits()};
+          transport::rdma::LocalOpWaits(),
+          transport::rdma::LoanInvalidations()};
 }
 
 }  // namespace rdmarpc
