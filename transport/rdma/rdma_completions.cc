@@ -70,34 +70,38 @@ bool RdmaConnection::UseCredit(bool frame) {
   }
 }
 
+void RdmaConnection::OnCompletionError(const ibv_wc& wc) {
+  if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) Bump(stats_.rnr_errors);
+  const std::string why = std::string("completion error: ") +
+                          ibv_wc_status_str(wc.status) + " (vendor error " +
+                          std::to_string(wc.vendor_err) + ")";
+  // A peer can cause these at will (an access outside its grants):
+  // logged once per host and interval.
+  if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+    if (const auto held = ThrottleLog("completion error", peer_)) {
+      Log().warn("{}: closing: {}{}", peer_, why, HeldBack(*held));
+    }
+  } else if (!torn_down_ && !close_after_drain_) {
+    // Flushed before we closed: the QP went to error on its own. A peer's
+    // RDMA access outside its grant does that (the NIC refuses it), as
+    // does a fabric failure; the completion cannot tell which.
+    if (const auto held = ThrottleLog("completion error", peer_)) {
+      Log().warn(
+          "{}: closing: the queue pair entered the error state without a "
+          "local cause (a peer's access outside its grants, or a fabric "
+          "failure){}",
+          peer_, HeldBack(*held));
+    }
+  }
+  // The port going down explains the failure better than the completion.
+  CloseNow(Lost(why + (port_down_.empty() ? "" : "; " + port_down_)));
+}
+
 void RdmaConnection::OnCompletion(const ibv_wc& wc) {
   const auto tag = static_cast<WrTag>(wc.wr_id >> kTagShift);
   const uint64_t value = wc.wr_id & kValueMask;
-  if (wc.status != IBV_WC_SUCCESS) {
-    if (wc.status == IBV_WC_RNR_RETRY_EXC_ERR) Bump(stats_.rnr_errors);
-    const std::string why = std::string("completion error: ") +
-                            ibv_wc_status_str(wc.status) + " (vendor error " +
-                            std::to_string(wc.vendor_err) + ")";
-    // A peer can cause these at will (an access outside its grants):
-    // logged once per host and interval.
-    if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-      if (const auto held = ThrottleLog("completion error", peer_)) {
-        Log().warn("{}: closing: {}{}", peer_, why, HeldBack(*held));
-      }
-    } else if (!torn_down_ && !close_after_drain_) {
-      // Flushed before we closed: the QP went to error on its own. A peer's
-      // RDMA access outside its grant does that (the NIC refuses it), as
-      // does a fabric failure; the completion cannot tell which.
-      if (const auto held = ThrottleLog("completion error", peer_)) {
-        Log().warn(
-            "{}: closing: the queue pair entered the error state without a "
-            "local cause (a peer's access outside its grants, or a fabric "
-            "failure){}",
-            peer_, HeldBack(*held));
-      }
-    }
-    // The port going down explains the failure better than the completion.
-    return CloseNow(Lost(why + (port_down_.empty() ? "" : "; " + port_down_)));
+  if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
+    return OnCompletionError(wc);
   }
   switch (tag) {
     case kRecvTag: {

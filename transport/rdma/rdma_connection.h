@@ -250,6 +250,8 @@ class RdmaConnection final
   // Completions, from the group (or, for those that came before Start,
   // replayed by Start).
   void OnCompletion(const ibv_wc& wc) override;
+  // A completion in error: the connection closes, saying why.
+  void OnCompletionError(const ibv_wc& wc);
   void OnReceive(const std::byte* data, uint32_t bytes);
   void OnWriteLanded(uint32_t imm, uint32_t bytes);
   // Receive-credit accounting for one message received from the peer (a
