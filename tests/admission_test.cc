@@ -187,7 +187,9 @@ TEST_CASE(
 // A response's charge is given back when its write completes, which may be
 // after the client has read it, so this waits for it to be given back.
 uint64_t SettledPeerMemory() {
-  REQUIRE(WaitFor([] { return PeerMemoryUsed() == 0; }));
+  const bool settled = WaitFor([] { return PeerMemoryUsed() == 0; });
+  INFO("peer memory still used: " << PeerMemoryUsed());
+  REQUIRE(settled);
   return 0;
 }
 

@@ -90,7 +90,14 @@ RdmaConnection::RdmaConnection(asio::io_context& context,
                  options.min_ping_interval, options.frame_timeout),
       port_down_timer_(context) {}
 
-RdmaConnection::~RdmaConnection() { ReleaseDevice(); }
+RdmaConnection::~RdmaConnection() {
+  // Never closed (its loop ended first): what its queue still counts in the
+  // peer memory budget is given back, as CloseNow would.
+  if (!torn_down_) {
+    ReleasePeerBytes(queued_bytes_ + queue_.size() * sizeof(OutgoingFrame));
+  }
+  ReleaseDevice();
+}
 
 uint64_t RdmaConnection::NextId() {
   static std::atomic<uint64_t> next{1};

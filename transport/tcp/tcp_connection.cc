@@ -97,7 +97,13 @@ void TcpConnection::AwaitHello() {
   });
 }
 
-TcpConnection::~TcpConnection() = default;
+TcpConnection::~TcpConnection() {
+  // Never closed (its loop ended first, or while a close waited for a
+  // flush): what it still counts in the peer memory budget is given back.
+  // CloseNow leaves both at 0.
+  ReleasePeerBytes(queued_bytes_ +
+                   writing_bytes_.load(std::memory_order_relaxed));
+}
 
 asio::any_io_executor TcpConnection::executor() const {
   return const_cast<asio::ip::tcp::socket&>(socket_).get_executor();
