@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "transport/peer_budget.h"
 #include "transport/rdma/device_info.h"
 #include "transport/rdma/loop_state.h"
 
