@@ -43,30 +43,23 @@ namespace rdmarpc::transport {
 // gathered on the wire without being copied together.
 struct OutgoingFrame {
   FrameType type = FrameType::kRpc;
-  // Past max_queued_bytes, a frame that may wait is queued anyway, in order,
-  // where another is refused: a client's requests, whose bytes its own
-  // outstanding calls bound (rpc::ChannelOptions::wait_for_room).
-  bool may_wait = false;
-  // RDMA: a memory window of the peer's (a bulk loan's rkey) that this
-  // frame invalidates as it lands (SEND_WITH_INV), sparing the peer its own
-  // LOCAL_INV; only when the frame goes as a SEND (else the peer
-  // invalidates it itself). 0: none. TCP ignores it. (Beside type and
-  // may_wait: the three move as one word.)
-  uint32_t invalidate_rkey = 0;
   HeaderBytes header;
   // Slices [0, payload_slices) hold the payload; the rest are empty.
   std::array<Buffer, tunables::kMaxPayloadSlices> payload;
   size_t payload_slices = 0;
+  // Past max_queued_bytes, a frame that may wait is queued anyway, in order,
+  // where another is refused: a client's requests, whose bytes its own
+  // outstanding calls bound (rpc::ChannelOptions::wait_for_room).
+  bool may_wait = false;
 
   OutgoingFrame() = default;
   // Moves only the slices in use: a frame is moved into a send queue on
   // every call, and most carry one slice or none.
   OutgoingFrame(OutgoingFrame&& other) noexcept
       : type(other.type),
-        may_wait(other.may_wait),
-        invalidate_rkey(other.invalidate_rkey),
         header(std::move(other.header)),
-        payload_slices(std::exchange(other.payload_slices, 0)) {
+        payload_slices(std::exchange(other.payload_slices, 0)),
+        may_wait(other.may_wait) {
     for (size_t i = 0; i < payload_slices; ++i) {
       payload[i] = std::move(other.payload[i]);
     }
@@ -74,14 +67,13 @@ struct OutgoingFrame {
   OutgoingFrame& operator=(OutgoingFrame&& other) noexcept {
     if (this != &other) {
       type = other.type;
-      may_wait = other.may_wait;
-      invalidate_rkey = other.invalidate_rkey;
       header = std::move(other.header);
       const size_t used = std::max(payload_slices, other.payload_slices);
       for (size_t i = 0; i < used; ++i) {
         payload[i] = std::move(other.payload[i]);
       }
       payload_slices = std::exchange(other.payload_slices, 0);
+      may_wait = other.may_wait;
     }
     return *this;
   }

@@ -107,10 +107,6 @@ struct BulkCosts {
   // connection's send queue to drain first: Soft-RoCE's rule
   // (docs/protocol.md section 4); 0 on other devices.
   uint64_t local_op_waits = 0;
-  // Loans' windows the client invalidated itself (LOCAL_INV, a local
-  // operation): a call's response closes one of its windows as it lands
-  // (SEND_WITH_INV), so a call that lends one region needs none.
-  uint64_t local_invalidations = 0;
 };
 BulkCosts ReadBulkCosts();
 

@@ -94,11 +94,6 @@ struct ConnectionStats {
   // invalidation) waited for the send queue to drain first: Soft-RoCE's
   // rule (docs/protocol.md section 4); 0 on other devices.
   std::atomic<uint64_t> local_op_waits{0};
-  // Bulk loans' windows closed by the frame that ends their call: the
-  // peer's we closed with SEND_WITH_INV, and ours the peer closed, each a
-  // LOCAL_INV (and on Soft-RoCE a wait) the lender did not need (RDMA).
-  std::atomic<uint64_t> remote_invalidations{0};
-  std::atomic<uint64_t> loans_invalidated_by_peer{0};
   std::atomic<uint64_t> credit_messages{0};  // Explicit CREDIT messages sent.
   // Receive credits lent the peer beyond its initial ones (it was busy), and
   // kept back from it (the shared receive pool was short).
@@ -213,12 +208,6 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
     {&ConnectionStats::local_op_waits, "local_op_waits",
      "Local operations (window binds, invalidations) that waited for the send "
      "queue to drain: Soft-RoCE's rule (RDMA)."},
-    {&ConnectionStats::remote_invalidations, "remote_invalidations",
-     "The peer's loan windows closed by our responses (SEND_WITH_INV, "
-     "RDMA)."},
-    {&ConnectionStats::loans_invalidated_by_peer, "loans_invalidated_by_peer",
-     "Our loan windows closed by the peer's responses, each a LOCAL_INV "
-     "saved (RDMA)."},
     {&ConnectionStats::credit_messages, "credit_messages",
      "Explicit CREDIT messages sent (RDMA)."},
     {&ConnectionStats::credits_lent, "credits_lent",

@@ -46,8 +46,7 @@ namespace rdmarpc {
 
 BulkCosts ReadBulkCosts() {
   return {rpc::BulkLoans::copies(), transport::rdma::RegistrationCalls(),
-          transport::rdma::LocalOpWaits(),
-          transport::rdma::LoanInvalidations()};
+          transport::rdma::LocalOpWaits()};
 }
 
 }  // namespace rdmarpc

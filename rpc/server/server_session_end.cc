@@ -121,7 +121,7 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
   }
   if (call.metadata_ &&
       (!call.metadata_->headers.empty() || !call.metadata_->trailers.empty() ||
-       call.HoldsLoans())) [[unlikely]] {
+       call.metadata_->placed != 0)) [[unlikely]] {
     return SendWithMetadata(call, status, std::move(response));
   }
   RDMARPC_TRACE(1, "encode");
@@ -160,13 +160,6 @@ StatusCode ServerSession::SendWithMetadata(ServerCall& call,
   if (call.metadata_->placed != 0 && status.ok()) {
     AppendToHeader(frame, EncodePlacedSizeField(call.metadata_->placed));
   }
-  // The response ends the call's loans: over RDMA it closes one window as
-  // it lands (the destination's, else the first loan's), and the client
-  // invalidates only the rest itself.
-  const ServerCall::CallMetadata& meta = *call.metadata_;
-  frame.invalidate_rkey = meta.destination    ? meta.destination->rkey
-                          : meta.bulk.empty() ? 0
-                                              : meta.bulk.front().rkey;
   return Queue(call.id_, std::move(frame), status.code());
 }
 

@@ -87,14 +87,6 @@ class DeviceDomain {
   // check_rkey) does the latter, so a bulk loan there gets a region of its
   // own, exactly its bytes (rdma_bulk.cc).
   bool windows_bound_by_range() const { return !local_ops_need_idle_; }
-  // The receive completion flag that says the peer's SEND_WITH_INV closed
-  // one of our windows (its key in invalidated_rkey): IBV_WC_WITH_INV, but
-  // on rxe bit 2, which is IBV_WC_IP_CSUM_OK to libibverbs: rxe writes the
-  // kernel's IB_WC_WITH_INVALIDATE (1 << 2) straight into the CQE that
-  // user space reads (rxe_resp.c do_complete; the two enums differ).
-  unsigned remote_invalidation_flag() const {
-    return local_ops_need_idle_ ? 1u << 2 : unsigned{IBV_WC_WITH_INV};
-  }
 
  private:
   ibv_context* const verbs_;

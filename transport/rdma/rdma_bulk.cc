@@ -116,29 +116,25 @@ StatusOr<BulkDescriptor> RdmaConnection::Lend(std::span<std::byte> bytes,
 
 void RdmaConnection::Revoke(uint64_t key, UniqueFunction<void()> revoked) {
   bool post = false;
-  std::vector<UniqueFunction<void()>> now;       // Run outside the lock,
-  std::vector<std::shared_ptr<ibv_mr>> regions;  // released there too.
+  UniqueFunction<void()> now;  // Run outside the lock.
   {
     std::lock_guard lock(mu_);
     const auto it = loans_.find(key);
     if (it == loans_.end()) {
       // Not lent, or ended with the connection: nothing can reach it.
-      now.push_back(std::move(revoked));
+      now = std::move(revoked);
     } else {
       Loan& loan = it->second;
       loan.revoked.push_back(std::move(revoked));
-      if (loan.state == Loan::State::kClosedByPeer) {
-        EndLoanLocked(it, now, regions);  // No LOCAL_INV needed.
-      } else if (loan.state == Loan::State::kToBind ||
-                 loan.state == Loan::State::kBound) {
+      if (loan.state == Loan::State::kToBind ||
+          loan.state == Loan::State::kBound) {
         loan.state = Loan::State::kToInvalidate;
         loan_work_.push_back(key);
         post = !flush_pending_.exchange(true, std::memory_order_relaxed);
       }
     }
   }
-  regions.clear();
-  for (auto& done : now) done();
+  if (now) return now();
   if (post) {
     asio::post(context_, [self = shared_from_this()] { self->Flush(); });
   }
@@ -197,50 +193,11 @@ void RdmaConnection::PostLoanWork() {
         loan.state = Loan::State::kInvalidating;
         loan.invalidate_seq = posted_;
         ++loan_invalidations_;
-        NoteLoanInvalidation();
       }
       send_wrs_.push_back(wr);
       loan_work_.pop_front();
     }
   }
-  for (auto& done : revoked) done();
-}
-
-void RdmaConnection::EndLoanLocked(
-    std::unordered_map<uint64_t, Loan>::iterator it,
-    std::vector<UniqueFunction<void()>>& revoked,
-    std::vector<std::shared_ptr<ibv_mr>>& regions) {
-  Loan& loan = it->second;
-  loan.window->rkey = loan.descriptor.rkey;  // Its key now.
-  free_loan_windows_.push_back(loan.window);
-  for (auto& done : loan.revoked) revoked.push_back(std::move(done));
-  regions.push_back(std::move(loan.own_region));
-  loans_.erase(it);
-  GiveBackBulkLoans(1);
-}
-
-void RdmaConnection::OnLoanInvalidatedByPeer(uint32_t rkey) {
-  std::vector<UniqueFunction<void()>> revoked;
-  std::vector<std::shared_ptr<ibv_mr>> regions;  // Released unlocked.
-  {
-    std::lock_guard lock(mu_);
-    auto it = loans_.begin();
-    while (it != loans_.end() && it->second.descriptor.rkey != rkey) ++it;
-    // Only a window bound, and not being invalidated by us, can have been
-    // (the device refuses a key that opens no window of this QP).
-    if (it == loans_.end() || !it->second.window_bound ||
-        (it->second.state != Loan::State::kBound &&
-         it->second.state != Loan::State::kToInvalidate)) {
-      return;
-    }
-    Bump(stats_.loans_invalidated_by_peer);
-    if (it->second.state == Loan::State::kToInvalidate) {
-      EndLoanLocked(it, revoked, regions);  // Its LOCAL_INV not posted yet.
-    } else {
-      it->second.state = Loan::State::kClosedByPeer;
-    }
-  }
-  regions.clear();
   for (auto& done : revoked) done();
 }
 

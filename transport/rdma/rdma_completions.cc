@@ -114,11 +114,6 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
           (wc.byte_len > 5 &&
            data[5] != std::byte{static_cast<uint8_t>(FrameType::kControl)});
       if (!UseCredit(frame)) return;
-      // The peer's SEND_WITH_INV closed one of our loans' windows as it
-      // landed (transport/rdma/rdma_bulk.cc).
-      if (wc.wc_flags & remote_invalidation_flag_) [[unlikely]] {
-        OnLoanInvalidatedByPeer(wc.invalidated_rkey);
-      }
       if (!started_ || !invalidating_.empty()) {
         // Kept, with a copy of the message, for Start or for the end of
         // the hold (ReplayHeld).

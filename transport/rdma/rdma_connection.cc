@@ -253,7 +253,6 @@ Status RdmaConnection::CreateResources() {
   domain_ = std::move(*domain);
   // Grants from the pool and bulk loans bind and invalidate windows.
   local_ops_need_idle_ = domain_->local_ops_need_idle_send_queue();
-  remote_invalidation_flag_ = domain_->remote_invalidation_flag();
   auto group = CompletionGroup::Join(context_, domain_, options_);
   if (!group.ok()) return group.status();
   group_ = std::move(*group);

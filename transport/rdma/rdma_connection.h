@@ -479,8 +479,6 @@ class RdmaConnection final
   // last request that goes on the wire (SEND, WRITE), and a local operation
   // waits until completed_ reaches it (LocalOpMayGo).
   bool local_ops_need_idle_ = false;
-  // DeviceDomain::remote_invalidation_flag, copied: read per receive.
-  unsigned remote_invalidation_flag_ = IBV_WC_WITH_INV;
   bool local_op_waiting_ = false;
   uint64_t last_transmit_ = 0;
   // Whether the next request is signaled (every kRdmaSignalEvery-th).
@@ -547,14 +545,7 @@ class RdmaConnection final
     // of exactly the lent bytes (RegistrationCache::ExactBulkRegion).
     std::shared_ptr<ibv_mr> own_region;
     ibv_mw* window = nullptr;
-    // kClosedByPeer: the peer's SEND_WITH_INV invalidated the window.
-    enum class State {
-      kToBind,
-      kBound,
-      kToInvalidate,
-      kInvalidating,
-      kClosedByPeer
-    };
+    enum class State { kToBind, kBound, kToInvalidate, kInvalidating };
     State state = State::kToBind;
     bool window_bound = false;    // Its BIND_MW was posted.
     uint64_t invalidate_seq = 0;  // Its LOCAL_INV's, once posted.
@@ -571,14 +562,6 @@ class RdmaConnection final
   void PostLoanWork();
   // A loan's LOCAL_INV completed (sequence `seq`); false if none had it.
   bool OnLoanInvalidated(uint64_t seq);
-  // A SEND_WITH_INV from the peer invalidated window `rkey` (loop thread):
-  // its loan needs no LOCAL_INV, and a revoke asked already completes.
-  void OnLoanInvalidatedByPeer(uint32_t rkey);
-  // Under mu_: ends loan `it` whose window is invalid now; its revocations
-  // go to `revoked`, its own region to `regions`.
-  void EndLoanLocked(std::unordered_map<uint64_t, Loan>::iterator it,
-                     std::vector<UniqueFunction<void()>>& revoked,
-                     std::vector<std::shared_ptr<ibv_mr>>& regions);
   // The connection closed: loans end, their revocations run.
   void EndLoans();
 

@@ -273,11 +273,6 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   ibv_send_wr wr{};
   wr.wr_id = WrId(kSendTag, seq);
   wr.opcode = IBV_WR_SEND;
-  if (frame.invalidate_rkey != 0) [[unlikely]] {
-    wr.opcode = IBV_WR_SEND_WITH_INV;
-    wr.invalidate_rkey = frame.invalidate_rkey;
-    Bump(stats_.remote_invalidations);
-  }
   wr.num_sge = 1;
   if (inline_send) {
     wr.send_flags |= IBV_SEND_INLINE;

@@ -25,7 +25,6 @@ std::atomic<uint64_t> pooled_bytes{0};
 std::atomic<uint64_t> pool_growths{0};
 std::atomic<uint64_t> pool_growth_registrations{0};
 std::atomic<uint64_t> local_op_waits{0};
-std::atomic<uint64_t> loan_invalidations{0};
 
 }  // namespace
 
@@ -93,14 +92,6 @@ void NoteLocalOpWait() {
 
 uint64_t LocalOpWaits() {
   return local_op_waits.load(std::memory_order_relaxed);
-}
-
-void NoteLoanInvalidation() {
-  loan_invalidations.fetch_add(1, std::memory_order_relaxed);
-}
-
-uint64_t LoanInvalidations() {
-  return loan_invalidations.load(std::memory_order_relaxed);
 }
 
 Status ErrnoStatus(std::string_view what, int error) {

@@ -73,10 +73,6 @@ uint64_t RegistrationCalls();
 // connection).
 void NoteLocalOpWait();
 uint64_t LocalOpWaits();
-// Bulk loans' windows this process invalidated itself (LOCAL_INV), where
-// the peer's response did not (SEND_WITH_INV), process-wide.
-void NoteLoanInvalidation();
-uint64_t LoanInvalidations();
 
 // Bytes registered for pools that connections share (the completion groups'
 // receive, send and bounce pools, the devices' grant pools), process-wide:
