@@ -458,7 +458,7 @@ TEST_CASE("rdma: a loop destroyed under a connect lets go of the connection") {
     auto loop = std::make_unique<rpc::EventLoop>();
     first_loop = rdma::LoopState::Of(loop->context()).loop_id();
     under_way = rdma::RdmaConnection::Connect(
-        loop->context(), uri->host, uri->port, TransportOptions{},
+        loop->context(), uri->host, uri->port, TransportOptions{}, {},
         [&](const Status&, std::shared_ptr<rdma::RdmaConnection>) {
           ++established;
         });
@@ -484,7 +484,7 @@ TEST_CASE("rdma: a loop destroyed under a connect lets go of the connection") {
     // A loop that never ran at all.
     boost::asio::io_context idle;
     never_run = rdma::RdmaConnection::Connect(
-        idle, uri->host, uri->port, TransportOptions{},
+        idle, uri->host, uri->port, TransportOptions{}, {},
         [&](const Status&, std::shared_ptr<rdma::RdmaConnection>) {
           ++established;
         });

@@ -9,6 +9,7 @@ namespace rdmarpc {
 namespace {
 
 constexpr uint8_t kDescriptorFormat = 1;
+constexpr uint8_t kRailedFormat = 2;     // With rail entries.
 constexpr uint8_t kDestinationFlag = 1;  // Flags bit 0.
 
 const char* AccessName(BulkAccess access) {
@@ -27,22 +28,43 @@ const char* AccessName(BulkAccess access) {
 
 BulkDescriptor::Encoded BulkDescriptor::Encode() const {
   Encoded out{};
-  out[0] = std::byte{kDescriptorFormat};
-  out[1] = std::byte{static_cast<uint8_t>(access)};
-  out[2] = std::byte{response_destination ? kDestinationFlag : uint8_t{0}};
-  PutLe<uint32_t>(&out[4], rkey);
-  PutLe<uint64_t>(&out[8], key);
-  PutLe<uint64_t>(&out[16], address);
-  PutLe<uint64_t>(&out[24], length);
+  std::byte* at = out.bytes.data();
+  at[0] = std::byte{rail_count == 0 ? kDescriptorFormat : kRailedFormat};
+  at[1] = std::byte{static_cast<uint8_t>(access)};
+  at[2] = std::byte{response_destination ? kDestinationFlag : uint8_t{0}};
+  at[3] = std::byte{rail_count};
+  PutLe<uint32_t>(&at[4], rkey);
+  PutLe<uint64_t>(&at[8], key);
+  PutLe<uint64_t>(&at[16], address);
+  PutLe<uint64_t>(&at[24], length);
+  out.length = kEncodedSize;
+  for (size_t i = 0; i < rail_count && i < rails.size(); ++i) {
+    std::byte* entry = at + out.length;
+    entry[0] = std::byte{rails[i].rail};
+    PutLe<uint16_t>(&entry[2], rails[i].epoch);
+    PutLe<uint32_t>(&entry[4], rails[i].rkey);
+    PutLe<uint64_t>(&entry[8], rails[i].key);
+    out.length += kRailEntrySize;
+  }
   return out;
+}
+
+size_t BulkDescriptor::EncodedSizeAt(std::span<const std::byte> bytes) {
+  if (bytes.size() < kEncodedSize) return 0;
+  const auto format = std::to_integer<uint8_t>(bytes[0]);
+  const auto entries = std::to_integer<uint8_t>(bytes[3]);
+  if (format == kDescriptorFormat) return entries == 0 ? kEncodedSize : 0;
+  if (format != kRailedFormat || entries < 1 || entries > tunables::kMaxRails) {
+    return 0;
+  }
+  return kEncodedSize + kRailEntrySize * entries;
 }
 
 std::optional<BulkDescriptor> BulkDescriptor::Decode(
     std::span<const std::byte> bytes) {
-  if (bytes.size() != kEncodedSize ||
-      std::to_integer<uint8_t>(bytes[0]) != kDescriptorFormat ||
-      (std::to_integer<uint8_t>(bytes[2]) & ~kDestinationFlag) != 0 ||
-      bytes[3] != std::byte{0}) {
+  const size_t size = EncodedSizeAt(bytes);
+  if (size == 0 || bytes.size() != size ||
+      (std::to_integer<uint8_t>(bytes[2]) & ~kDestinationFlag) != 0) {
     return std::nullopt;
   }
   const auto access = std::to_integer<uint8_t>(bytes[1]);
@@ -57,6 +79,20 @@ std::optional<BulkDescriptor> BulkDescriptor::Decode(
   out.length = GetLe<uint64_t>(&bytes[24]);
   if (out.length == 0 || out.length > tunables::kMaxBulkLength) {
     return std::nullopt;
+  }
+  out.rail_count = std::to_integer<uint8_t>(bytes[3]);
+  for (size_t i = 0; i < out.rail_count; ++i) {
+    const std::byte* entry = &bytes[kEncodedSize + i * kRailEntrySize];
+    if (entry[1] != std::byte{0}) return std::nullopt;
+    RailKey& rail = out.rails[i];
+    rail.rail = std::to_integer<uint8_t>(entry[0]);
+    rail.epoch = GetLe<uint16_t>(&entry[2]);
+    if (rail.rail >= tunables::kMaxRails ||
+        (i > 0 && rail.rail <= out.rails[i - 1].rail)) {
+      return std::nullopt;
+    }
+    rail.rkey = GetLe<uint32_t>(&entry[4]);
+    rail.key = GetLe<uint64_t>(&entry[8]);
   }
   return out;
 }
@@ -128,6 +164,13 @@ Status CheckConnectionLoans(size_t held) {
 StatusOr<std::shared_ptr<MemoryRegistration>> CheckTransfer(
     const BulkDescriptor& loan, uint64_t offset,
     std::span<const std::byte> local, BulkAccess wanted) {
+  if (loan.rail_count != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "bulk loan " + std::to_string(loan.key) + " was lent over " +
+                      std::to_string(loan.rail_count) +
+                      " rail(s), and this connection has one: it names no "
+                      "key here");
+  }
   Status allowed = CheckBulkRange(loan, offset, local.size(), wanted);
   if (!allowed.ok()) return allowed;
   if (local.empty()) return std::shared_ptr<MemoryRegistration>();

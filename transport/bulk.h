@@ -48,9 +48,10 @@ StatusOr<std::shared_ptr<MemoryRegistration>> CheckLoan(
 // RESOURCE_EXHAUSTED naming kMaxBulkLoansPerConnection when a connection
 // holding `held` loans may lend no more; else OK.
 Status CheckConnectionLoans(size_t held);
-// What every transport's Pull and Push check before anything moves: the
-// range and access (CheckBulkRange), and that `local` lies inside one live
-// registration (returned; null for no bytes).
+// What every transport's Pull and Push check before anything moves: a loan
+// of one connection, not of several rails (RailedConnection takes those
+// apart), the range and access (CheckBulkRange), and that `local` lies inside
+// one live registration (returned; null for no bytes).
 StatusOr<std::shared_ptr<MemoryRegistration>> CheckTransfer(
     const BulkDescriptor& loan, uint64_t offset,
     std::span<const std::byte> local, BulkAccess wanted);

@@ -204,6 +204,19 @@ class Connection {
     (void)access;
     return BulkUnsupported();
   }
+  // As Lend, for a descriptor that reaches the peer over another connection
+  // (a rail's, transport/rails): `usable` runs once the peer can reach the
+  // loan on this one (over RDMA once its window's bind has completed: on
+  // its own connection the bind precedes every later frame, on another
+  // nothing orders them), or the connection closed; any thread. Not run if
+  // Lend fails.
+  virtual StatusOr<BulkDescriptor> LendAcross(std::span<std::byte> bytes,
+                                              BulkAccess access,
+                                              UniqueFunction<void()> usable) {
+    StatusOr<BulkDescriptor> lent = Lend(bytes, access);
+    if (lent.ok()) usable();
+    return lent;
+  }
   // Ends loan `key`; `revoked` runs once the peer can no longer reach the
   // memory (at once over TCP; over RDMA when the window's invalidation has
   // completed, or the connection closed), on any thread. Unknown keys are

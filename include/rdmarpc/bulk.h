@@ -45,6 +45,8 @@
 #include <optional>
 #include <span>
 
+#include "rdmarpc/tunables.h"
+
 namespace rdmarpc {
 
 // What the borrower may do with lent memory.
@@ -77,18 +79,49 @@ struct BulkDescriptor {
   // ServerCall::bulk() never lists it.
   bool response_destination = false;
 
+  // On a connection of several rails (several queue pairs, on several NICs:
+  // TransportOptions, "rails="), the loan is lent on each rail: its key
+  // and window there, by rail number. `rails` lists them; empty for a loan
+  // on one queue pair.
+  struct RailKey {
+    uint8_t rail = 0;
+    uint16_t epoch = 0;  // Which of the rail's connections lent it.
+    uint32_t rkey = 0;
+    uint64_t key = 0;
+  };
+  uint8_t rail_count = 0;  // Entries of `rails` in use.
+  std::array<RailKey, tunables::kMaxRails> rails{};
+
   bool readable() const { return (static_cast<uint8_t>(access) & 1) != 0; }
   bool writable() const { return (static_cast<uint8_t>(access) & 2) != 0; }
 
-  // The wire form, 32 bytes little-endian (docs/protocol.md, "Bulk"):
-  //   0 u8 format (1)   1 u8 access   2 u8 flags   3 u8 zero
+  // The wire form, little-endian (docs/protocol.md, "Bulk"): 32 bytes, then
+  // 16 per rail entry:
+  //   0 u8 format       1 u8 access   2 u8 flags   3 u8 rail entries
   //   4 u32 rkey        8 u64 key    16 u64 address 24 u64 length
-  // Flags: bit 0, response_destination; the others zero.
-  static constexpr size_t kEncodedSize = 32;
-  using Encoded = std::array<std::byte, kEncodedSize>;
+  //   per entry: 0 u8 rail  1 u8 zero  2 u16 epoch  4 u32 rkey  8 u64 key
+  // Format 1 has no entries (byte 3 zero); format 2, 1 to kMaxRails of
+  // them, distinct rails in increasing order. Flags: bit 0,
+  // response_destination; the others zero.
+  static constexpr size_t kEncodedSize = 32;  // Format 1.
+  static constexpr size_t kRailEntrySize = 16;
+  static constexpr size_t kMaxEncodedSize =
+      kEncodedSize + kRailEntrySize * tunables::kMaxRails;
+  struct Encoded {
+    std::array<std::byte, kMaxEncodedSize> bytes;
+    size_t length = 0;
+    const std::byte* data() const { return bytes.data(); }
+    size_t size() const { return length; }
+    const std::byte* begin() const { return bytes.data(); }
+    const std::byte* end() const { return bytes.data() + length; }
+  };
   Encoded Encode() const;
-  // Nullopt unless `bytes` is exactly one well-formed descriptor: format 1,
-  // a known access, known flags, zero padding, a length of 1 byte to 2^48.
+  // The size of the descriptor that `bytes` starts with, from its format
+  // and entry count; 0 if those are not a known format's.
+  static size_t EncodedSizeAt(std::span<const std::byte> bytes);
+  // Nullopt unless `bytes` is exactly one well-formed descriptor: a known
+  // format, a known access, known flags, zero padding, a length of 1 byte
+  // to 2^48, rail entries as above.
   static std::optional<BulkDescriptor> Decode(std::span<const std::byte> bytes);
 };
 

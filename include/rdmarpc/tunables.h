@@ -377,6 +377,31 @@ static_assert(kMaxExactBulkRegions >= kMaxBulkLoansPerCall);
 // has its windows invalidated anyway (ChannelStats::bulk_releases_timed_out).
 inline constexpr std::chrono::milliseconds kBulkReleaseGrace{5000};
 
+// --- Rails (transport/rails/railed_connection.h)
+// ------------------------------ A connection of several rails
+// (rdma://A:P?rails=B:P) has at most this many queue pairs; a bulk descriptor
+// lists a key per rail.
+inline constexpr size_t kMaxRails = 4;
+// Pulls and pushes of more than kRailSliceThreshold bytes are sliced over
+// every healthy rail, in slices of kRailSliceSize, at most
+// kRailSlicesInFlight per rail; a rail that fails has its slices resent on
+// the others. Smaller ones go whole on the primary rail.
+inline constexpr uint64_t kRailSliceThreshold = 1 << 20;
+inline constexpr uint64_t kRailSliceSize = 4 << 20;
+inline constexpr uint32_t kRailSlicesInFlight = 2;
+// A rail that failed is connected again after this, and again after each
+// failure, while its connection lives.
+inline constexpr std::chrono::milliseconds kRailRejoinDelay{1000};
+static_assert(kMaxRails >= 2 && kMaxRails <= 16);
+static_assert(kMaxCallHeaderSize >=
+                  (16 << 10) + (16 << 10) + 128 +
+                      kMaxBulkLoansPerCall * (32 + 16 * kMaxRails) + 4,
+              "a request's names, headers and railed descriptors fit");
+static_assert(kRailSliceSize >= kBulkChunkSize &&
+              kRailSliceSize % kBulkChunkSize == 0 &&
+              kRailSliceThreshold <= kRailSliceSize &&
+              kRailSlicesInFlight >= 1);
+
 // --- RPC ---------------------------------------------------------------------
 // Status messages longer than this are truncated, so a response header
 // always fits kMaxCallHeaderSize.

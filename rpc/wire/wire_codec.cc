@@ -230,30 +230,32 @@ void AppendToHeader(transport::OutgoingFrame& frame, std::string_view fields) {
 
 Status ReadBulk(std::string_view field, std::vector<BulkDescriptor>& out,
                 std::optional<BulkDescriptor>& destination) {
-  constexpr size_t kSize = BulkDescriptor::kEncodedSize;
-  if (field.size() % kSize != 0 ||
-      field.size() / kSize > tunables::kMaxBulkLoansPerCall) {
-    return Status(StatusCode::kInvalidArgument,
-                  "malformed bulk field: " + std::to_string(field.size()) +
-                      " bytes is not 1 to " +
-                      std::to_string(tunables::kMaxBulkLoansPerCall) +
-                      " descriptors of " + std::to_string(kSize));
-  }
   const auto* bytes = reinterpret_cast<const std::byte*>(field.data());
-  for (size_t at = 0; at < field.size(); at += kSize) {
-    auto descriptor = BulkDescriptor::Decode({bytes + at, kSize});
+  for (size_t at = 0, index = 0; at < field.size(); ++index) {
+    const std::span<const std::byte> rest(bytes + at, field.size() - at);
+    const size_t size = BulkDescriptor::EncodedSizeAt(rest);
+    std::optional<BulkDescriptor> descriptor;
+    if (size != 0 && size <= rest.size() &&
+        index < tunables::kMaxBulkLoansPerCall) {
+      descriptor = BulkDescriptor::Decode(rest.first(size));
+    }
     if (!descriptor || (descriptor->response_destination &&
                         (destination || !descriptor->writable()))) {
       out.clear();
       destination.reset();
       return Status(StatusCode::kInvalidArgument,
-                    "malformed bulk descriptor " + std::to_string(at / kSize));
+                    index >= tunables::kMaxBulkLoansPerCall
+                        ? "malformed bulk field: more than " +
+                              std::to_string(tunables::kMaxBulkLoansPerCall) +
+                              " descriptors"
+                        : "malformed bulk descriptor " + std::to_string(index));
     }
     if (descriptor->response_destination) {
       destination = *descriptor;
     } else {
       out.push_back(*descriptor);
     }
+    at += size;
   }
   return Status();
 }

@@ -64,24 +64,31 @@ void CheckBulk(std::string_view field) {
   std::optional<rdmarpc::BulkDescriptor> destination;
   if (!rdmarpc::rpc::ReadBulk(field, descriptors, destination).ok()) return;
   const size_t count = descriptors.size() + (destination ? 1 : 0);
-  FUZZ_CHECK(count * rdmarpc::BulkDescriptor::kEncodedSize == field.size());
   FUZZ_CHECK(count <= rdmarpc::tunables::kMaxBulkLoansPerCall);
   if (destination) {
     FUZZ_CHECK(destination->response_destination && destination->writable());
   }
   size_t next = 0;
+  size_t offset = 0;
+  const auto* bytes = reinterpret_cast<const std::byte*>(field.data());
   for (size_t i = 0; i < count; ++i) {
-    const auto* at = field.data() + i * rdmarpc::BulkDescriptor::kEncodedSize;
-    const bool is_destination = (static_cast<uint8_t>(at[2]) & 1) != 0;
+    const std::byte* at = bytes + offset;
+    const bool is_destination = (std::to_integer<uint8_t>(at[2]) & 1) != 0;
     FUZZ_CHECK(!is_destination || destination.has_value());
     const rdmarpc::BulkDescriptor& descriptor =
         is_destination ? *destination : descriptors[next++];
     FUZZ_CHECK(descriptor.response_destination == is_destination);
     const auto encoded = descriptor.Encode();
+    FUZZ_CHECK(offset + encoded.size() <= field.size());
     FUZZ_CHECK(std::memcmp(encoded.data(), at, encoded.size()) == 0);
+    offset += encoded.size();
+    for (size_t r = 1; r < descriptor.rail_count; ++r) {
+      FUZZ_CHECK(descriptor.rails[r].rail > descriptor.rails[r - 1].rail);
+    }
     FUZZ_CHECK(descriptor.length > 0 &&
                descriptor.length <= rdmarpc::tunables::kMaxBulkLength);
   }
+  FUZZ_CHECK(offset == field.size());  // Whole descriptors, nothing else.
 }
 
 }  // namespace

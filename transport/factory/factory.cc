@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/log.h"
+#include "transport/rails/rail_sessions.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/rdma/verbs.h"
 #include "transport/tcp/tcp_transport.h"
@@ -80,7 +81,9 @@ StatusOr<TransportOptions> WithUriOptions(const Uri& uri,
   }
   for (const auto& [name, value] : uri.params) {
     StatusOr<int> number = 0;
-    if (name == "device") {
+    if (name == "rails") {
+      continue;  // RailAddresses.
+    } else if (name == "device") {
       if (value.empty()) return BadOption(uri, "device= names no device");
       options.rdma_device = value;
     } else if (name == "port_num") {
@@ -107,15 +110,46 @@ StatusOr<TransportOptions> WithUriOptions(const Uri& uri,
     } else {
       return BadOption(uri, "unknown option '" + name +
                                 "' (rdma:// takes device, port_num, "
-                                "gid_index, tos, timeout, retry_count)");
+                                "gid_index, tos, timeout, retry_count, "
+                                "rails)");
     }
     if (!number.ok()) return number.status();
   }
   if (options.rdma_device.empty() && options.rdma_gid_index >= 0) {
-    return BadOption(uri, "gid_index needs device= (the GID table is a "
-                          "device's)");
+    return BadOption(uri,
+                     "gid_index needs device= (the GID table is a "
+                     "device's)");
   }
   return options;
+}
+
+// rails=HOST:PORT[+HOST:PORT...] (rdma:// only): the rails after the
+// URI's own address, which is rail 0. Empty without the option.
+StatusOr<std::vector<rails::RailAddress>> RailAddresses(const Uri& uri) {
+  std::vector<rails::RailAddress> out;
+  for (const auto& [name, value] : uri.params) {
+    if (name != "rails") continue;
+    out.push_back({uri.host, uri.port});
+    size_t at = 0;
+    while (at <= value.size()) {
+      const size_t end = std::min(value.find('+', at), value.size());
+      StatusOr<Uri> rail = ParseUri("rdma://" + value.substr(at, end - at));
+      if (!rail.ok() || !rail->params.empty()) {
+        return BadOption(uri,
+                         "rails= takes HOST:PORT addresses joined by "
+                         "'+' ('" +
+                             value.substr(at, end - at) + "' is not one)");
+      }
+      out.push_back({rail->host, rail->port});
+      at = end + 1;
+    }
+    if (out.size() > tunables::kMaxRails) {
+      return BadOption(uri, "at most " + std::to_string(tunables::kMaxRails) +
+                                " rails (kMaxRails), the URI's address "
+                                "included");
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -135,8 +169,14 @@ StatusOr<std::unique_ptr<Listener>> Listen(
                        std::move(pick), std::move(on_accept));
   }
   if (uri.scheme == "rdma") {
+    if (const auto rails = RailAddresses(uri); !rails.ok() || !rails->empty()) {
+      return BadOption(uri,
+                       "rails= is the connecting side's: a listener "
+                       "accepts rails on its address(es) as they come");
+    }
     return rdma::Listen(accept_context, uri.host, uri.port, *applied,
-                        std::move(pick), std::move(on_accept));
+                        std::move(pick),
+                        rails::AcceptRails(std::move(on_accept)));
   }
   return UnknownScheme(uri);
 }
@@ -155,8 +195,16 @@ void Connect(boost::asio::io_context& context, std::string_view text,
       return tcp::Connect(context, uri.host, uri.port, *applied,
                           std::move(done));
     } else if (uri.scheme == "rdma") {
-      return rdma::Connect(context, uri.host, uri.port, *applied,
-                           std::move(done));
+      StatusOr<std::vector<rails::RailAddress>> rails = RailAddresses(uri);
+      if (!rails.ok()) {
+        error = rails.status();
+      } else if (!rails->empty()) {
+        return rails::ConnectRails(context, std::move(*rails), *applied,
+                                   std::move(done));
+      } else {
+        return rdma::Connect(context, uri.host, uri.port, *applied,
+                             std::move(done));
+      }
     } else {
       error = UnknownScheme(*parsed);
     }

@@ -12,6 +12,10 @@
 //   tos=N            IP type of service / RoCE traffic class, 0 to 255
 //   timeout=N        the QP's local ACK timeout exponent, 1 to 31
 //   retry_count=N    the QP's retries after a timeout, 0 to 7
+//   rails=H:P[+H:P]  more rails to the same server (connecting side only):
+//                    a queue pair to each address as well as the URI's,
+//                    one session (transport/rails/railed_connection.h);
+//                    bulk transfers are sliced over all of them
 // e.g. rdma://10.0.0.2:4000?device=rxe1&gid_index=1&tos=104. An unknown or
 // malformed option is INVALID_ARGUMENT; tcp:// takes none.
 #ifndef RDMARPC_TRANSPORT_FACTORY_FACTORY_H_

@@ -53,6 +53,15 @@ StatusOr<ConnParams> CheckConnParams(std::span<const std::byte> private_data) {
             std::to_string(params.initial_credits) + ", receive buffers of " +
             std::to_string(params.receive_buffer_size) + " bytes)");
   }
+  if (params.rail >= tunables::kMaxRails ||
+      (params.rail_flags & ~kRailPrimary) != 0 || params.reserved != 0 ||
+      (!params.is_rail() && (params.rail != 0 || params.rail_flags != 0 ||
+                             params.rail_epoch != 0))) {
+    return Status(StatusCode::kUnavailable,
+                  "unusable rdmarpc connection parameters (rail " +
+                      std::to_string(params.rail) + ", rail flags " +
+                      std::to_string(params.rail_flags) + ")");
+  }
   return params;
 }
 

@@ -115,6 +115,7 @@
 #ifndef RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
 #define RDMARPC_TRANSPORT_RDMA_PROTOCOL_H_
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -134,7 +135,9 @@ inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
 // 6: standing grants (kGrantStanding, kRtsStanding, kRelease).
 // 7: kTooManyPings.
 // 8: admission: kGrantHeaderFirst, kHeader, kGrantRefused, kHeaderTooLarge.
-inline constexpr uint16_t kConnVersion = 8;
+// 9: rails: ConnParams names a session and rail; bulk descriptors of
+//    format 2 (include/rdmarpc/bulk.h).
+inline constexpr uint16_t kConnVersion = 9;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
@@ -150,11 +153,38 @@ struct ConnParams {
   // Credits the peer holds once connected (receives reserved for it);
   // between 2 and receive_depth.
   uint16_t initial_credits = 0;
+  // Rails (transport/rails/railed_connection.h): the connecting side's
+  // session, 16 random bytes (all zero: not a rail), this connection's rail
+  // number in it (below kMaxRails), and flags: kRailPrimary on the rail
+  // that opens the session. The listener's answer leaves them zero.
+  // rail_epoch counts the rail's connections in the session (0 first),
+  // so a bulk descriptor names which of them lent it.
+  std::array<uint8_t, 16> session{};
+  uint8_t rail = 0;
+  uint8_t rail_flags = 0;
+  uint16_t rail_epoch = 0;
+  uint32_t reserved = 0;
+
+  bool is_rail() const {
+    for (uint8_t b : session) {
+      if (b != 0) return true;
+    }
+    return false;
+  }
+};
+inline constexpr uint8_t kRailPrimary = 1;
+// What a connecting side says of the rail it opens (ConnParams' fields).
+struct RailHello {
+  std::array<uint8_t, 16> session{};  // All zero: not a rail.
+  uint8_t rail = 0;
+  bool primary = false;
+  uint16_t epoch = 0;
 };
 // ConnParams and ControlMessage travel in host byte order: both ends are
 // little-endian (the frame prefix is little-endian by definition).
 static_assert(std::endian::native == std::endian::little);
-static_assert(sizeof(ConnParams) == 16);
+static_assert(sizeof(ConnParams) == 40);  // rdma_cm REQ private data: 56.
+static_assert(offsetof(ConnParams, session) == 16);
 static_assert(offsetof(ConnParams, version) == 4);
 
 // This side's parameters, as it announces them.

@@ -39,8 +39,9 @@ struct RdmaConnection::BulkOp {
   std::shared_ptr<MemoryRegistration> registration;
 };
 
-StatusOr<BulkDescriptor> RdmaConnection::Lend(std::span<std::byte> bytes,
-                                              BulkAccess access) {
+StatusOr<BulkDescriptor> RdmaConnection::LendImpl(
+    std::span<std::byte> bytes, BulkAccess access,
+    UniqueFunction<void()> usable) {
   auto registration = CheckLoan(bytes);
   if (!registration.ok()) return registration.status();
   if (!domain_) return ClosedError(peer_);
@@ -101,6 +102,7 @@ StatusOr<BulkDescriptor> RdmaConnection::Lend(std::span<std::byte> bytes,
     loan.region = region;
     loan.own_region = std::move(own_region);
     loan.window = window;
+    loan.usable = std::move(usable);
     loans_.emplace(descriptor.key, std::move(loan));
     loan_work_.push_back(descriptor.key);
     // On the loop, mid-delivery, a frame sent next could be posted at once
@@ -160,6 +162,7 @@ void RdmaConnection::PostLoanWork() {
       }
       if (!bind && loan.invalidate_seq == 0 && !loan.window_bound) {
         // Revoked before its bind was posted: nothing to undo.
+        if (loan.usable) revoked.push_back(std::move(loan.usable));
         free_loan_windows_.push_back(loan.window);
         for (auto& done : loan.revoked) revoked.push_back(std::move(done));
         regions.push_back(std::move(loan.own_region));
@@ -182,7 +185,19 @@ void RdmaConnection::PostLoanWork() {
         wr.bind_mw.bind_info.mw_access_flags =
             (d.readable() ? IBV_ACCESS_REMOTE_READ : 0) |
             (d.writable() ? IBV_ACCESS_REMOTE_WRITE : 0);
-        if (SignalNext()) wr.send_flags = IBV_SEND_SIGNALED;
+        if (loan.usable) {
+          // Its completion says the peer may use the window.
+          wr.send_flags = IBV_SEND_SIGNALED;
+          unsignaled_ = 0;
+          auto op = std::make_shared<BulkOp>();
+          op->in_flight = 1;
+          op->done = [usable = std::move(loan.usable)](const Status&) mutable {
+            usable();
+          };
+          bulk_posted_.push_back({posted_, std::move(op), false, false});
+        } else if (SignalNext()) {
+          wr.send_flags = IBV_SEND_SIGNALED;
+        }
         loan.state = Loan::State::kBound;
         loan.window_bound = true;
       } else {
@@ -231,6 +246,7 @@ void RdmaConnection::EndLoans() {
     std::lock_guard lock(mu_);
     for (auto& [key, loan] : loans_) {
       for (auto& done : loan.revoked) revoked.push_back(std::move(done));
+      if (loan.usable) revoked.push_back(std::move(loan.usable));
     }
     GiveBackBulkLoans(loans_.size());
     ended.swap(loans_);
@@ -354,7 +370,7 @@ void RdmaConnection::FinishBulkChunks() {
   while (!bulk_posted_.empty() && bulk_posted_.front().seq <= completed_) {
     BulkChunk chunk = std::move(bulk_posted_.front());
     bulk_posted_.pop_front();
-    --(chunk.read ? reads_posted_ : writes_posted_);
+    if (chunk.counted) --(chunk.read ? reads_posted_ : writes_posted_);
     BulkOp& op = *chunk.op;
     if (--op.in_flight == 0 && op.issued == op.length && op.done) {
       BulkCallback done = std::move(op.done);

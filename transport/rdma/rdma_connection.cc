@@ -118,10 +118,12 @@ Status RdmaConnection::OpenEventChannel() {
 
 std::shared_ptr<RdmaConnection> RdmaConnection::Connect(
     asio::io_context& context, const std::string& host, uint16_t port,
-    const TransportOptions& options, EstablishedHandler on_established) {
+    const TransportOptions& options, const RailHello& rail,
+    EstablishedHandler on_established) {
   auto self = std::make_shared<RdmaConnection>(context, options);
   self->on_established_ = std::move(on_established);
   LoopState::Of(context).Hold(self);
+  self->rail_ = rail;
   self->host_ = host;
   self->port_ = port;
   self->peer_ = "rdma://" + host + ":" + std::to_string(port);
@@ -353,6 +355,12 @@ void RdmaConnection::OnRouteResolved() {
   if (!created.ok()) return Established(created);
   ConnParams local = LocalConnParams();
   local.receive_buffer_size = group_->receive_buffer_size();
+  local.session = rail_.session;
+  if (local.is_rail()) {
+    local.rail = rail_.rail;
+    local.rail_flags = rail_.primary ? kRailPrimary : 0;
+    local.rail_epoch = rail_.epoch;
+  }
   rdma_conn_param param =
       ConnParam(local, options_.rdma_retry_count, OfferedReadDepth(id_->verbs));
   may_park_ = true;

@@ -27,7 +27,7 @@
 // rdma_send.cc (the send path and credits), rdma_rendezvous.cc (large
 // transfers received: RTS, GRANT, landing), rdma_writes.cc (large transfers
 // sent: the WRITEs, the bounce pool), rdma_standing.cc (standing grants),
-// rdma_close.cc.
+// rdma_close.cc; transfers.h declares the large frames under way.
 #ifndef RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 #define RDMARPC_TRANSPORT_RDMA_RDMA_CONNECTION_H_
 
@@ -59,8 +59,8 @@
 #include "transport/rdma/peer_checks.h"
 #include "transport/rdma/protocol.h"
 #include "transport/rdma/registration_cache.h"
+#include "transport/rdma/transfers.h"
 #include "transport/rdma/verbs.h"
-#include "transport/rdma/write_plan.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -88,10 +88,12 @@ class RdmaConnection final
   using EstablishedHandler =
       std::function<void(const Status&, std::shared_ptr<RdmaConnection>)>;
 
-  // Active side: resolves `host:port` and connects.
+  // Active side: resolves `host:port` and connects; `rail` names the
+  // session and rail it opens, if it is one of several (transport/rails).
   static std::shared_ptr<RdmaConnection> Connect(
       boost::asio::io_context& context, const std::string& host, uint16_t port,
-      const TransportOptions& options, EstablishedHandler on_established);
+      const TransportOptions& options, const RailHello& rail,
+      EstablishedHandler on_established);
 
   // Passive side: `id` came from a CONNECT_REQUEST (its event acknowledged);
   // it is moved onto this connection's own event channel and accepted.
@@ -129,12 +131,24 @@ class RdmaConnection final
   // push is RDMA READs or WRITEs of at most kBulkChunkSize, at most the
   // negotiated READ depth (or kBulkWindowChunks WRITEs) in flight.
   StatusOr<BulkDescriptor> Lend(std::span<std::byte> bytes,
-                                BulkAccess access) override;
+                                BulkAccess access) override {
+    return LendImpl(bytes, access, nullptr);
+  }
+  // Its bind is signaled, and `usable` runs as it completes.
+  StatusOr<BulkDescriptor> LendAcross(std::span<std::byte> bytes,
+                                      BulkAccess access,
+                                      UniqueFunction<void()> usable) override {
+    return LendImpl(bytes, access, std::move(usable));
+  }
   void Revoke(uint64_t key, UniqueFunction<void()> revoked) override;
   void Pull(const BulkDescriptor& loan, uint64_t offset,
             std::span<std::byte> destination, BulkCallback done) override;
   void Push(std::span<const std::byte> source, const BulkDescriptor& loan,
             uint64_t offset, BulkCallback done) override;
+
+  // The peer's connection parameters (passive side: its rail, if it opened
+  // one). Once established.
+  const ConnParams& peer_params() const { return peer_params_; }
 
   // Memory regions its device's domain holds for MemoryRegistrations.
   size_t cached_registrations() const {
@@ -166,67 +180,9 @@ class RdmaConnection final
                  const TransportOptions& options);  // Use Connect/Accept.
 
  private:
-  // A large frame of ours waiting for its grant, then being written.
-  struct OutgoingTransfer {
-    uint32_t id = 0;
-    OutgoingFrame frame;
-    bool granted = false;
-    ControlMessage grant;
-    // Set when the grant arrives.
-    WritePlan plan;
-    size_t next_write = 0;       // Index into plan.writes.
-    uint64_t remote_offset = 0;  // Where the next WRITE lands in the grant.
-    // Bytes of the frame its grants have covered (one grant covers all of
-    // it; segment grants, protocol.h, one part after another).
-    uint64_t covered = 0;
-    uint64_t total = 0;     // Bytes the grants will cover, once granted.
-    uint64_t last_seq = 0;  // Its last WRITE WITH IMMEDIATE's, once posted.
-    // Admission (protocol.h): its header went as a HEADER; refused, it is
-    // over with nothing written.
-    bool header_sent = false;
-    bool refused = false;
-    // The registrations the plan reads from stay alive until it is done.
-    std::vector<std::shared_ptr<MemoryRegistration>> pins;
-  };
-  // A transfer of the peer's to us: once granted, where its frame will land.
-  struct IncomingTransfer {
-    ControlMessage rts;    // Its id (transfer) and header size.
-    bool granted = false;  // Else it waits for grant memory (GrantWaiting).
-    // Admission (protocol.h): its header was asked for, and has arrived;
-    // refused, it is delivered from `block` (the header) with nothing
-    // granted.
-    bool header_asked = false;
-    bool header_arrived = false;
-    bool refused = false;
-    uint64_t dropped_payload = 0;
-    DropReason drop_reason = DropReason::kNone;
-    Buffer block;
-    // The peer's access to `block`: a memory window on a grant-pool block
-    // (bound before the GRANT is sent, invalidated once the frame landed),
-    // or a region registered for it alone.
-    ibv_mw* window = nullptr;
-    ibv_mr* pool_region = nullptr;  // The pool chunk's, to bind on.
-    uint32_t window_rkey = 0;
-    bool window_bound = false;
-    bool invalidate_posted = false;
-    // A standing grant given back unused: invalidated, not delivered.
-    bool released = false;
-    MemoryRegion region;
-    GrantCharge charge;  // For the block's bytes.
-    // Granted in segments (protocol.h): `block` holds the open segment, and
-    // landed segments are copied into `assembled` (the whole frame, not
-    // registered); `covered` counts the bytes granted so far, the open
-    // segment's last.
-    bool segmented = false;
-    Buffer assembled;
-    uint64_t covered = 0;
-    uint64_t Total() const {
-      return uint64_t{rts.header_size} + rts.payload_size;
-    }
-    // A segmented frame not yet covered: no transfer behind it is granted
-    // before its last segment is.
-    bool Blocking() const { return segmented && covered < Total(); }
-  };
+  // Large frames under way, each way (transfers.h).
+  using OutgoingTransfer = rdma::OutgoingTransfer;
+  using IncomingTransfer = rdma::IncomingTransfer;
 
   // Connection setup (rdma_cm events).
   Status OpenEventChannel();  // Joins the loop's CmChannel.
@@ -429,6 +385,7 @@ class RdmaConnection final
   ConnParams peer_params_;
   std::string host_;  // Active side only.
   uint16_t port_ = 0;
+  RailHello rail_;  // Active side only.
 
   // Declared in dependency order: destroyed bottom-up (QP first).
   std::shared_ptr<CmChannel> cm_;  // Outlives id_.
@@ -550,7 +507,11 @@ class RdmaConnection final
     bool window_bound = false;    // Its BIND_MW was posted.
     uint64_t invalidate_seq = 0;  // Its LOCAL_INV's, once posted.
     std::vector<UniqueFunction<void()>> revoked;
+    UniqueFunction<void()> usable;  // LendAcross's, until the bind is done.
   };
+  StatusOr<BulkDescriptor> LendImpl(std::span<std::byte> bytes,
+                                    BulkAccess access,
+                                    UniqueFunction<void()> usable);
   std::unordered_map<uint64_t, Loan> loans_;  // By key; guarded by mu_.
   std::deque<uint64_t> loan_work_;            // Keys to bind or revoke.
   std::vector<MemoryWindow> loan_windows_;    // Guarded by mu_.
@@ -568,10 +529,13 @@ class RdmaConnection final
   // Pulls and pushes (loop thread): those with chunks still to post, and
   // the chunks posted, by the sequence number of their work request.
   struct BulkOp;
+  // A bind that LendAcross awaits is one too (`counted` false: not a READ
+  // or WRITE of the window), its op of no bytes.
   struct BulkChunk {
     uint64_t seq;
     std::shared_ptr<BulkOp> op;
     bool read;
+    bool counted = true;
   };
   std::deque<std::shared_ptr<BulkOp>> bulk_waiting_;
   std::deque<BulkChunk> bulk_posted_;

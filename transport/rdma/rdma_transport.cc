@@ -276,7 +276,8 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
 }
 
 void Connect(asio::io_context& context, const std::string& host, uint16_t port,
-             const TransportOptions& options, ConnectHandler done) {
+             const TransportOptions& options, ConnectHandler done,
+             const RailHello& rail) {
   Status available = CheckRdmaAvailable();
   if (!available.ok()) {
     asio::post(context, [done = std::move(done), available, host, port] {
@@ -303,7 +304,7 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
   auto attempt = std::make_shared<Attempt>(context);
   attempt->done = std::move(done);
   attempt->connection = RdmaConnection::Connect(
-      context, host, port, options,
+      context, host, port, options, rail,
       [attempt](const Status& status,
                 std::shared_ptr<RdmaConnection> connection) {
         attempt->connection.reset();

@@ -9,6 +9,7 @@
 
 #include "rdmarpc/status.h"
 #include "transport/connection.h"
+#include "transport/rdma/protocol.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -22,9 +23,11 @@ StatusOr<std::unique_ptr<Listener>> Listen(
     AcceptHandler on_accept);
 
 // Resolves, connects, and runs `done` once on `context`.
+// `rail`: the session and rail this connection opens, for a connection of
+// several rails (transport/rails); by default, not a rail.
 void Connect(boost::asio::io_context& context, const std::string& host,
              uint16_t port, const TransportOptions& options,
-             ConnectHandler done);
+             ConnectHandler done, const RailHello& rail = {});
 
 }  // namespace rdmarpc::transport::rdma
 
