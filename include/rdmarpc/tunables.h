@@ -383,9 +383,10 @@ inline constexpr std::chrono::milliseconds kBulkReleaseGrace{5000};
 // lists a key per rail.
 inline constexpr size_t kMaxRails = 4;
 // Pulls and pushes of more than kRailSliceThreshold bytes are sliced over
-// every healthy rail, in slices of kRailSliceSize, at most
-// kRailSlicesInFlight per rail; a rail that fails has its slices resent on
-// the others. Smaller ones go whole on the primary rail.
+// every healthy rail, at most kRailSlicesInFlight per rail, in slices of
+// whole kBulkChunkSize chunks that fill every rail's (a 4 MiB pull over two
+// rails: four of 1 MiB), of at most kRailSliceSize; a rail that fails has
+// its slices resent on the others. Smaller ones go whole on the primary.
 inline constexpr uint64_t kRailSliceThreshold = 1 << 20;
 inline constexpr uint64_t kRailSliceSize = 4 << 20;
 inline constexpr uint32_t kRailSlicesInFlight = 2;

@@ -5,7 +5,16 @@
 //   fault_load client --uri URI --seconds S [--concurrency N]
 //       [--max-size BYTES] [--deadline-ms MS] [--name ROW]
 //       [--retry-count N]   (TransportOptions::rdma_retry_count)
+//       [--bulk BYTES]      (bulk calls instead, below)
 //   Either side: [--pooled-grants 0|1] (TransportOptions::rdma_pooled_grants)
+//
+// With --bulk, each call carries only the header and lends two regions of
+// BYTES of registered memory (include/rdmarpc/bulk.h): the server pulls the
+// first (the payload), checks its checksum, and pushes it into the second;
+// the client checks the second is the first, byte for byte. Over a URI with
+// rails= (transport/rails) the pulls and pushes are sliced over the rails.
+// The client also prints the longest time without a call completing:
+//   FAULTGAP name longest_ms=N
 //
 // Each request is a 24-byte header (client id, sequence number, payload
 // length, checksum of the payload) and the payload: 16 B to 4 MiB of bytes
@@ -34,9 +43,12 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "base/flags.h"
+#include "rdmarpc/bulk.h"
 #include "rdmarpc/channel.h"
+#include "rdmarpc/memory.h"
 #include "rdmarpc/server.h"
 #include "rdmarpc/service.h"
 #include "tools/faults/checked_payload.h"
@@ -57,12 +69,44 @@ class FaultService : public rpc::Service {
         return call->Finish(
             Status(StatusCode::kDataLoss, "request checksum mismatch"));
       }
-      {
-        std::lock_guard lock(mu_);
-        PerClient& client = clients_[header.client];
-        if (++client.executed[header.seq] == 2) client.twice++;
-      }
+      Executed(header);
       call->Finish(Status(), Buffer::CopyOf(request.span()));
+    });
+    // --bulk: pull loan 0, check it, push it into loan 1.
+    AddMethod("Bulk", [this](std::shared_ptr<rpc::ServerCall> call) {
+      Header header;
+      if (call->request().size() != sizeof(Header) ||
+          call->bulk().size() != 2 ||
+          call->bulk()[0].length != call->bulk()[1].length) {
+        return call->Finish(Status(StatusCode::kInvalidArgument,
+                                   "a header and two loans of one size"));
+      }
+      std::memcpy(&header, call->request().data(), sizeof(header));
+      const uint64_t length = call->bulk()[0].length;
+      std::shared_ptr<MemoryRegistration> arena = TakeArena(length);
+      if (!arena) {
+        return call->Finish(
+            Status(StatusCode::kResourceExhausted, "no registered memory"));
+      }
+      call->Pull(call->bulk()[0], 0, {arena->data(), length},
+                 [this, call, arena, header, length](const Status& pulled) {
+                   if (!pulled.ok()) {
+                     GiveBack(arena);
+                     return call->Finish(pulled);
+                   }
+                   if (Checksum(arena->data(), length) != header.checksum) {
+                     corrupted_.fetch_add(1);
+                     GiveBack(arena);
+                     return call->Finish(Status(StatusCode::kDataLoss,
+                                                "bulk checksum mismatch"));
+                   }
+                   Executed(header);
+                   call->Push({arena->data(), length}, call->bulk()[1], 0,
+                              [this, call, arena](const Status& pushed) {
+                                GiveBack(arena);
+                                call->Finish(pushed);
+                              });
+                 });
     });
     // The request is a client id: what this server saw of that client.
     AddMethod("Stats", [this](std::shared_ptr<rpc::ServerCall> call) {
@@ -82,12 +126,38 @@ class FaultService : public rpc::Service {
   }
 
  private:
+  void Executed(const Header& header) {
+    std::lock_guard lock(mu_);
+    PerClient& client = clients_[header.client];
+    if (++client.executed[header.seq] == 2) client.twice++;
+  }
+  // Registered memory for bulk calls, reused.
+  std::shared_ptr<MemoryRegistration> TakeArena(uint64_t length) {
+    {
+      std::lock_guard lock(mu_);
+      for (size_t i = 0; i < arenas_.size(); ++i) {
+        if (arenas_[i]->size() == length) {
+          auto arena = std::move(arenas_[i]);
+          arenas_.erase(arenas_.begin() + static_cast<ptrdiff_t>(i));
+          return arena;
+        }
+      }
+    }
+    auto fresh = MemoryRegistration::Allocate(length);
+    return fresh.ok() ? *fresh : nullptr;
+  }
+  void GiveBack(std::shared_ptr<MemoryRegistration> arena) {
+    std::lock_guard lock(mu_);
+    arenas_.push_back(std::move(arena));
+  }
+
   struct PerClient {
     std::unordered_map<uint64_t, int> executed;  // By sequence number.
     uint64_t twice = 0;
   };
   std::mutex mu_;
   std::unordered_map<uint64_t, PerClient> clients_;
+  std::vector<std::shared_ptr<MemoryRegistration>> arenas_;  // Guarded by mu_.
   std::atomic<uint64_t> corrupted_{0};
 };
 
@@ -118,7 +188,77 @@ struct Tally {
   uint64_t ok = 0, failed = 0, corrupted = 0;
   std::map<std::string, uint64_t> statuses;
   std::string first_error;  // The first failed call's status, whole.
+  // The longest time without a completion, from the first to the last.
+  Clock::time_point last_completion{};
+  Clock::duration longest_gap{};
+  std::vector<std::shared_ptr<MemoryRegistration>> arenas;  // --bulk's free.
+
+  // Under mu.
+  void Completed() {
+    const auto now = Clock::now();
+    if (last_completion != Clock::time_point{}) {
+      longest_gap = std::max(longest_gap, now - last_completion);
+    }
+    last_completion = now;
+    in_flight--;
+    changed.notify_all();
+  }
 };
+
+// --bulk's call: its header as the request, its arena's halves lent (the
+// payload to pull, where the server pushes it back).
+void StartBulk(rpc::Channel& channel, Tally& tally, uint64_t client,
+               uint64_t seq, size_t size, std::chrono::milliseconds deadline) {
+  std::shared_ptr<MemoryRegistration> arena;
+  {
+    std::lock_guard lock(tally.mu);
+    tally.in_flight++;
+    if (!tally.arenas.empty()) {
+      arena = std::move(tally.arenas.back());
+      tally.arenas.pop_back();
+    }
+  }
+  if (!arena) {
+    auto fresh = MemoryRegistration::Allocate(2 * size);
+    if (!fresh.ok()) {
+      std::fprintf(stderr, "fault_load: %s\n",
+                   fresh.status().ToString().c_str());
+      std::_Exit(1);
+    }
+    arena = *fresh;
+  }
+  Buffer payload = MakeRequest(client, seq, size);
+  std::memcpy(arena->data(), payload.data() + sizeof(Header), size);
+  std::memset(arena->data() + size, 0, size);
+  Header header;
+  std::memcpy(&header, payload.data(), sizeof(header));
+  Buffer request = Buffer::Allocate(sizeof(Header));
+  std::memcpy(request.data(), &header, sizeof(header));
+  rpc::CallOptions options = rpc::CallOptions::WithTimeout(deadline);
+  options.bulk.push_back({arena->data(), size, BulkAccess::kRead});
+  options.bulk.push_back({arena->data() + size, size, BulkAccess::kWrite});
+  channel.Call("fault.Load", "Bulk", std::move(request), options,
+               [&tally, arena, size](const Status& status, Buffer) {
+                 const bool intact =
+                     status.ok() &&
+                     std::memcmp(arena->data(), arena->data() + size, size) ==
+                         0;
+                 std::lock_guard lock(tally.mu);
+                 if (!status.ok()) {
+                   tally.failed++;
+                   tally.statuses[std::string(StatusCodeName(status.code()))]++;
+                   if (tally.first_error.empty()) {
+                     tally.first_error = status.ToString();
+                   }
+                 } else if (!intact) {
+                   tally.corrupted++;
+                 } else {
+                   tally.ok++;
+                 }
+                 tally.arenas.push_back(arena);
+                 tally.Completed();
+               });
+}
 
 int Load(const rdmarpc::Flags& flags) {
   const std::string name = flags.Get("name", "load");
@@ -128,6 +268,7 @@ int Load(const rdmarpc::Flags& flags) {
   const auto deadline =
       std::chrono::milliseconds(flags.GetInt("deadline-ms", 15000));
   const uint64_t client = std::random_device()();
+  const size_t bulk = flags.GetInt("bulk", 0);
 
   rpc::ChannelOptions channel_options;
   channel_options.transport.max_payload_size = 8 << 20;
@@ -142,6 +283,9 @@ int Load(const rdmarpc::Flags& flags) {
   const auto stop_at = Clock::now() + seconds;
   auto start_one = [&] {
     const uint64_t s = ++seq;
+    if (bulk > 0) {
+      return StartBulk(channel, tally, client, s, bulk, deadline);
+    }
     Buffer request = MakeRequest(client, s, SizeFor(s, max_size));
     const uint32_t sent_checksum = Checksum(request.data(), request.size());
     const size_t sent_size = request.size();
@@ -155,7 +299,7 @@ int Load(const rdmarpc::Flags& flags) {
         [&tally, sent_checksum, sent_size](const Status& status,
                                            Buffer response) {
           std::lock_guard lock(tally.mu);
-          tally.in_flight--;
+          tally.Completed();
           if (!status.ok()) {
             tally.failed++;
             tally.statuses[std::string(StatusCodeName(status.code()))]++;
@@ -169,7 +313,6 @@ int Load(const rdmarpc::Flags& flags) {
           } else {
             tally.ok++;
           }
-          tally.changed.notify_all();
         });
   };
   {
@@ -231,6 +374,11 @@ int Load(const rdmarpc::Flags& flags) {
       static_cast<unsigned long long>(twice),
       static_cast<unsigned long long>(tally.corrupted),
       statuses.empty() ? "-" : statuses.c_str(), server_stats.c_str());
+  std::printf("FAULTGAP %s longest_ms=%lld\n", name.c_str(),
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      tally.longest_gap)
+                      .count()));
   if (!tally.first_error.empty()) {
     std::printf("FAULTFIRST %s %s\n", name.c_str(), tally.first_error.c_str());
   }

@@ -1,5 +1,6 @@
 #include "transport/rails/railed_connection.h"
 
+#include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -455,9 +456,17 @@ void RailedConnection::StartBulk(std::shared_ptr<BulkOp> op) {
       CheckBulkRange(op->loan, op->offset, op->length,
                      op->read ? BulkAccess::kRead : BulkAccess::kWrite);
   if (checked.ok() && op->length > 0) {
-    const uint64_t slice = op->length <= tunables::kRailSliceThreshold
-                               ? op->length
-                               : tunables::kRailSliceSize;
+    // Enough slices to keep every rail's in flight full, in whole chunks,
+    // at most kRailSliceSize each.
+    const uint64_t rails = std::max<uint64_t>(rails_up(), 1);
+    const uint64_t chunk = tunables::kBulkChunkSize;
+    const uint64_t even =
+        (op->length / (rails * tunables::kRailSlicesInFlight) + chunk - 1) /
+        chunk * chunk;
+    const uint64_t slice =
+        op->length <= tunables::kRailSliceThreshold
+            ? op->length
+            : std::clamp<uint64_t>(even, chunk, tunables::kRailSliceSize);
     for (uint64_t at = 0; at < op->length; at += slice) {
       op->waiting.push_back({at, std::min(slice, op->length - at), false});
     }

@@ -8,11 +8,12 @@
 //  - A bulk loan (Lend) is lent on every rail that is up: its descriptor
 //    (include/rdmarpc/bulk.h, format 2) lists the loan's key on each, and
 //    Revoke ends it on all of them.
-//  - A pull or push of more than kRailSliceThreshold bytes is sliced, in
-//    slices of kRailSliceSize, over every rail up on both sides (a rail that
-//    is up here and named in the descriptor), at most kRailSlicesInFlight
-//    per rail, each rail taking the next slice as one of its own completes:
-//    faster rails carry more. Smaller ones go whole on the primary rail.
+//  - A pull or push of more than kRailSliceThreshold bytes is sliced (in
+//    whole chunks, at most kRailSliceSize) over every rail up on both sides
+//    (a rail that is up here and named in the descriptor), at most
+//    kRailSlicesInFlight per rail, each rail taking the next slice as one
+//    of its own completes: faster rails carry more. Smaller ones go whole
+//    on the primary rail.
 //  - A rail other than the primary that fails (its connection closes: a QP
 //    error, its port down, keepalive) is dropped: its slices in flight are
 //    sent again on the others, and the transfer completes. The side that
