@@ -294,5 +294,8 @@ const std::string& Channel::target() const {
 std::vector<EndpointStats> Channel::endpoints() const {
   return cluster_ ? cluster_->endpoints() : std::vector<EndpointStats>();
 }
+std::vector<RailStats> Channel::rails() const {
+  return impl_ ? impl_->rails() : std::vector<RailStats>();
+}
 
 }  // namespace rdmarpc

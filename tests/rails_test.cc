@@ -19,7 +19,10 @@
 #include <vector>
 
 #include "rdmarpc/bulk.h"
+#include "rdmarpc/channel.h"
 #include "rdmarpc/memory.h"
+#include "rdmarpc/server.h"
+#include "rpc/builtin/prometheus.h"
 #include "rpc/common/event_loop.h"
 #include "tests/support/test_support.h"
 #include "transport/bulk.h"
@@ -36,7 +39,6 @@ using transport::Connection;
 using transport::ConnectionObserver;
 using transport::ReceivedFrame;
 using transport::rails::RailedConnection;
-using transport::rails::RailStats;
 
 struct Recorder : ConnectionObserver {
   void OnFrame(ReceivedFrame frame) override {
@@ -237,13 +239,14 @@ TEST_CASE("a loan is lent on every rail, and a pull is sliced over them",
   CHECK(std::memcmp(into->data(), lent->data(), k64MiB) == 0);
   const RailStats zero = StatsOf(*rails.server, 0);
   const RailStats one = StatsOf(*rails.server, 1);
-  CHECK(zero.bytes + one.bytes == k64MiB);
-  std::cout << "64 MiB pull over two rails: " << zero.bytes * 100 / k64MiB
-            << " % on rail 0, " << one.bytes * 100 / k64MiB << " % on rail 1\n";
+  CHECK(zero.bulk_bytes + one.bulk_bytes == k64MiB);
+  std::cout << "64 MiB pull over two rails: " << zero.bulk_bytes * 100 / k64MiB
+            << " % on rail 0, " << one.bulk_bytes * 100 / k64MiB
+            << " % on rail 1\n";
   // Each rail takes the next slice as one of its own lands: equal rails
   // share about equally.
-  CHECK(zero.bytes >= k64MiB / 4);
-  CHECK(one.bytes >= k64MiB / 4);
+  CHECK(zero.bulk_bytes >= k64MiB / 4);
+  CHECK(one.bulk_bytes >= k64MiB / 4);
 
   // Small ones go whole on the primary.
   REQUIRE(rails.Pull(*decoded, {into->data(), 4096}).ok());
@@ -291,10 +294,10 @@ TEST_CASE("a rail lost mid-pull: its slices go on the other, nothing lost",
   const RailStats zero = StatsOf(*rails.server, 0);
   const RailStats one = StatsOf(*rails.server, 1);
   CHECK(one.failures == 1);
-  CHECK(zero.slices_resent >= 1);           // It had slices in flight.
-  CHECK(zero.bytes + one.bytes == k64MiB);  // Each byte landed once.
+  CHECK(zero.slices_resent >= 1);  // It had slices in flight.
+  CHECK(zero.bulk_bytes + one.bulk_bytes == k64MiB);  // Each byte landed once.
   std::cout << "rail 1 lost mid-pull: " << zero.slices_resent
-            << " slice(s) resent on rail 0, " << one.bytes * 100 / k64MiB
+            << " slice(s) resent on rail 0, " << one.bulk_bytes * 100 / k64MiB
             << " % had landed on rail 1\n";
   // (Over RDMA the client may have connected it again already.)
   if (!OverRdma()) CHECK(rails.server->rails_up() == 1);
@@ -303,23 +306,23 @@ TEST_CASE("a rail lost mid-pull: its slices go on the other, nothing lost",
   auto again = Arena(k64MiB);
   REQUIRE(rails.Pull(*loan, {again->data(), k64MiB}).ok());
   CHECK(std::memcmp(again->data(), lent->data(), k64MiB) == 0);
-  CHECK(StatsOf(*rails.server, 1).bytes == one.bytes);
+  CHECK(StatsOf(*rails.server, 1).bulk_bytes == one.bulk_bytes);
 
   if (OverRdma()) {
     // The side that connected connects the rail again; a loan lent before
     // names its earlier connection and is never used on the new one, a new
     // loan is lent on both.
     REQUIRE(Eventually([&] { return rails.server->rails_up() == 2; }));
-    const uint64_t before = StatsOf(*rails.server, 1).bytes;
+    const uint64_t before = StatsOf(*rails.server, 1).bulk_bytes;
     REQUIRE(rails.Pull(*loan, {again->data(), k64MiB}).ok());
-    CHECK(StatsOf(*rails.server, 1).bytes == before);
+    CHECK(StatsOf(*rails.server, 1).bulk_bytes == before);
     REQUIRE(Eventually([&] { return rails.client->rails_up() == 2; }));
     auto fresh = rails.client->Lend({lent->data(), k64MiB}, BulkAccess::kRead);
     REQUIRE(fresh.ok());
     rails.Announce();
     CHECK(fresh->rail_count == 2);
     REQUIRE(rails.Pull(*fresh, {again->data(), k64MiB}).ok());
-    CHECK(StatsOf(*rails.server, 1).bytes > before);
+    CHECK(StatsOf(*rails.server, 1).bulk_bytes > before);
     CHECK(StatsOf(*rails.client, 1).joins == 2);
     rails.client->Revoke(fresh->key, [] {});
   }
@@ -377,6 +380,61 @@ TEST_CASE("a revoked loan fails a pull with the owner's answer",
   CHECK(pulled.code() == StatusCode::kFailedPrecondition);
   // Not a rail's failure: both stay.
   CHECK(rails.server->rails_up() == 2);
+}
+
+// The whole stack over rails: a Channel to rdma://IP:P?rails=IP:P, a
+// handler that pulls the call's loan, and the rails in Channel::rails() and
+// the server's Prometheus text. (rails= is rdma://'s: over TCP the cases
+// above build the rails by hand.)
+TEST_CASE("a channel's calls pull over its rails", "[rails][rdma]") {
+  if (!OverRdma()) return;
+  rpc::Service service("test.Rails");
+  service.AddMethod("Pull", [](std::shared_ptr<rpc::ServerCall> call) {
+    const BulkDescriptor loan = call->bulk()[0];
+    auto into = Arena(loan.length);
+    call->Pull(loan, 0, {into->data(), loan.length},
+               [call, into](const Status& status) {
+                 if (!status.ok()) return call->Finish(status);
+                 call->Finish(Status(),
+                              Buffer::CopyOf(std::span<const std::byte>(
+                                  into->data(), 64)));
+               });
+  });
+  rpc::Server server;
+  server.RegisterService(&service);
+  auto bound = server.Listen(ListenUri());
+  REQUIRE(bound.ok());
+  auto uri = transport::ParseUri(*bound);
+  REQUIRE(uri.ok());
+  Channel channel(*bound + "?rails=" + uri->host + ":" +
+                  std::to_string(uri->port));
+  auto lent = Arena(k64MiB);
+  Fill({lent->data(), k64MiB}, 5);
+  for (int i = 0; i < 3; ++i) {
+    CallOptions options;
+    options.bulk.push_back({lent->data(), k64MiB, BulkAccess::kRead});
+    auto result = CallSync(channel, "Pull", "", options, "test.Rails");
+    REQUIRE(result.status.ok());
+    REQUIRE(result.response.size() == 64);
+    CHECK(std::memcmp(result.response.data(), lent->data(), 64) == 0);
+  }
+  const std::vector<RailStats> rails = channel.rails();
+  REQUIRE(rails.size() == 2);
+  CHECK(rails[0].up);
+  CHECK(rails[1].up);
+  // The server sliced: each rail carried its share of 3 x 64 MiB.
+  std::vector<RailStats> served;
+  server.ForEachConnection([&](const transport::Connection& connection) {
+    served = connection.rail_stats();
+  });
+  REQUIRE(served.size() == 2);
+  CHECK(served[0].bulk_bytes + served[1].bulk_bytes == 3 * k64MiB);
+  CHECK(served[1].bulk_bytes >= k64MiB / 2);
+  const std::string text = rpc::PrometheusText(server);
+  CHECK(text.find("rdmarpc_rail_bulk_bytes_total{side=\"server\",rail=\"1\"} " +
+                  std::to_string(served[1].bulk_bytes)) != std::string::npos);
+  CHECK(text.find("rdmarpc_rail_up{side=\"client\",target=") !=
+        std::string::npos);
 }
 
 TEST_CASE("railed descriptors decode strictly", "[rails]") {

@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "rdmarpc/buffer.h"
 #include "rdmarpc/connection_stats.h"
@@ -193,6 +194,9 @@ class Connection {
   // The peer is admitted: frames are read whole from now on. On the
   // connection's executor.
   virtual void Admit() {}
+  // A connection of several rails (transport/rails): each rail's counters;
+  // empty for any other. Any thread.
+  virtual std::vector<RailStats> rail_stats() const { return {}; }
 
   // Bulk (include/rdmarpc/bulk.h, transport/bulk.h): both transports
   // implement these; the defaults answer UNIMPLEMENTED. The owner's side,

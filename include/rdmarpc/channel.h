@@ -51,6 +51,7 @@
 #include "rdmarpc/call_options.h"
 #include "rdmarpc/channel_options.h"
 #include "rdmarpc/client_stream.h"
+#include "rdmarpc/connection_stats.h"
 #include "rdmarpc/executor.h"
 #include "rdmarpc/interceptor.h"
 #include "rdmarpc/metadata.h"
@@ -122,6 +123,9 @@ class Channel {
   const std::string& target() const;
   // A cluster's endpoints now (empty for a single-server channel).
   std::vector<EndpointStats> endpoints() const;
+  // The rails of a single server's connection now (a target with rails=,
+  // docs/protocol.md "Rails"); empty otherwise.
+  std::vector<RailStats> rails() const;
 
  private:
   const std::shared_ptr<rpc::CallbackRunner>& runner() const;

@@ -10,6 +10,21 @@
 
 namespace rdmarpc {
 
+// One rail of a connection of several (rdma://A:P?rails=B:P,
+// docs/protocol.md "Rails"), as Channel::rails() and the server's metrics
+// show it.
+struct RailStats {
+  uint8_t rail = 0;
+  bool up = false;             // Its connection is up now.
+  uint64_t slices = 0;         // Bulk slices completed on it.
+  uint64_t bulk_bytes = 0;     // Their bytes.
+  uint64_t slices_resent = 0;  // Of those, slices a failed rail had first.
+  uint64_t failures = 0;       // Times its connection failed.
+  uint64_t joins = 0;          // Times it (re)joined the session.
+  uint64_t bytes_sent = 0;     // By its connection now up (0 while down).
+  uint64_t bytes_received = 0;
+};
+
 // Counters a connection keeps; read from any thread.
 struct ConnectionStats {
   std::atomic<uint64_t> frames_sent{0};

@@ -6,6 +6,7 @@
 #define RDMARPC_RPC_BUILTIN_CLIENT_METRICS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,14 @@ struct ClientTargetMetrics {
   uint64_t endpoints_ready = 0;
   uint64_t endpoints_ejected = 0;
   uint64_t ejections = 0;
+  // Rails of the channels' connections (a target with rails=), summed by
+  // rail number; `up` counts the rails up.
+  std::map<uint8_t, RailStats> rails;
+  std::map<uint8_t, uint64_t> rails_up;
 };
+
+// Adds `rail`'s counters to `sum` (whose `up` it leaves).
+void AddRail(RailStats& sum, const RailStats& rail);
 
 // One per target, in target order.
 std::vector<ClientTargetMetrics> ReadClientMetrics();

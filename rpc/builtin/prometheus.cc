@@ -15,6 +15,7 @@
 #include "base/process_stats.h"
 #include "rpc/builtin/client_metrics.h"
 #include "rpc/server/metrics.h"
+#include "transport/connection.h"
 #include "transport/rdma/device_info.h"
 #include "transport/rdma/resource_usage.h"
 
@@ -325,6 +326,73 @@ void Clients(std::string& out) {
          [](T t) { return t.ejections; });
 }
 
+// Rails (docs/protocol.md "Rails"), one row per labels and rail number:
+// a client target's, or the server's connections'.
+struct RailRow {
+  std::string labels;  // Without the rail's.
+  RailStats stats;     // Summed.
+  uint64_t up = 0;     // Connections whose rail is up.
+};
+void Rails(std::string& out, const std::vector<RailRow>& rows) {
+  if (rows.empty()) return;
+  const auto family = [&](std::string_view name, std::string_view type,
+                          std::string_view help, auto value) {
+    Family(out, name, type, help);
+    for (const RailRow& row : rows) {
+      Sample(out, name,
+             row.labels + (row.labels.empty() ? "" : ",") + "rail=\"" +
+                 std::to_string(row.stats.rail) + "\"",
+             static_cast<uint64_t>(value(row)));
+    }
+  };
+  using R = const RailRow&;
+  family("rdmarpc_rail_up", "gauge",
+         "Connections of several rails whose rail this is, up now.",
+         [](R r) { return r.up; });
+  family("rdmarpc_rail_bulk_bytes_total", "counter",
+         "Bulk bytes pulled or pushed in slices on the rail.",
+         [](R r) { return r.stats.bulk_bytes; });
+  family("rdmarpc_rail_slices_total", "counter",
+         "Bulk slices completed on the rail.",
+         [](R r) { return r.stats.slices; });
+  family("rdmarpc_rail_slices_resent_total", "counter",
+         "Slices the rail completed after a failed rail had them.",
+         [](R r) { return r.stats.slices_resent; });
+  family("rdmarpc_rail_failures_total", "counter",
+         "Times the rail's connection failed.",
+         [](R r) { return r.stats.failures; });
+  family("rdmarpc_rail_joins_total", "counter",
+         "Times the rail joined its session, the first included.",
+         [](R r) { return r.stats.joins; });
+}
+
+std::vector<RailRow> ClientRails() {
+  std::vector<RailRow> rows;
+  for (const ClientTargetMetrics& t : ReadClientMetrics()) {
+    for (const auto& [rail, stats] : t.rails) {
+      rows.push_back(
+          {"side=\"client\",target=\"" + PrometheusLabelValue(t.target) + "\"",
+           stats, t.rails_up.at(rail)});
+    }
+  }
+  return rows;
+}
+
+std::vector<RailRow> ServerRails(const Server& server) {
+  std::map<uint8_t, RailRow> by_rail;
+  server.ForEachConnection([&](const transport::Connection& connection) {
+    for (const RailStats& rail : connection.rail_stats()) {
+      RailRow& row = by_rail[rail.rail];
+      row.labels = "side=\"server\"";
+      AddRail(row.stats, rail);
+      row.up += rail.up ? 1 : 0;
+    }
+  });
+  std::vector<RailRow> rows;
+  for (auto& [rail, row] : by_rail) rows.push_back(std::move(row));
+  return rows;
+}
+
 // Counter names as the driver spells them, made Prometheus names.
 std::string MetricName(std::string_view name) {
   std::string out;
@@ -433,6 +501,9 @@ std::string PrometheusText(const Server& server) {
   ServerTotals(out, server.stats());
   Transports(out, server);
   Clients(out);
+  std::vector<RailRow> rails = ServerRails(server);
+  for (RailRow& row : ClientRails()) rails.push_back(std::move(row));
+  Rails(out, rails);
   Rdma(out);
   Process(out);
   return out;
@@ -441,6 +512,7 @@ std::string PrometheusText(const Server& server) {
 std::string PrometheusClientText() {
   std::string out;
   Clients(out);
+  Rails(out, ClientRails());
   Rdma(out);
   Process(out);
   return out;

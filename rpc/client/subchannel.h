@@ -148,6 +148,15 @@ class Subchannel final : public transport::ConnectionObserver,
   }
   const std::string& target() const { return target_; }
   const std::shared_ptr<CallbackRunner>& runner() const { return runner_; }
+  // The rails of the connection up now (transport/rails), if it has any.
+  std::vector<RailStats> rails() const {
+    std::shared_ptr<transport::Connection> connection;
+    {
+      std::lock_guard lock(mu_);
+      connection = connection_;
+    }
+    return connection ? connection->rail_stats() : std::vector<RailStats>();
+  }
 
  private:
   // Completes a call from the transport's side (the loop thread): the

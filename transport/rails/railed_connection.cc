@@ -179,7 +179,15 @@ std::vector<RailStats> RailedConnection::rail_stats() const {
   std::lock_guard lock(mu_);
   std::vector<RailStats> out;
   for (const Rail& rail : rails_) {
-    if (rail.stats.joins > 0 || rail.rejoining) out.push_back(rail.stats);
+    if (rail.stats.joins == 0 && !rail.rejoining) continue;
+    out.push_back(rail.stats);
+    if (rail.connection) {
+      const ConnectionStats& counted = rail.connection->stats();
+      out.back().bytes_sent =
+          counted.bytes_sent.load(std::memory_order_relaxed);
+      out.back().bytes_received =
+          counted.bytes_received.load(std::memory_order_relaxed);
+    }
   }
   return out;
 }
@@ -201,8 +209,10 @@ void RailedConnection::Close(const Status& reason) {
       }
     }
   }
-  for (auto& rail : rails) rail->Close(reason);
+  // The primary first: its peer then takes the other rails' closes for the
+  // session's end, not for failures.
   primary_->Close(reason);
+  for (auto& rail : rails) rail->Close(reason);
 }
 
 std::shared_ptr<Connection> RailedConnection::TakeDownLocked(
@@ -545,7 +555,7 @@ void RailedConnection::OnSlice(const std::shared_ptr<BulkOp>& op, uint8_t rail,
     Rail& slot = rails_[rail];
     if (status.ok()) {
       ++slot.stats.slices;
-      slot.stats.bytes += slice.length;
+      slot.stats.bulk_bytes += slice.length;
       slot.stats.slices_resent += slice.resent ? 1 : 0;
     } else if (status.code() == StatusCode::kUnavailable &&
                rail != primary_rail_ && !closed_) {

@@ -45,17 +45,6 @@
 
 namespace rdmarpc::transport::rails {
 
-// What one rail has carried, for metrics (ChannelStats, tools/rpc).
-struct RailStats {
-  uint8_t rail = 0;
-  bool up = false;
-  uint64_t slices = 0;         // Slices completed on it.
-  uint64_t bytes = 0;          // Their bytes.
-  uint64_t slices_resent = 0;  // Slices it took over from a failed rail.
-  uint64_t failures = 0;       // Times it failed.
-  uint64_t joins = 0;          // Times it (re)joined the session.
-};
-
 class RailedConnection final
     : public Connection,
       public std::enable_shared_from_this<RailedConnection> {
@@ -88,7 +77,7 @@ class RailedConnection final
   size_t rails_up() const;
   // Rail `rail`'s connection, null while it is down (tests, metrics).
   std::shared_ptr<Connection> rail(uint8_t rail) const;
-  std::vector<RailStats> rail_stats() const;
+  std::vector<RailStats> rail_stats() const override;
   uint8_t primary_rail() const { return primary_rail_; }
 
   // Connection: frames, stats and the executor are the primary's.
