@@ -275,6 +275,9 @@ boost::asio::any_io_executor Channel::completion_executor() const {
   if (runner()->enabled()) return asio::system_executor();
   return loop_->context().get_executor();
 }
+void Channel::Connect() {
+  if (impl_) impl_->ConnectNow();
+}
 ChannelState Channel::state() const {
   return cluster_ ? cluster_->state() : impl_->state();
 }

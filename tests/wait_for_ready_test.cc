@@ -7,6 +7,7 @@
 #include <future>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "tests/support/test_support.h"
 
@@ -83,6 +84,24 @@ TEST_CASE("wait-for-ready: with no server, the call ends at its deadline") {
   options.wait_for_ready = true;
   const CallResult result = CallSync(channel, kEcho, "x", options);
   CHECK(result.status.code() == StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("Connect: a channel comes up before its first call") {
+  TestServer server;
+  rpc::Channel channel(server.uri);
+  CHECK(channel.state() == rpc::ChannelState::kIdle);
+  channel.Connect();
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (channel.state() != rpc::ChannelState::kReady &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(channel.state() == rpc::ChannelState::kReady);
+  CHECK(channel.stats().connects == 1);
+  channel.Connect();  // Ready already: nothing.
+  const CallResult result = CallSync(channel, kEcho, "warm");
+  CHECK(result.status.ok());
+  CHECK(channel.stats().connects == 1);  // The call found it up.
 }
 
 }  // namespace

@@ -116,6 +116,11 @@ class Channel {
   // callback executor, at once on the thread that runs the callback.
   boost::asio::any_io_executor completion_executor() const;
 
+  // Starts connecting now, if the channel is idle, so that its first call
+  // does not wait for the connection (a channel connects on its first call
+  // otherwise; a cluster's endpoints connect as they are found). Over
+  // rails= every rail is brought up first. state() says when it is kReady.
+  void Connect();
   // For a cluster: kReady while any endpoint is connected. Stats add up
   // its endpoints'.
   ChannelState state() const;

@@ -389,6 +389,7 @@ std::vector<RailRow> ServerRails(const Server& server) {
     }
   });
   std::vector<RailRow> rows;
+  rows.reserve(by_rail.size());
   for (auto& [rail, row] : by_rail) rows.push_back(std::move(row));
   return rows;
 }

@@ -91,6 +91,8 @@ class Subchannel final : public transport::ConnectionObserver,
   // after the server's GOAWAY (picked just before the cluster heard of it)
   // goes where `repick` says, if anywhere, instead of waiting for a server
   // that is going away. Called once, before any call.
+  // Starts connecting now if idle (Channel::Connect).
+  void ConnectNow();
   void KeepConnected(std::function<void(ChannelState)> on_state,
                      Repick repick = nullptr);
   // Refuses every call from now on with `why` (a cluster's stand-in for an

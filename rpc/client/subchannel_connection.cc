@@ -29,6 +29,15 @@ void Subchannel::KeepConnected(std::function<void(ChannelState)> on_state,
   asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
 }
 
+void Subchannel::ConnectNow() {
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_ || goaway_ || state_ != ChannelState::kIdle) return;
+    state_ = ChannelState::kConnecting;
+  }
+  asio::post(context_, [self = shared_from_this()] { self->StartConnect(); });
+}
+
 void Subchannel::StartConnect() {
   Log().debug("{}: connecting", target_);
   transport::Connect(context_, target_, options_.transport,

@@ -14,7 +14,10 @@
 // the client checks the second is the first, byte for byte. Over a URI with
 // rails= (transport/rails) the pulls and pushes are sliced over the rails.
 // The client also prints the longest time without a call completing:
-//   FAULTGAP name longest_ms=N
+//   FAULTGAP name longest_ms=N after_mark_ms=M
+// where, with --mark FILE, M is the longest time without a completion since
+// FILE's modification (a fault script touches it as it injects the fault),
+// counted from it (-1: no completion after it, or no mark).
 //
 // Each request is a 24-byte header (client id, sequence number, payload
 // length, checksum of the payload) and the payload: 16 B to 4 MiB of bytes
@@ -30,6 +33,8 @@
 // second with the first failure's status:
 //   FAULTROW name ok=N failed=N lost=N twice=N corrupted=N statuses=CODE:N,...
 //   FAULTFIRST name CODE: message
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,6 +44,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -191,6 +197,12 @@ struct Tally {
   // The longest time without a completion, from the first to the last.
   Clock::time_point last_completion{};
   Clock::duration longest_gap{};
+  // --mark: the file, its time once it exists, the longest time without a
+  // completion since, and the last completion's time.
+  std::string mark_file;
+  std::optional<std::chrono::system_clock::time_point> mark;
+  std::optional<std::chrono::system_clock::duration> after_mark;
+  std::chrono::system_clock::time_point last_wall{};
   std::vector<std::shared_ptr<MemoryRegistration>> arenas;  // --bulk's free.
 
   // Under mu.
@@ -200,6 +212,21 @@ struct Tally {
       longest_gap = std::max(longest_gap, now - last_completion);
     }
     last_completion = now;
+    const auto wall = std::chrono::system_clock::now();
+    if (!mark_file.empty()) {
+      struct stat st {};
+      if (!mark && ::stat(mark_file.c_str(), &st) == 0) {
+        mark = std::chrono::system_clock::time_point(
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                std::chrono::seconds(st.st_mtim.tv_sec) +
+                std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+      }
+      if (mark && wall > *mark) {
+        const auto gap = wall - std::max(*mark, last_wall);
+        after_mark = std::max(after_mark.value_or(gap), gap);
+      }
+    }
+    last_wall = wall;
     in_flight--;
     changed.notify_all();
   }
@@ -279,6 +306,7 @@ int Load(const rdmarpc::Flags& flags) {
                    channel_options.transport.rdma_pooled_grants) != 0;
   rpc::Channel channel(flags.Get("uri", ""), channel_options);
   Tally tally;
+  tally.mark_file = flags.Get("mark", "");
   uint64_t seq = 0;
   const auto stop_at = Clock::now() + seconds;
   auto start_one = [&] {
@@ -374,11 +402,14 @@ int Load(const rdmarpc::Flags& flags) {
       static_cast<unsigned long long>(twice),
       static_cast<unsigned long long>(tally.corrupted),
       statuses.empty() ? "-" : statuses.c_str(), server_stats.c_str());
-  std::printf("FAULTGAP %s longest_ms=%lld\n", name.c_str(),
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(
-                      tally.longest_gap)
-                      .count()));
+  const auto ms = [](auto duration) {
+    return static_cast<long long>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(duration)
+            .count());
+  };
+  std::printf("FAULTGAP %s longest_ms=%lld after_mark_ms=%lld\n", name.c_str(),
+              ms(tally.longest_gap),
+              tally.after_mark ? ms(*tally.after_mark) : -1LL);
   if (!tally.first_error.empty()) {
     std::printf("FAULTFIRST %s %s\n", name.c_str(), tally.first_error.c_str());
   }

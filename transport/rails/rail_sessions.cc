@@ -97,7 +97,8 @@ struct Opening : std::enable_shared_from_this<Opening> {
     };
     railed = RailedConnection::Create(std::move(connection), primary,
                                       std::move(reconnect));
-    for (uint8_t rail = 0; rail < addresses.size(); ++rail) {
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      const auto rail = static_cast<uint8_t>(i);
       if (rail == primary) continue;
       if (rail < primary) {  // It failed as a primary just now.
         railed->RejoinLater(rail);

@@ -127,7 +127,7 @@ RailedConnection::~RailedConnection() {
 }
 
 bool RailedConnection::AddRail(uint8_t rail, uint16_t epoch,
-                               std::shared_ptr<Connection> connection) {
+                               const std::shared_ptr<Connection>& connection) {
   if (rail >= rails_.size() || rail == primary_rail_ || !connection) {
     return false;
   }
@@ -515,7 +515,7 @@ void RailedConnection::Pump(const std::shared_ptr<BulkOp>& op) {
       op->waiting.pop_front();
       ++op->in_flight[rail.rail];
       ++op->total_in_flight;
-      auto landed = [self = shared_from_this(), op, rail = rail.rail,
+      auto landed = [self = shared_from_this(), op = op, rail = rail.rail,
                      generation = rail.generation,
                      slice](const Status& status) mutable {
         asio::dispatch(

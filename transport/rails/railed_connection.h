@@ -68,7 +68,7 @@ class RailedConnection final
   // or this connection is closed. Loans lent before name the rail's earlier
   // epoch and are never used on the new connection.
   bool AddRail(uint8_t rail, uint16_t epoch,
-               std::shared_ptr<Connection> connection);
+               const std::shared_ptr<Connection>& connection);
   // The side that connected: connects `rail` after kRailRejoinDelay (its
   // first connection failed).
   void RejoinLater(uint8_t rail);
