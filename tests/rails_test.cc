@@ -214,14 +214,17 @@ RailStats StatsOf(const RailedConnection& side, uint8_t rail) {
   return RailStats{};
 }
 
+// Large enough for eight slices of 4 MiB over two rails.
+constexpr size_t kBig = 32 << 20;
+// Sixteen: a rail broken once it has carried one still has some in flight.
 constexpr size_t k64MiB = 64 << 20;
 
 TEST_CASE("a loan is lent on every rail, and a pull is sliced over them",
           "[rails]") {
   Rails rails;
-  auto lent = Arena(k64MiB);
-  Fill({lent->data(), k64MiB}, 7);
-  auto loan = rails.client->Lend({lent->data(), k64MiB}, BulkAccess::kRead);
+  auto lent = Arena(kBig);
+  Fill({lent->data(), kBig}, 7);
+  auto loan = rails.client->Lend({lent->data(), kBig}, BulkAccess::kRead);
   REQUIRE(loan.ok());
   rails.Announce();
   REQUIRE(loan->rail_count == 2);
@@ -234,19 +237,19 @@ TEST_CASE("a loan is lent on every rail, and a pull is sliced over them",
   REQUIRE(decoded);
   CHECK(decoded->rails[1].key == loan->rails[1].key);
 
-  auto into = Arena(k64MiB);
-  REQUIRE(rails.Pull(*decoded, {into->data(), k64MiB}).ok());
-  CHECK(std::memcmp(into->data(), lent->data(), k64MiB) == 0);
+  auto into = Arena(kBig);
+  REQUIRE(rails.Pull(*decoded, {into->data(), kBig}).ok());
+  CHECK(std::memcmp(into->data(), lent->data(), kBig) == 0);
   const RailStats zero = StatsOf(*rails.server, 0);
   const RailStats one = StatsOf(*rails.server, 1);
-  CHECK(zero.bulk_bytes + one.bulk_bytes == k64MiB);
-  std::cout << "64 MiB pull over two rails: " << zero.bulk_bytes * 100 / k64MiB
-            << " % on rail 0, " << one.bulk_bytes * 100 / k64MiB
+  CHECK(zero.bulk_bytes + one.bulk_bytes == kBig);
+  std::cout << "32 MiB pull over two rails: " << zero.bulk_bytes * 100 / kBig
+            << " % on rail 0, " << one.bulk_bytes * 100 / kBig
             << " % on rail 1\n";
   // Each rail takes the next slice as one of its own lands: equal rails
   // share about equally.
-  CHECK(zero.bulk_bytes >= k64MiB / 4);
-  CHECK(one.bulk_bytes >= k64MiB / 4);
+  CHECK(zero.bulk_bytes >= kBig / 4);
+  CHECK(one.bulk_bytes >= kBig / 4);
 
   // Small ones go whole on the primary.
   REQUIRE(rails.Pull(*decoded, {into->data(), 4096}).ok());
@@ -254,16 +257,16 @@ TEST_CASE("a loan is lent on every rail, and a pull is sliced over them",
   CHECK(StatsOf(*rails.server, 1).slices == one.slices);
 
   // A push is sliced the same way.
-  auto writable = Arena(k64MiB);
+  auto writable = Arena(kBig);
   auto target =
-      rails.client->Lend({writable->data(), k64MiB}, BulkAccess::kWrite);
+      rails.client->Lend({writable->data(), kBig}, BulkAccess::kWrite);
   REQUIRE(target.ok());
   rails.Announce();
   std::promise<Status> pushed;
-  rails.server->Push({lent->data(), k64MiB}, *target, 0,
+  rails.server->Push({lent->data(), kBig}, *target, 0,
                      [&](const Status& s) { pushed.set_value(s); });
   REQUIRE(pushed.get_future().get().ok());
-  CHECK(std::memcmp(writable->data(), lent->data(), k64MiB) == 0);
+  CHECK(std::memcmp(writable->data(), lent->data(), kBig) == 0);
   CHECK(StatsOf(*rails.server, 1).slices > one.slices);
 
   std::promise<void> revoked;
@@ -413,11 +416,11 @@ TEST_CASE("a channel's calls pull over its rails", "[rails][rdma]") {
   REQUIRE(Eventually([&] { return channel.state() == ChannelState::kReady; }));
   REQUIRE(channel.rails().size() == 2);
   CHECK(channel.rails()[1].up);
-  auto lent = Arena(k64MiB);
-  Fill({lent->data(), k64MiB}, 5);
+  auto lent = Arena(kBig);
+  Fill({lent->data(), kBig}, 5);
   for (int i = 0; i < 3; ++i) {
     CallOptions options;
-    options.bulk.push_back({lent->data(), k64MiB, BulkAccess::kRead});
+    options.bulk.push_back({lent->data(), kBig, BulkAccess::kRead});
     auto result = CallSync(channel, "Pull", "", options, "test.Rails");
     REQUIRE(result.status.ok());
     REQUIRE(result.response.size() == 64);
@@ -427,14 +430,14 @@ TEST_CASE("a channel's calls pull over its rails", "[rails][rdma]") {
   REQUIRE(rails.size() == 2);
   CHECK(rails[0].up);
   CHECK(rails[1].up);
-  // The server sliced: each rail carried its share of 3 x 64 MiB.
+  // The server sliced: each rail carried its share of 3 x 32 MiB.
   std::vector<RailStats> served;
   server.ForEachConnection([&](const transport::Connection& connection) {
     served = connection.rail_stats();
   });
   REQUIRE(served.size() == 2);
-  CHECK(served[0].bulk_bytes + served[1].bulk_bytes == 3 * k64MiB);
-  CHECK(served[1].bulk_bytes >= k64MiB / 2);
+  CHECK(served[0].bulk_bytes + served[1].bulk_bytes == 3 * kBig);
+  CHECK(served[1].bulk_bytes >= kBig / 2);
   const std::string text = rpc::PrometheusText(server);
   CHECK(text.find("rdmarpc_rail_bulk_bytes_total{side=\"server\",rail=\"1\"} " +
                   std::to_string(served[1].bulk_bytes)) != std::string::npos);
