@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "rdmarpc/bulk.h"
 #include "rdmarpc/memory.h"
@@ -29,6 +30,19 @@ namespace rdmarpc::transport {
 
 // Completes a Pull or a Push, once, on the connection's executor.
 using BulkCallback = UniqueFunction<void(const Status&)>;
+
+// Runs `done` once the last copy of the shared_ptr holding it goes: when
+// the last of several revocations (one per loan, or per rail) completed.
+class Countdown {
+ public:
+  explicit Countdown(UniqueFunction<void()> done) : done_(std::move(done)) {}
+  ~Countdown() { done_(); }
+  Countdown(const Countdown&) = delete;
+  Countdown& operator=(const Countdown&) = delete;
+
+ private:
+  UniqueFunction<void()> done_;
+};
 
 // OK if [offset, offset + length) lies inside `loan` and the loan grants
 // `wanted`; otherwise OUT_OF_RANGE or PERMISSION_DENIED naming both.

@@ -125,18 +125,7 @@ Status BulkLoans::LendOn(
 
 namespace {
 
-// Runs `done` once the last copy of it goes: when the last of a call's
-// revocations has completed.
-class Countdown {
- public:
-  explicit Countdown(UniqueFunction<void()> done) : done_(std::move(done)) {}
-  ~Countdown() { done_(); }
-  Countdown(const Countdown&) = delete;
-  Countdown& operator=(const Countdown&) = delete;
-
- private:
-  UniqueFunction<void()> done_;
-};
+using transport::Countdown;
 
 void RevokeAll(const std::shared_ptr<transport::Connection>& connection,
                const std::vector<uint64_t>& keys,

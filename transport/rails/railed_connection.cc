@@ -14,22 +14,6 @@ namespace rdmarpc::transport::rails {
 
 namespace asio = boost::asio;
 
-namespace {
-
-// Runs `done` once the last copy of it goes.
-class Countdown {
- public:
-  explicit Countdown(UniqueFunction<void()> done) : done_(std::move(done)) {}
-  ~Countdown() { done_(); }
-  Countdown(const Countdown&) = delete;
-  Countdown& operator=(const Countdown&) = delete;
-
- private:
-  UniqueFunction<void()> done_;
-};
-
-}  // namespace
-
 // A pull or push under way: its slices waiting, and those in flight on each
 // rail. Loop thread (the primary's executor).
 struct RailedConnection::BulkOp {
