@@ -432,7 +432,7 @@ MethodEntry* ServerSession::ResolveMethod(const CallHeader& header) {
 void ServerSession::TrackLocked(uint64_t id,
                                 const std::shared_ptr<ServerCall>& call) {
   // OnFrame checked that the id is free before it ran the handler.
-  tracked_calls_.store(live_.size() + 1, std::memory_order_release);
+  tracked_calls_.fetch_add(1, std::memory_order_release);
   if (spare_nodes_.empty()) {
     live_.emplace(id, call);
     return;
@@ -444,15 +444,15 @@ void ServerSession::TrackLocked(uint64_t id,
   live_.insert(std::move(node));
 }
 
-void ServerSession::UntrackLocked(uint64_t id) {
+bool ServerSession::UntrackLocked(uint64_t id) {
   LiveCalls::node_type node = live_.extract(id);
-  if (node.empty()) return;
-  tracked_calls_.store(live_.size(), std::memory_order_release);
+  if (node.empty()) return false;
   node.mapped().reset();
   constexpr size_t kMaxSpareNodes = 1024;
   if (spare_nodes_.size() < kMaxSpareNodes) {
     spare_nodes_.push_back(std::move(node));
   }
+  return true;
 }
 
 Status ServerSession::CallLimitLocked() {

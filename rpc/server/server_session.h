@@ -218,13 +218,19 @@ class ServerSession final : public transport::ConnectionObserver,
   using LiveCalls = std::unordered_map<uint64_t, std::weak_ptr<ServerCall>>;
   LiveCalls live_;
   std::vector<LiveCalls::node_type> spare_nodes_;
-  // live_.size(), readable without mu_: Begin takes mu_ only when it is
-  // not 0.
+  // Calls entered in live_ whose response is not queued yet, readable
+  // without mu_: Begin takes mu_ only when it is not 0, and the lifetime
+  // closes a recycled connection only at 0. Complete counts a call out
+  // after queueing its response, not when it leaves live_: a close in
+  // between would drop the response (the connection refuses frames once
+  // closing), and the client would see its call's connection lost.
   std::atomic<size_t> tracked_calls_{0};
   void TrackLocked(uint64_t id, const std::shared_ptr<ServerCall>& call);
   // The calls in live_ still alive, taken under mu_.
   std::vector<std::shared_ptr<ServerCall>> CallsInFlight();
-  void UntrackLocked(uint64_t id);
+  // Removes `id` from live_; true if it was there (tracked_calls_ is then
+  // the caller's to decrement).
+  bool UntrackLocked(uint64_t id);
   // The method of the previous request, looked up again only when a request
   // names another: a connection tends to call the same few methods, and
   // comparing an id (or two names) costs less than a lookup. Used only on

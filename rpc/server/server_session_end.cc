@@ -56,9 +56,10 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
                              Payload response) {
   RDMARPC_TRACE(1, "complete");
   uint8_t state = ServerCall::kNotYet;
+  bool counted_in = false;  // In tracked_calls_ until its response is queued.
   if (!call.tracking_.compare_exchange_strong(state, ServerCall::kNever)) {
     std::lock_guard lock(mu_);  // kTracked: OnFrame has entered it.
-    UntrackLocked(call.id_);
+    counted_in = UntrackLocked(call.id_);
   }
   const uint64_t response_size = response.size();
   // The handler has answered: its room under the limits is free before the
@@ -68,6 +69,7 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
     GiveBackAdmission(call);
   }
   const StatusCode sent = Send(call, status, std::move(response));
+  if (counted_in) tracked_calls_.fetch_sub(1, std::memory_order_release);
   if (call.metrics_ != nullptr) {
     if (call.stream_) {
       call.metrics_->streams_open.fetch_sub(1, std::memory_order_relaxed);

@@ -160,6 +160,12 @@ class CompletionGroup : public std::enable_shared_from_this<CompletionGroup> {
   void Detach(uint32_t qp_num, uint64_t id);
   // Gives back the place Join took.
   void Leave();
+  // Delivers what the CQ holds now. For a peer's disconnect: its last
+  // frames landed (and were acknowledged, which it waited for) before it
+  // disconnected, but the CM event may be read before the CQ is.
+  void DrainNow() {
+    if (!failed_) Drain();
+  }
 
   // Receive credits (see the file comment).
   Status Reserve(uint32_t count);

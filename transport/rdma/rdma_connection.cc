@@ -335,6 +335,9 @@ void RdmaConnection::OnCmEvent(rdma_cm_event* event) {
                                   "connect to " + peer_ + ": " + what));
       }
       Log().info("{}: {}", peer_, what);
+      // Frames the peer sent before it disconnected are delivered first.
+      if (group_) group_->DrainNow();
+      if (torn_down_) return;
       return CloseNow(
           Status(StatusCode::kUnavailable, "peer " + peer_ + " disconnected"));
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
