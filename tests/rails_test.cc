@@ -81,9 +81,107 @@ std::shared_ptr<MemoryRegistration> Arena(size_t size) {
 
 // Two sides of a connection of two rails: `client` lends, `server` pulls
 // and pushes.
+// A rail whose fabric stopped answering while its connection stays up (no
+// error, no close): its pulls and pushes, and the binds of loans lent across
+// it, never complete; they fail, or run, once it is aborted or closed.
+class Stalling final : public Connection {
+ public:
+  explicit Stalling(std::shared_ptr<Connection> inner)
+      : inner_(std::move(inner)) {}
+  void Start(std::shared_ptr<ConnectionObserver> observer) override {
+    inner_->Start(std::move(observer));
+  }
+  Status Send(transport::OutgoingFrame frame) override {
+    return inner_->Send(std::move(frame));
+  }
+  void Close(const Status& reason) override {
+    Release(reason);
+    inner_->Close(reason);
+  }
+  void Abort(const Status& reason) override {
+    {
+      std::lock_guard lock(mu_);
+      aborted_ = reason;
+    }
+    Close(reason);
+  }
+  boost::asio::any_io_executor executor() const override {
+    return inner_->executor();
+  }
+  const std::string& peer() const override { return inner_->peer(); }
+  const transport::ConnectionStats& stats() const override {
+    return inner_->stats();
+  }
+  uint64_t queued_bytes() const override { return inner_->queued_bytes(); }
+  StatusOr<BulkDescriptor> Lend(std::span<std::byte> bytes,
+                                BulkAccess access) override {
+    return inner_->Lend(bytes, access);
+  }
+  StatusOr<BulkDescriptor> LendAcross(std::span<std::byte> bytes,
+                                      BulkAccess access,
+                                      UniqueFunction<void()> usable) override {
+    StatusOr<BulkDescriptor> lent = inner_->Lend(bytes, access);
+    if (lent.ok()) {
+      std::lock_guard lock(mu_);
+      binds_.push_back(std::move(usable));
+    }
+    return lent;
+  }
+  void Revoke(uint64_t key, UniqueFunction<void()> revoked) override {
+    inner_->Revoke(key, std::move(revoked));
+  }
+  void Pull(const BulkDescriptor&, uint64_t, std::span<std::byte>,
+            transport::BulkCallback done) override {
+    std::lock_guard lock(mu_);
+    stuck_.push_back(std::move(done));
+  }
+  void Push(std::span<const std::byte>, const BulkDescriptor&, uint64_t,
+            transport::BulkCallback done) override {
+    std::lock_guard lock(mu_);
+    stuck_.push_back(std::move(done));
+  }
+  // Why it was aborted ("" if it was not).
+  std::string aborted() const {
+    std::lock_guard lock(mu_);
+    return aborted_ ? aborted_->message() : "";
+  }
+  size_t stuck() const {
+    std::lock_guard lock(mu_);
+    return stuck_.size() + binds_.size();
+  }
+
+ private:
+  void Release(const Status& reason) {
+    std::vector<transport::BulkCallback> stuck;
+    std::vector<UniqueFunction<void()>> binds;
+    {
+      std::lock_guard lock(mu_);
+      stuck.swap(stuck_);
+      binds.swap(binds_);
+    }
+    const Status failed(StatusCode::kUnavailable,
+                        "stalled rail closed: " + reason.message());
+    for (auto& done : stuck) {
+      boost::asio::post(
+          inner_->executor(),
+          [done = std::move(done), failed]() mutable { done(failed); });
+    }
+    for (auto& usable : binds) usable();
+  }
+
+  const std::shared_ptr<Connection> inner_;
+  mutable std::mutex mu_;
+  std::optional<Status> aborted_;
+  std::vector<transport::BulkCallback> stuck_;
+  std::vector<UniqueFunction<void()>> binds_;
+};
+
 struct Rails {
-  Rails() {
-    if (OverRdma()) {
+  // Rail 1 of one side stalled (over TCP, whatever the transport tested).
+  enum class Stall { kNone, kServer, kClient };
+
+  explicit Rails(Stall stall = Stall::kNone) : stall_(stall) {
+    if (OverRdma() && stall == Stall::kNone) {
       OpenOverRdma();
     } else {
       OpenOverTcp();
@@ -128,6 +226,13 @@ struct Rails {
         std::lock_guard lock(mu);
         return accepted.size() == connected.size();
       }));
+    }
+    if (stall_ == Stall::kClient) {
+      stalled = std::make_shared<Stalling>(connected[1]);
+      connected[1] = stalled;
+    } else if (stall_ == Stall::kServer) {
+      stalled = std::make_shared<Stalling>(accepted[1]);
+      accepted[1] = stalled;
     }
     client = RailedConnection::Create(connected[0], 0, nullptr);
     REQUIRE(client->AddRail(1, 0, connected[1]));
@@ -199,6 +304,8 @@ struct Rails {
     return future.get();
   }
 
+  const Stall stall_;
+  std::shared_ptr<Stalling> stalled;  // Rail 1 of the side stall_ names.
   rpc::EventLoop loop;
   std::unique_ptr<transport::Listener> listener;
   std::shared_ptr<RailedConnection> client;
@@ -329,6 +436,53 @@ TEST_CASE("a rail lost mid-pull: its slices go on the other, nothing lost",
     CHECK(StatsOf(*rails.client, 1).joins == 2);
     rails.client->Revoke(fresh->key, [] {});
   }
+  rails.client->Revoke(loan->key, [] {});
+}
+
+TEST_CASE(
+    "a rail that stops answering, its connection still up, is abandoned: "
+    "its slices go on the other",
+    "[rails]") {
+  Rails rails(Rails::Stall::kServer);
+  auto lent = Arena(kBig);
+  Fill({lent->data(), kBig}, 13);
+  auto loan = rails.client->Lend({lent->data(), kBig}, BulkAccess::kRead);
+  REQUIRE(loan.ok());
+  rails.Announce();
+  REQUIRE(loan->rail_count == 2);
+  // Without the stall watch this pull waits for rail 1 forever.
+  auto into = Arena(kBig);
+  REQUIRE(rails.Pull(*loan, {into->data(), kBig}).ok());
+  CHECK(std::memcmp(into->data(), lent->data(), kBig) == 0);
+  INFO(rails.stalled->aborted());
+  CHECK(rails.stalled->aborted().find("no progress for") != std::string::npos);
+  CHECK(rails.stalled->stuck() == 0);
+  const RailStats zero = StatsOf(*rails.server, 0);
+  const RailStats one = StatsOf(*rails.server, 1);
+  CHECK(one.failures == 1);
+  CHECK(one.bulk_bytes == 0);
+  CHECK(zero.bulk_bytes == kBig);
+  CHECK(zero.slices_resent >= 1);
+  CHECK(rails.server->rails_up() == 1);
+  rails.client->Revoke(loan->key, [] {});
+}
+
+TEST_CASE(
+    "a loan's bind that never completes on a rail holds frames only until "
+    "that rail is abandoned",
+    "[rails]") {
+  Rails rails(Rails::Stall::kClient);
+  auto lent = Arena(4096);
+  auto loan = rails.client->Lend({lent->data(), 4096}, BulkAccess::kRead);
+  REQUIRE(loan.ok());
+  REQUIRE(rails.stalled->stuck() == 1);  // Rail 1's bind.
+  // The frame after the loan waits for that bind, then goes once the rail
+  // is taken for dead (Announce waits for it to arrive).
+  rails.Announce();
+  INFO(rails.stalled->aborted());
+  CHECK(rails.stalled->aborted().find("1 window binds") != std::string::npos);
+  CHECK(StatsOf(*rails.client, 1).failures == 1);
+  CHECK(rails.client->rails_up() == 1);
   rails.client->Revoke(loan->key, [] {});
 }
 

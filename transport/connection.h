@@ -174,6 +174,10 @@ class Connection {
   // written first (bounded by kCloseFlushTimeout); later Sends fail.
   // Idempotent.
   virtual void Close(const Status& reason) = 0;
+  // Closes without waiting for what is queued or posted: for a connection
+  // taken for dead (transport/rails: a rail that stopped making progress).
+  // Bulk transfers under way fail UNAVAILABLE once nothing more can land.
+  virtual void Abort(const Status& reason) { Close(reason); }
 
   virtual boost::asio::any_io_executor executor() const = 0;
   // The peer as a URI: "tcp://127.0.0.1:40001".

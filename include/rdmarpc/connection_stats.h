@@ -81,6 +81,9 @@ struct ConnectionStats {
   // RDMA only.
   std::atomic<uint64_t> inline_sends{0};
   std::atomic<uint64_t> rdma_writes{0};  // WRITE WITH IMMEDIATE transfers.
+  // Chunks of bulk pulls and pushes (RDMA READ, WRITE) completed: a rail
+  // with transfers under way and this count still is making no progress.
+  std::atomic<uint64_t> bulk_chunks{0};
   // Transfers whose RTS went out while an earlier one was still under way.
   std::atomic<uint64_t> pipelined_transfers{0};
   // Standing grants (the receiver's grants for transfers not yet asked for):
@@ -193,6 +196,8 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
      "SENDs with their data inline (RDMA)."},
     {&ConnectionStats::rdma_writes, "rdma_writes",
      "WRITE WITH IMMEDIATE transfers (RDMA)."},
+    {&ConnectionStats::bulk_chunks, "bulk_chunks",
+     "Chunks of bulk pulls and pushes completed (RDMA READ and WRITE)."},
     {&ConnectionStats::pipelined_transfers, "pipelined_transfers",
      "Transfers asked for while an earlier one was under way (RDMA)."},
     {&ConnectionStats::standing_grants, "standing_grants",

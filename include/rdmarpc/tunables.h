@@ -220,6 +220,9 @@ inline constexpr std::chrono::milliseconds kRdmaPortDownGrace{3000};
 static_assert(kRdmaPortDownGrace.count() >
                   7 * ((4096LL << kRdmaAckTimeout) / 1000000),
               "a flap the QP's retries survive must not close the connection");
+// Releasing a connection's QP, windows and id longer than this (the kernel
+// held the event loop's thread) is logged as a warning.
+inline constexpr std::chrono::milliseconds kRdmaSlowTeardown{100};
 // A listener whose device was removed tries this often to listen again on
 // the same address and port (a device that comes back is used again).
 inline constexpr std::chrono::milliseconds kRdmaRelistenInterval{1000};
@@ -393,6 +396,18 @@ inline constexpr uint32_t kRailSlicesInFlight = 2;
 // A rail that failed is connected again after this, and again after each
 // failure, while its connection lives.
 inline constexpr std::chrono::milliseconds kRailRejoinDelay{1000};
+// A rail other than the primary with slices or window binds outstanding
+// and no progress for this long (no chunk, slice or bind completed on it) is
+// taken for dead: closed at once, its slices sent on the others. No sooner
+// than its QP's retries would give up (7 tries of 268 ms): a rail whose
+// packets are being sent again is not dead, and a watch at 1 s took healthy
+// rails of a lossy Soft-RoCE link for dead in 3 runs of 4. Soft-RoCE under
+// load stretches those retries past 3 s; this bounds them.
+inline constexpr std::chrono::milliseconds kRailStallTimeout{2000};
+static_assert(kRailStallTimeout.count() >=
+                  (kRdmaRetryCount + 1) *
+                      ((4096LL << kRdmaAckTimeout) / 1000000),
+              "a rail its QP still retries must not be taken for dead");
 static_assert(kMaxRails >= 2 && kMaxRails <= 16);
 static_assert(kMaxCallHeaderSize >=
                   (16 << 10) + (16 << 10) + 128 +

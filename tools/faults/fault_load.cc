@@ -14,10 +14,11 @@
 // the client checks the second is the first, byte for byte. Over a URI with
 // rails= (transport/rails) the pulls and pushes are sliced over the rails.
 // The client also prints the longest time without a call completing:
-//   FAULTGAP name longest_ms=N after_mark_ms=M
+//   FAULTGAP name longest_ms=N after_mark_ms=M from=HH:MM:SS.mmm
 // where, with --mark FILE, M is the longest time without a completion since
 // FILE's modification (a fault script touches it as it injects the fault),
-// counted from it (-1: no completion after it, or no mark).
+// counted from it (-1: no completion after it, or no mark), and `from` is
+// when that gap began (UTC).
 //
 // Each request is a 24-byte header (client id, sequence number, payload
 // length, checksum of the payload) and the payload: 16 B to 4 MiB of bytes
@@ -42,6 +43,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -202,6 +204,7 @@ struct Tally {
   std::string mark_file;
   std::optional<std::chrono::system_clock::time_point> mark;
   std::optional<std::chrono::system_clock::duration> after_mark;
+  std::chrono::system_clock::time_point after_mark_from{};  // Its start.
   std::chrono::system_clock::time_point last_wall{};
   std::vector<std::shared_ptr<MemoryRegistration>> arenas;  // --bulk's free.
 
@@ -223,7 +226,10 @@ struct Tally {
       }
       if (mark && wall > *mark) {
         const auto gap = wall - std::max(*mark, last_wall);
-        after_mark = std::max(after_mark.value_or(gap), gap);
+        if (!after_mark || gap > *after_mark) {
+          after_mark = gap;
+          after_mark_from = std::max(*mark, last_wall);
+        }
       }
     }
     last_wall = wall;
@@ -407,9 +413,21 @@ int Load(const rdmarpc::Flags& flags) {
         std::chrono::duration_cast<std::chrono::milliseconds>(duration)
             .count());
   };
-  std::printf("FAULTGAP %s longest_ms=%lld after_mark_ms=%lld\n", name.c_str(),
-              ms(tally.longest_gap),
-              tally.after_mark ? ms(*tally.after_mark) : -1LL);
+  std::string from = "-";
+  if (tally.after_mark) {
+    const auto since_epoch = tally.after_mark_from.time_since_epoch();
+    const std::time_t seconds =
+        std::chrono::system_clock::to_time_t(tally.after_mark_from);
+    std::tm utc{};
+    gmtime_r(&seconds, &utc);
+    char text[32];
+    std::snprintf(text, sizeof(text), "%02d:%02d:%02d.%03lld", utc.tm_hour,
+                  utc.tm_min, utc.tm_sec, ms(since_epoch) % 1000);
+    from = text;
+  }
+  std::printf("FAULTGAP %s longest_ms=%lld after_mark_ms=%lld from=%s\n",
+              name.c_str(), ms(tally.longest_gap),
+              tally.after_mark ? ms(*tally.after_mark) : -1LL, from.c_str());
   if (!tally.first_error.empty()) {
     std::printf("FAULTFIRST %s %s\n", name.c_str(), tally.first_error.c_str());
   }

@@ -14,6 +14,9 @@ namespace rdmarpc::transport::rails {
 
 namespace asio = boost::asio;
 
+// Frames held longer than this for binds on other rails are logged.
+constexpr auto kLongHold = std::chrono::milliseconds(100);
+
 // A pull or push under way: its slices waiting, and those in flight on each
 // rail. Loop thread (the primary's executor).
 struct RailedConnection::BulkOp {
@@ -126,6 +129,7 @@ bool RailedConnection::AddRail(uint8_t rail, uint16_t epoch,
     slot.generation = generation = next_generation_++;
     slot.epoch = epoch;
     slot.rejoining = false;
+    slot.slices_out = slot.binds_out = 0;
     slot.stats.up = true;
     ++slot.stats.joins;
   }
@@ -203,6 +207,7 @@ std::shared_ptr<Connection> RailedConnection::TakeDownLocked(
     uint8_t rail, const Status& reason) {
   Rail& slot = rails_[rail];
   std::shared_ptr<Connection> connection = std::move(slot.connection);
+  slot.slices_out = slot.binds_out = 0;
   slot.stats.up = false;
   ++slot.stats.failures;
   if (!closed_) {
@@ -286,6 +291,7 @@ StatusOr<BulkDescriptor> RailedConnection::Lend(std::span<std::byte> bytes,
   struct Up {
     uint8_t rail;
     uint16_t epoch;
+    uint64_t generation;
     std::shared_ptr<Connection> connection;
   };
   std::vector<Up> up;
@@ -294,8 +300,8 @@ StatusOr<BulkDescriptor> RailedConnection::Lend(std::span<std::byte> bytes,
     if (closed_) return ClosedError(primary_->peer());
     for (size_t i = 0; i < rails_.size(); ++i) {
       if (rails_[i].connection) {
-        up.push_back(
-            {static_cast<uint8_t>(i), rails_[i].epoch, rails_[i].connection});
+        up.push_back({static_cast<uint8_t>(i), rails_[i].epoch,
+                      rails_[i].generation, rails_[i].connection});
       }
     }
   }
@@ -305,16 +311,22 @@ StatusOr<BulkDescriptor> RailedConnection::Lend(std::span<std::byte> bytes,
     // On the primary the bind goes before every later frame; on another
     // rail, frames wait until it is done.
     const bool across = rail.rail != primary_rail_;
-    if (across) binds_pending_.fetch_add(1, std::memory_order_acq_rel);
+    if (across) {
+      binds_pending_.fetch_add(1, std::memory_order_acq_rel);
+      std::lock_guard lock(mu_);
+      OweLocked(rail.rail, /*slice=*/false);
+    }
     StatusOr<BulkDescriptor> lent =
-        across ? rail.connection->LendAcross(bytes, access,
-                                             [weak = weak_from_this()] {
-                                               if (auto self = weak.lock()) {
-                                                 self->BindDone();
-                                               }
-                                             })
+        across ? rail.connection->LendAcross(
+                     bytes, access,
+                     [weak = weak_from_this(), rail = rail.rail,
+                      generation = rail.generation] {
+                       if (auto self = weak.lock()) {
+                         self->BindDone(rail, generation);
+                       }
+                     })
                : rail.connection->Lend(bytes, access);
-    if (across && !lent.ok()) BindDone();
+    if (across && !lent.ok()) BindDone(rail.rail, rail.generation);
     if (!lent.ok()) {
       for (size_t i = 0; i < keys.size(); ++i) {
         up[i].connection->Revoke(keys[i].key, [] {});
@@ -342,6 +354,7 @@ Status RailedConnection::SendHeld(OutgoingFrame frame) {
     if (binds_pending_.load(std::memory_order_acquire) > 0 ||
         holding_.load(std::memory_order_acquire)) {
       if (closed_) return ClosedError(primary_->peer());
+      if (held_.empty()) held_since_ = std::chrono::steady_clock::now();
       holding_.store(true, std::memory_order_release);
       held_.push_back(std::move(frame));
       return Status();
@@ -350,7 +363,11 @@ Status RailedConnection::SendHeld(OutgoingFrame frame) {
   return primary_->Send(std::move(frame));
 }
 
-void RailedConnection::BindDone() {
+void RailedConnection::BindDone(uint8_t rail, uint64_t generation) {
+  {
+    std::lock_guard lock(mu_);
+    PaidLocked(rail, generation, /*slice=*/false, /*ok=*/true);
+  }
   if (binds_pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   // The last bind is done: the held frames go, in order; frames sent
   // meanwhile join the queue until it is empty.
@@ -363,6 +380,13 @@ void RailedConnection::BindDone() {
         return;
       }
       frames.swap(held_);
+      const auto waited = std::chrono::steady_clock::now() - held_since_;
+      if (waited > kLongHold) {
+        Log().info("{}: {} frames waited {} ms for window binds on other rails",
+                   primary_->peer(), frames.size(),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(waited)
+                       .count());
+      }
     }
     for (OutgoingFrame& frame : frames) {
       Status sent = primary_->Send(std::move(frame));
@@ -462,7 +486,7 @@ void RailedConnection::StartBulk(std::shared_ptr<BulkOp> op) {
             ? op->length
             : std::clamp<uint64_t>(even, chunk, tunables::kRailSliceSize);
     for (uint64_t at = 0; at < op->length; at += slice) {
-      op->waiting.push_back({at, std::min(slice, op->length - at), false});
+      op->waiting.push_back({at, std::min(slice, op->length - at), false, {}});
     }
   }
   asio::post(primary_->executor(),
@@ -495,8 +519,13 @@ void RailedConnection::Pump(const std::shared_ptr<BulkOp>& op) {
   for (Up& rail : up) {
     while (op->error.ok() && !op->waiting.empty() &&
            op->in_flight[rail.rail] < tunables::kRailSlicesInFlight) {
-      const Slice slice = op->waiting.front();
+      Slice slice = op->waiting.front();
       op->waiting.pop_front();
+      slice.posted = std::chrono::steady_clock::now();
+      if (rail.rail != primary_rail_) {
+        std::lock_guard lock(mu_);
+        OweLocked(rail.rail, /*slice=*/true);
+      }
       ++op->in_flight[rail.rail];
       ++op->total_in_flight;
       auto landed = [self = shared_from_this(), op = op, rail = rail.rail,
@@ -537,6 +566,9 @@ void RailedConnection::OnSlice(const std::shared_ptr<BulkOp>& op, uint8_t rail,
   {
     std::lock_guard lock(mu_);
     Rail& slot = rails_[rail];
+    if (rail != primary_rail_) {
+      PaidLocked(rail, generation, /*slice=*/true, status.ok());
+    }
     if (status.ok()) {
       ++slot.stats.slices;
       slot.stats.bulk_bytes += slice.length;
@@ -547,6 +579,14 @@ void RailedConnection::OnSlice(const std::shared_ptr<BulkOp>& op, uint8_t rail,
       // goes to this connection again.
       slice.resent = true;
       op->waiting.push_front(slice);
+      Log().info(
+          "{}: rail {} failed a {} slice of {} bytes at {} after {} ms: sent "
+          "again on the others",
+          primary_->peer(), rail, op->read ? "pull" : "push", slice.length,
+          slice.offset,
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - slice.posted)
+              .count());
       if (slot.generation == generation && slot.connection) {
         failed = TakeDownLocked(rail, status);
       }
@@ -556,6 +596,86 @@ void RailedConnection::OnSlice(const std::shared_ptr<BulkOp>& op, uint8_t rail,
   }
   if (failed) failed->Close(status);
   Pump(op);
+}
+
+void RailedConnection::OweLocked(uint8_t rail, bool slice) {
+  Rail& slot = rails_[rail];
+  if (!slot.connection) return;
+  if (slot.slices_out == 0 && slot.binds_out == 0) {
+    // Owing from now: the stall is counted from here.
+    slot.progress_at = std::chrono::steady_clock::now();
+    slot.progress_seen =
+        slot.progress +
+        slot.connection->stats().bulk_chunks.load(std::memory_order_relaxed);
+  }
+  ++(slice ? slot.slices_out : slot.binds_out);
+  if (watching_ || closed_) return;
+  watching_ = true;
+  if (!stall_timer_) {
+    stall_timer_ = std::make_shared<asio::steady_timer>(primary_->executor());
+  }
+  stall_timer_->expires_after(tunables::kRailStallTimeout / 8);
+  stall_timer_->async_wait(
+      [weak = weak_from_this()](const boost::system::error_code& error) {
+        if (auto self = weak.lock(); self && !error) self->OnStallTick();
+      });
+}
+
+void RailedConnection::PaidLocked(uint8_t rail, uint64_t generation, bool slice,
+                                  bool ok) {
+  Rail& slot = rails_[rail];
+  if (!slot.connection || slot.generation != generation) return;
+  uint32_t& owed = slice ? slot.slices_out : slot.binds_out;
+  if (owed > 0) --owed;
+  if (ok) ++slot.progress;
+}
+
+void RailedConnection::OnStallTick() {
+  std::vector<std::pair<std::shared_ptr<Connection>, Status>> dead;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    bool owing = false;
+    for (size_t i = 0; i < rails_.size() && !closed_; ++i) {
+      Rail& slot = rails_[i];
+      if (i == primary_rail_ || !slot.connection ||
+          (slot.slices_out == 0 && slot.binds_out == 0)) {
+        continue;
+      }
+      const uint64_t progress =
+          slot.progress +
+          slot.connection->stats().bulk_chunks.load(std::memory_order_relaxed);
+      if (progress != slot.progress_seen) {
+        slot.progress_seen = progress;
+        slot.progress_at = now;
+      } else if (now - slot.progress_at >= tunables::kRailStallTimeout) {
+        Status stalled(
+            StatusCode::kUnavailable,
+            fmt::format("no progress for {} ms with {} slices and {} window "
+                        "binds outstanding",
+                        std::chrono::duration_cast<std::chrono::milliseconds>(
+                            now - slot.progress_at)
+                            .count(),
+                        slot.slices_out, slot.binds_out));
+        std::shared_ptr<Connection> connection =
+            TakeDownLocked(static_cast<uint8_t>(i), stalled);
+        dead.emplace_back(std::move(connection), std::move(stalled));
+        continue;
+      }
+      owing = true;
+    }
+    watching_ = owing && !closed_;
+    if (watching_) {
+      stall_timer_->expires_after(tunables::kRailStallTimeout / 8);
+      stall_timer_->async_wait(
+          [weak = weak_from_this()](const boost::system::error_code& error) {
+            if (auto self = weak.lock(); self && !error) self->OnStallTick();
+          });
+    }
+  }
+  // Closed at once, its QP first: its slices fail (and go on the others)
+  // once nothing more can land.
+  for (auto& [connection, why] : dead) connection->Abort(why);
 }
 
 void RailedConnection::Finish(const std::shared_ptr<BulkOp>& op) {

@@ -30,6 +30,8 @@
 
 #include <array>
 #include <atomic>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -123,12 +125,22 @@ class RailedConnection final
     uint16_t epoch = 0;       // The session's, for descriptors.
     bool rejoining = false;   // A connect or its delay is under way.
     RailStats stats;
+    // What its connection owes (slices posted, binds not yet done), and the
+    // stall watch's view of its progress: slices landed and binds done, the
+    // count it saw last with the connection's bulk chunks, and when that
+    // last moved.
+    uint32_t slices_out = 0;
+    uint32_t binds_out = 0;
+    uint64_t progress = 0;
+    uint64_t progress_seen = 0;
+    std::chrono::steady_clock::time_point progress_at;
   };
   struct BulkOp;
   struct Slice {
     uint64_t offset = 0;  // From the op's start.
     uint64_t length = 0;
     bool resent = false;  // A failed rail had it first.
+    std::chrono::steady_clock::time_point posted;  // To its current rail.
   };
 
   // A rail's connection closed (`generation` names which).
@@ -147,8 +159,16 @@ class RailedConnection final
                uint64_t generation, Slice slice, const Status& status);
   void Finish(const std::shared_ptr<BulkOp>& op);
   Status SendHeld(OutgoingFrame frame);
-  // A bind LendAcross awaited is done: held frames go once none is left.
-  void BindDone();
+  // A bind LendAcross awaited (on `rail`'s connection `generation`) is
+  // done: held frames go once none is left.
+  void BindDone(uint8_t rail, uint64_t generation);
+  // Under mu_: `rail`'s connection owes one more slice or bind, or paid one
+  // (if it is still connection `generation`).
+  void OweLocked(uint8_t rail, bool slice);
+  void PaidLocked(uint8_t rail, uint64_t generation, bool slice, bool ok);
+  // The stall watch (kRailStallTimeout), on the primary's executor while a
+  // rail other than the primary owes anything.
+  void OnStallTick();
   // The loan's descriptor on `rail` as its `epoch`-th connection (a plain
   // one, for that connection); nullopt if the loan names no such key.
   static std::optional<BulkDescriptor> OnRail(const BulkDescriptor& loan,
@@ -172,6 +192,10 @@ class RailedConnection final
   std::atomic<uint64_t> binds_pending_{0};
   std::atomic<bool> holding_{false};
   std::deque<OutgoingFrame> held_;
+  // When the frames held now began to wait (logged when it was long).
+  std::chrono::steady_clock::time_point held_since_;
+  std::shared_ptr<boost::asio::steady_timer> stall_timer_;  // Guarded by mu_.
+  bool watching_ = false;                                   // Guarded by mu_.
 };
 
 }  // namespace rdmarpc::transport::rails

@@ -370,7 +370,10 @@ void RdmaConnection::FinishBulkChunks() {
   while (!bulk_posted_.empty() && bulk_posted_.front().seq <= completed_) {
     BulkChunk chunk = std::move(bulk_posted_.front());
     bulk_posted_.pop_front();
-    if (chunk.counted) --(chunk.read ? reads_posted_ : writes_posted_);
+    if (chunk.counted) {
+      --(chunk.read ? reads_posted_ : writes_posted_);
+      Bump(stats_.bulk_chunks);
+    }
     BulkOp& op = *chunk.op;
     if (--op.in_flight == 0 && op.issued == op.length && op.done) {
       BulkCallback done = std::move(op.done);

@@ -9,6 +9,34 @@ namespace rdmarpc::transport::rdma {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// Says, as it goes, that a teardown held the event loop's thread longer
+// than tunables::kRdmaSlowTeardown.
+class SlowTeardownLog {
+ public:
+  explicit SlowTeardownLog(const std::string& peer) : peer_(peer) {}
+  SlowTeardownLog(const SlowTeardownLog&) = delete;
+  SlowTeardownLog& operator=(const SlowTeardownLog&) = delete;
+  ~SlowTeardownLog() {
+    const auto took = std::chrono::steady_clock::now() - started_;
+    if (took > tunables::kRdmaSlowTeardown) {
+      Log().warn(
+          "{}: releasing the connection's device resources held its event "
+          "loop {} ms",
+          peer_,
+          std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+    }
+  }
+
+ private:
+  const std::string& peer_;
+  const std::chrono::steady_clock::time_point started_ =
+      std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
 void RdmaConnection::Close(const Status& reason) {
   {
     std::lock_guard lock(mu_);
@@ -27,6 +55,15 @@ void RdmaConnection::Close(const Status& reason) {
     self->Flush();
     self->MaybeFinishClose();
   });
+}
+
+void RdmaConnection::Abort(const Status& reason) {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  asio::post(context_,
+             [self = shared_from_this(), reason] { self->CloseNow(reason); });
 }
 
 void RdmaConnection::MaybeFinishClose() {
@@ -84,6 +121,9 @@ Status RdmaConnection::Lost(std::string_view why) const {
 }
 
 void RdmaConnection::ReleaseDevice() {
+  // The kernel may hold this thread here (rxe destroying a QP or an id whose
+  // peer is unreachable): every connection of the loop waits meanwhile.
+  const SlowTeardownLog timed(peer_);
   // No async event may reach this connection once its QP is gone.
   device_events_.Reset();
   // No DMA may touch memory that is about to be freed: the memory windows

@@ -108,6 +108,7 @@ class RdmaConnection final
   void Start(std::shared_ptr<ConnectionObserver> observer) override;
   Status Send(OutgoingFrame frame) override;
   void Close(const Status& reason) override;
+  void Abort(const Status& reason) override;
   boost::asio::any_io_executor executor() const override;
   const std::string& peer() const override { return peer_; }
   const ConnectionStats& stats() const override { return stats_; }
