@@ -305,11 +305,13 @@ struct Rails {
   }
 
   const Stall stall_;
-  std::shared_ptr<Stalling> stalled;  // Rail 1 of the side stall_ names.
   rpc::EventLoop loop;
   std::unique_ptr<transport::Listener> listener;
   std::shared_ptr<RailedConnection> client;
   std::shared_ptr<RailedConnection> server;
+  // Rail 1 of the side stall_ names (it holds that TCP connection: gone
+  // before the loop).
+  std::shared_ptr<Stalling> stalled;
   std::shared_ptr<Recorder> client_frames = std::make_shared<Recorder>();
   std::shared_ptr<Recorder> server_frames = std::make_shared<Recorder>();
 };

@@ -314,7 +314,7 @@ StatusOr<BulkDescriptor> RailedConnection::Lend(std::span<std::byte> bytes,
     if (across) {
       binds_pending_.fetch_add(1, std::memory_order_acq_rel);
       std::lock_guard lock(mu_);
-      OweLocked(rail.rail, /*slice=*/false);
+      OweLocked(rail.rail, rail.generation, /*slice=*/false);
     }
     StatusOr<BulkDescriptor> lent =
         across ? rail.connection->LendAcross(
@@ -524,7 +524,7 @@ void RailedConnection::Pump(const std::shared_ptr<BulkOp>& op) {
       slice.posted = std::chrono::steady_clock::now();
       if (rail.rail != primary_rail_) {
         std::lock_guard lock(mu_);
-        OweLocked(rail.rail, /*slice=*/true);
+        OweLocked(rail.rail, rail.generation, /*slice=*/true);
       }
       ++op->in_flight[rail.rail];
       ++op->total_in_flight;
@@ -598,9 +598,10 @@ void RailedConnection::OnSlice(const std::shared_ptr<BulkOp>& op, uint8_t rail,
   Pump(op);
 }
 
-void RailedConnection::OweLocked(uint8_t rail, bool slice) {
+void RailedConnection::OweLocked(uint8_t rail, uint64_t generation,
+                                 bool slice) {
   Rail& slot = rails_[rail];
-  if (!slot.connection) return;
+  if (!slot.connection || slot.generation != generation) return;
   if (slot.slices_out == 0 && slot.binds_out == 0) {
     // Owing from now: the stall is counted from here.
     slot.progress_at = std::chrono::steady_clock::now();

@@ -164,7 +164,7 @@ class RailedConnection final
   void BindDone(uint8_t rail, uint64_t generation);
   // Under mu_: `rail`'s connection owes one more slice or bind, or paid one
   // (if it is still connection `generation`).
-  void OweLocked(uint8_t rail, bool slice);
+  void OweLocked(uint8_t rail, uint64_t generation, bool slice);
   void PaidLocked(uint8_t rail, uint64_t generation, bool slice, bool ok);
   // The stall watch (kRailStallTimeout), on the primary's executor while a
   // rail other than the primary owes anything.
