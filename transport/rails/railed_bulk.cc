@@ -226,6 +226,10 @@ void RailedConnection::OweLocked(uint8_t rail, uint64_t generation,
   if (!stall_timer_) {
     stall_timer_ = std::make_shared<asio::steady_timer>(primary_->executor());
   }
+  ArmStallWatchLocked();
+}
+
+void RailedConnection::ArmStallWatchLocked() {
   stall_timer_->expires_after(tunables::kRailStallTimeout / 8);
   stall_timer_->async_wait(
       [weak = weak_from_this()](const boost::system::error_code& error) {
@@ -277,13 +281,7 @@ void RailedConnection::OnStallTick() {
       owing = true;
     }
     watching_ = owing && !closed_;
-    if (watching_) {
-      stall_timer_->expires_after(tunables::kRailStallTimeout / 8);
-      stall_timer_->async_wait(
-          [weak = weak_from_this()](const boost::system::error_code& error) {
-            if (auto self = weak.lock(); self && !error) self->OnStallTick();
-          });
-    }
+    if (watching_) ArmStallWatchLocked();
   }
   // Closed at once, its QP first: its slices fail (and go on the others)
   // once nothing more can land.

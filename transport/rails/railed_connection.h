@@ -169,6 +169,7 @@ class RailedConnection final
   // The stall watch (kRailStallTimeout), on the primary's executor while a
   // rail other than the primary owes anything.
   void OnStallTick();
+  void ArmStallWatchLocked();  // Its next tick, in kRailStallTimeout / 8.
   // The loan's descriptor on `rail` as its `epoch`-th connection (a plain
   // one, for that connection); nullopt if the loan names no such key.
   static std::optional<BulkDescriptor> OnRail(const BulkDescriptor& loan,
