@@ -18,221 +18,13 @@
 #include "rdmarpc/memory.h"
 #include "rdmarpc/server.h"
 #include "rpc/client/bulk_loans.h"
+#include "tests/support/bulk_service.h"
 #include "tests/support/test_support.h"
 #include "transport/bulk.h"
 #include "transport/rdma/verbs.h"
 
 namespace rdmarpc::testing {
 namespace {
-
-uint64_t Fnv(std::span<const std::byte> bytes) {
-  uint64_t hash = 14695981039346656037ull;
-  for (std::byte b : bytes) {
-    hash = (hash ^ std::to_integer<uint8_t>(b)) * 1099511628211ull;
-  }
-  return hash;
-}
-
-void Fill(std::span<std::byte> bytes, uint64_t seed) {
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    bytes[i] = std::byte((i * 131 + seed) & 0xff);
-  }
-}
-
-// How many of `memory`'s bytes are not `expected`.
-size_t BytesNot(const MemoryRegistration& memory, std::byte expected) {
-  size_t count = 0;
-  for (size_t i = 0; i < memory.size(); ++i) {
-    count += memory.data()[i] != expected;
-  }
-  return count;
-}
-
-std::shared_ptr<MemoryRegistration> Arena(size_t size) {
-  auto arena = MemoryRegistration::Allocate(size);
-  REQUIRE(arena.ok());
-  return *arena;
-}
-
-// test.Bulk: each method reads its request as words.
-//   Pull LEN [OFFSET]  pulls LEN bytes of loan 0 and answers their hash
-//   Push LEN SEED [OFFSET]  pushes LEN bytes of a pattern into loan 0
-//   Keep               keeps loan 0 for Late, and finishes
-//   Late pull|push     uses the kept loan, after its call ended
-//   Loose              pulls into memory that is not registered
-//   Answer LEN SEED registered|heap  answers with a LEN-byte attachment of
-//                      a pattern, from registered memory or the heap
-//   PullWarm|PushWarm|AnswerWarm LEN  as Pull, Push and Answer, with the
-//                      server's memory registered once (warm_)
-// An operation's error is the call's.
-class BulkService {
- public:
-  BulkService() : service_("test.Bulk") {
-    service_.AddMethod("Pull", [this](std::shared_ptr<ServerCall> call) {
-      std::istringstream in(std::string(call->request().view()));
-      uint64_t length = 0, offset = 0;
-      in >> length >> offset;
-      REQUIRE(!call->bulk().empty());
-      ++pulls_started_;
-      auto into = Arena(length);
-      const BulkDescriptor loan = call->bulk()[0];
-      call->Pull(loan, offset, {into->data(), length},
-                 [call, into, length](const Status& status) {
-                   if (!status.ok()) return call->Finish(status);
-                   call->Finish(Status(), Buffer::CopyOf(std::to_string(
-                                              Fnv({into->data(), length}))));
-                 });
-    });
-    service_.AddMethod("Push", [](std::shared_ptr<ServerCall> call) {
-      std::istringstream in(std::string(call->request().view()));
-      uint64_t length = 0, seed = 0, offset = 0;
-      in >> length >> seed >> offset;
-      auto from = Arena(length);
-      Fill({from->data(), length}, seed);
-      const BulkDescriptor loan =
-          call->bulk().empty() ? BulkDescriptor{} : call->bulk()[0];
-      call->Push({from->data(), length}, loan, offset,
-                 [call, from](const Status& status) { call->Finish(status); });
-    });
-    service_.AddMethod("Keep", [this](std::shared_ptr<ServerCall> call) {
-      {
-        std::lock_guard lock(mu_);
-        kept_ = call->bulk()[0];
-      }
-      call->Finish(Status());
-    });
-    service_.AddMethod("Late", [this](std::shared_ptr<ServerCall> call) {
-      const bool push = call->request().view() == "push";
-      BulkDescriptor loan;
-      {
-        std::lock_guard lock(mu_);
-        loan = kept_;
-      }
-      auto local = Arena(loan.length);
-      Fill({local->data(), loan.length}, 99);
-      auto done = [call, local](const Status& status) { call->Finish(status); };
-      // On the same connection as the call that lent it.
-      if (push) {
-        call->Push({local->data(), loan.length}, loan, 0, std::move(done));
-      } else {
-        call->Pull(loan, 0, {local->data(), loan.length}, std::move(done));
-      }
-    });
-    // A hostile handler: it forges the descriptor it was given (more
-    // length, or more access) and writes `fill` bytes through it. The
-    // owner (TCP) or the device (RDMA) must refuse.
-    service_.AddMethod("Forge", [](std::shared_ptr<ServerCall> call) {
-      std::istringstream in(std::string(call->request().view()));
-      std::string what;
-      uint64_t length = 0;
-      in >> what >> length;
-      BulkDescriptor forged = call->bulk()[0];
-      if (what == "longer") forged.length = length;
-      if (what == "access") forged.access = BulkAccess::kReadWrite;
-      auto from = Arena(length);
-      std::memset(from->data(), 0x55, length);
-      call->Push({from->data(), length}, forged, 0,
-                 [call, from](const Status& status) { call->Finish(status); });
-    });
-    // Hold keeps its call open with its loan; Across pushes through that
-    // loan from its own call, on another connection; Release finishes the
-    // held call.
-    service_.AddMethod("Hold", [this](std::shared_ptr<ServerCall> call) {
-      std::lock_guard lock(mu_);
-      held_ = call;
-    });
-    service_.AddMethod("Across", [this](std::shared_ptr<ServerCall> call) {
-      BulkDescriptor loan;
-      {
-        std::lock_guard lock(mu_);
-        loan = held_->bulk()[0];
-      }
-      auto from = Arena(loan.length);
-      std::memset(from->data(), 0x55, loan.length);
-      call->Push({from->data(), loan.length}, loan, 0,
-                 [call, from](const Status& status) { call->Finish(status); });
-    });
-    service_.AddMethod("Release", [this](std::shared_ptr<ServerCall> call) {
-      std::shared_ptr<ServerCall> held;
-      {
-        std::lock_guard lock(mu_);
-        held = std::move(held_);
-      }
-      held->Finish(Status());
-      call->Finish(Status());
-    });
-    service_.AddMethod("Small", [](std::shared_ptr<ServerCall> call) {
-      call->Finish(Status(), Buffer::CopyOf("small"));
-    });
-    service_.AddMethod("Answer", [](std::shared_ptr<ServerCall> call) {
-      std::istringstream in(std::string(call->request().view()));
-      uint64_t length = 0, seed = 0;
-      std::string from;
-      in >> length >> seed >> from;
-      Buffer attachment;
-      if (from == "registered") {
-        auto arena = Arena(length + 1);
-        attachment = arena->Slice(1, length);
-      } else {
-        attachment = Buffer::Allocate(length);
-      }
-      Fill({attachment.data(), length}, seed);
-      call->Finish(Status(),
-                   Payload(Buffer::CopyOf("answer"), std::move(attachment)));
-    });
-    service_.AddMethod("PullWarm", [this](std::shared_ptr<ServerCall> call) {
-      const uint64_t length = std::stoull(std::string(call->request().view()));
-      call->Pull(call->bulk()[0], 0, {warm_->data(), length},
-                 [call](const Status& status) { call->Finish(status); });
-    });
-    service_.AddMethod("PushWarm", [this](std::shared_ptr<ServerCall> call) {
-      const uint64_t length = std::stoull(std::string(call->request().view()));
-      call->Push({warm_->data(), length}, call->bulk()[0], 0,
-                 [call](const Status& status) { call->Finish(status); });
-    });
-    service_.AddMethod("AnswerWarm", [this](std::shared_ptr<ServerCall> call) {
-      const uint64_t length = std::stoull(std::string(call->request().view()));
-      call->Finish(Status(), Payload(Buffer(), warm_->Slice(0, length)));
-    });
-    service_.AddMethod("Loose", [](std::shared_ptr<ServerCall> call) {
-      auto loose = std::make_shared<std::vector<std::byte>>(64);
-      call->Pull(call->bulk()[0], 0, *loose,
-                 [call, loose](const Status& status) { call->Finish(status); });
-    });
-  }
-  Service& service() { return service_; }
-  int pulls_started() const { return pulls_started_; }
-  bool holding() {
-    std::lock_guard lock(mu_);
-    return held_ != nullptr;
-  }
-
- private:
-  Service service_;
-  std::mutex mu_;
-  BulkDescriptor kept_;
-  std::shared_ptr<ServerCall> held_;
-  std::atomic<int> pulls_started_{0};
-  const std::shared_ptr<MemoryRegistration> warm_ = Arena(1 << 20);
-};
-
-struct BulkServer {
-  BulkServer() {
-    server.RegisterService(&bulk.service());
-    const StatusOr<std::string> listening = server.Listen(ListenUri());
-    REQUIRE(listening.ok());
-    uri = *listening;
-  }
-  BulkService bulk;
-  rpc::Server server;
-  std::string uri;
-};
-
-CallOptions Lending(std::byte* data, size_t size, BulkAccess access) {
-  CallOptions options;
-  options.bulk.push_back({data, size, access});
-  return options;
-}
 
 TEST_CASE("bulk: a handler pulls what the client lent, at any size") {
   BulkServer server;
@@ -656,6 +448,42 @@ TEST_CASE("bulk: a call ended during its pull keeps its connection") {
   CHECK(stats.disconnects == 0);
   CHECK(stats.bulk_releases_timed_out == 0);
   if (OverRdma()) CHECK(stats.bulk_releases == 2);
+}
+
+// A peer whose event loop stands still answers no PING. Over RDMA its NIC
+// still answers the READs of a pull from its memory, and that counts as a
+// sign of life: the puller's keepalive keeps the connection (a rail that
+// carries only this side's READs and WRITEs receives no frame at all). Over
+// TCP the bytes come from the peer's loop, so the puller takes it for dead.
+TEST_CASE("bulk: a peer's NIC answering a pull keeps it alive") {
+  rpc::ServerOptions options;
+  options.transport.keepalive_interval = std::chrono::milliseconds(50);
+  options.transport.keepalive_timeout = std::chrono::milliseconds(300);
+  BulkServer server(std::move(options));
+  rpc::Channel channel(server.uri);
+  auto arena = Arena(1 << 20);
+  std::promise<CallResult> pulled;
+  channel.Call(
+      "test.Bulk", "PullFor", Buffer::CopyOf("1500"),
+      Lending(arena->data(), 1 << 20, BulkAccess::kRead),
+      [&](const Status& status, Payload response) {
+        pulled.set_value({status, std::string(response.message.view())});
+      });
+  REQUIRE(WaitFor([&] { return server.bulk.pulls_started() == 1; }));
+  // The client's loop (where callbacks run) sleeps 4 keepalive timeouts.
+  channel.Call("test.Bulk", "Small", Buffer(), {}, [](const Status&, Payload) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  });
+  const CallResult result = pulled.get_future().get();
+  INFO(result.status.ToString());
+  if (OverRdma()) {
+    CHECK(result.status.ok());
+    CHECK(std::stoull(result.response) > 0);
+    CHECK(server.server.stats().peers_timed_out == 0);
+  } else {
+    CHECK(result.status.code() == StatusCode::kUnavailable);
+    CHECK(server.server.stats().peers_timed_out == 1);
+  }
 }
 
 }  // namespace

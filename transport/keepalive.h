@@ -6,7 +6,10 @@
 // frame), which a live peer answers with PONG; any frame counts as a sign of
 // life, so a busy connection sends no PING at all, except the peer's own
 // PINGs: they show that the peer is up, not that it hears this side (a link
-// that fails one way delivers them still). Once nothing has arrived
+// that fails one way delivers them still). Over RDMA a READ or WRITE of
+// this side's that completes counts too: the peer's NIC answered it, and a
+// rail that carries only this side's one-sided transfers receives no frame
+// at all. Once nothing has arrived
 // for `timeout`, the peer is taken for dead (a crashed or hung process, a
 // host gone, a link down for good): the connection closes with
 // DEADLINE_EXCEEDED, its calls fail UNAVAILABLE, and a channel reconnects on

@@ -373,6 +373,10 @@ void RdmaConnection::FinishBulkChunks() {
     if (chunk.counted) {
       --(chunk.read ? reads_posted_ : writes_posted_);
       Bump(stats_.bulk_chunks);
+      // The peer's NIC answered a READ or acknowledged a WRITE: a sign of
+      // life for keepalive, as bytes received are. A rail that only
+      // carries this side's one-sided chunks receives no frame at all.
+      keepalive_.Touch();
     }
     BulkOp& op = *chunk.op;
     if (--op.in_flight == 0 && op.issued == op.length && op.done) {
