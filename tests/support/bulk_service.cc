@@ -85,7 +85,10 @@ BulkService::BulkService() : service_("test.Bulk") {
     }
     auto local = Arena(loan.length);
     Fill({local->data(), loan.length}, 99);
-    auto done = [call, local](const Status& status) { call->Finish(status); };
+    auto done = [this, call, local](const Status& status) {
+      Attacked(status);
+      call->Finish(status);
+    };
     // On the same connection as the call that lent it.
     if (push) {
       call->Push({local->data(), loan.length}, loan, 0, std::move(done));
@@ -96,7 +99,7 @@ BulkService::BulkService() : service_("test.Bulk") {
   // A hostile handler: it forges the descriptor it was given (more
   // length, or more access) and writes `fill` bytes through it. The
   // owner (TCP) or the device (RDMA) must refuse.
-  service_.AddMethod("Forge", [](std::shared_ptr<ServerCall> call) {
+  service_.AddMethod("Forge", [this](std::shared_ptr<ServerCall> call) {
     std::istringstream in(std::string(call->request().view()));
     std::string what;
     uint64_t length = 0;
@@ -107,7 +110,10 @@ BulkService::BulkService() : service_("test.Bulk") {
     auto from = Arena(length);
     std::memset(from->data(), 0x55, length);
     call->Push({from->data(), length}, forged, 0,
-               [call, from](const Status& status) { call->Finish(status); });
+               [this, call, from](const Status& status) {
+                 Attacked(status);
+                 call->Finish(status);
+               });
   });
   // Hold keeps its call open with its loan; Across pushes through that
   // loan from its own call, on another connection; Release finishes the
@@ -125,7 +131,10 @@ BulkService::BulkService() : service_("test.Bulk") {
     auto from = Arena(loan.length);
     std::memset(from->data(), 0x55, loan.length);
     call->Push({from->data(), loan.length}, loan, 0,
-               [call, from](const Status& status) { call->Finish(status); });
+               [this, call, from](const Status& status) {
+                 Attacked(status);
+                 call->Finish(status);
+               });
   });
   service_.AddMethod("Release", [this](std::shared_ptr<ServerCall> call) {
     std::shared_ptr<ServerCall> held;
@@ -180,6 +189,16 @@ BulkService::BulkService() : service_("test.Bulk") {
     call->Pull(call->bulk()[0], 0, *loose,
                [call, loose](const Status& status) { call->Finish(status); });
   });
+}
+
+void BulkService::Attacked(const Status& status) {
+  std::lock_guard lock(mu_);
+  attack_ = status;
+}
+
+Status BulkService::last_attack() {
+  std::lock_guard lock(mu_);
+  return attack_;
 }
 
 void BulkService::PullUntil(std::shared_ptr<ServerCall> call,

@@ -53,17 +53,22 @@ class BulkService {
     std::lock_guard lock(mu_);
     return held_ != nullptr;
   }
+  // How the last hostile transfer (Late, Forge, Across) ended, as the
+  // attacker saw it.
+  Status last_attack();
 
  private:
   // PullFor: pulls the whole of loan 0 into warm_ again and again until
   // `until`, and answers how many times.
   void PullUntil(std::shared_ptr<ServerCall> call, Clock::time_point until,
                  uint64_t pulls);
+  void Attacked(const Status& status);
 
   Service service_;
   std::mutex mu_;
   BulkDescriptor kept_;
   std::shared_ptr<ServerCall> held_;
+  Status attack_;
   std::atomic<int> pulls_started_{0};
   const std::shared_ptr<MemoryRegistration> warm_ = Arena(1 << 20);
 };

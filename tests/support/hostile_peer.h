@@ -125,6 +125,67 @@ struct Received {
   Bytes payload;
 };
 
+// A new rdma_cm event channel, polled without blocking.
+inline EventChannel NonBlockingEvents() {
+  EventChannel events(rdma_create_event_channel());
+  REQUIRE(events != nullptr);
+  REQUIRE(transport::rdma::SetNonBlocking(events->fd).ok());
+  return events;
+}
+
+// A raw rdma_cm listener on `ip` (a port the system picks): rdmarpc
+// clients connect to it, and HostilePeer::Accept takes each connection.
+class RawListener {
+ public:
+  explicit RawListener(const std::string& ip) : ip_(ip) {
+    events_ = NonBlockingEvents();
+    rdma_cm_id* raw = nullptr;
+    REQUIRE(rdma_create_id(events_.get(), &raw, nullptr, RDMA_PS_TCP) == 0);
+    id_.reset(raw);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    REQUIRE(inet_pton(AF_INET, ip.c_str(), &address.sin_addr) == 1);
+    REQUIRE(rdma_bind_addr(id_.get(), reinterpret_cast<sockaddr*>(&address)) ==
+            0);
+    REQUIRE(rdma_listen(id_.get(), 8) == 0);
+    port_ = ntohs(rdma_get_src_port(id_.get()));
+  }
+
+  std::string uri() const {
+    return "rdma://" + ip_ + ":" + std::to_string(port_);
+  }
+
+  // The next connect request's id (the caller owns it) and the connecting
+  // side's parameters.
+  rdma_cm_id* WaitRequest(ConnParams& params) {
+    const auto until = std::chrono::steady_clock::now() + kWait;
+    for (;;) {
+      rdma_cm_event* event = nullptr;
+      if (rdma_get_cm_event(events_.get(), &event) == 0) {
+        const rdma_cm_event_type type = event->event;
+        rdma_cm_id* id = event->id;
+        if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+          REQUIRE(event->param.conn.private_data_len >= sizeof(ConnParams));
+          std::memcpy(&params, event->param.conn.private_data,
+                      sizeof(ConnParams));
+        }
+        rdma_ack_cm_event(event);
+        INFO("listener event " << rdma_event_str(type));
+        REQUIRE(type == RDMA_CM_EVENT_CONNECT_REQUEST);
+        return id;
+      }
+      REQUIRE(std::chrono::steady_clock::now() < until);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+ private:
+  std::string ip_;
+  uint16_t port_ = 0;
+  EventChannel events_;
+  CmId id_;
+};
+
 // One raw RC connection to the server, driven by hand. Completions and CM
 // events are polled (busy, with a deadline), never waited for on a channel.
 class HostilePeer {
@@ -148,9 +209,7 @@ class HostilePeer {
   // retry_count 7, rnr_retry_count kRdmaRnrRetry. All receives are posted
   // before connecting: they are the server's credits.
   void Connect(const std::string& ip, uint16_t port) {
-    events_.reset(rdma_create_event_channel());
-    REQUIRE(events_ != nullptr);
-    REQUIRE(transport::rdma::SetNonBlocking(events_->fd).ok());
+    events_ = NonBlockingEvents();
     rdma_cm_id* raw = nullptr;
     REQUIRE(rdma_create_id(events_.get(), &raw, nullptr, RDMA_PS_TCP) == 0);
     id_.reset(raw);
@@ -165,49 +224,11 @@ class HostilePeer {
     REQUIRE(rdma_resolve_route(id_.get(), tunables::kRdmaCmTimeoutMs) == 0);
     REQUIRE(WaitCmEvent() == RDMA_CM_EVENT_ROUTE_RESOLVED);
 
-    pd_.reset(ibv_alloc_pd(id_->verbs));
-    REQUIRE(pd_ != nullptr);
-    cq_.reset(ibv_create_cq(id_->verbs, kReceiveDepth + kSendDepth + 16,
-                            nullptr, nullptr, 0));
-    REQUIRE(cq_ != nullptr);
-    ibv_qp_init_attr attr{};
-    attr.send_cq = cq_.get();
-    attr.recv_cq = cq_.get();
-    attr.qp_type = IBV_QPT_RC;
-    attr.cap.max_send_wr = kSendDepth;
-    attr.cap.max_recv_wr = kReceiveDepth;
-    attr.cap.max_send_sge = 1;
-    attr.cap.max_recv_sge = 1;
-    REQUIRE(rdma_create_qp(id_.get(), pd_.get(), &attr) == 0);
-
-    receive_ring_.emplace(pd_.get(), size_t{kReceiveDepth} * kBufferSize);
-    // Sources of SENDs and WRITEs (a whole grant of a few KiB fits), and the
-    // destination of READs.
-    send_buffer_.emplace(pd_.get(), 4 * kBufferSize);
-    read_buffer_.emplace(pd_.get(), 4 * kBufferSize);
-    for (uint32_t slot = 0; slot < kReceiveDepth; ++slot) PostReceive(slot);
-
-    ConnParams local;
-    local.receive_depth = kReceiveDepth;
-    local.initial_credits = kReceiveDepth;  // Every receive is posted.
-    local.receive_buffer_size = kBufferSize;
-    rdma_conn_param param{};
-    param.private_data = &local;
-    param.private_data_len = sizeof(local);
-    param.responder_resources = 1;
-    param.initiator_depth = 1;
-    param.retry_count = 7;
-    param.rnr_retry_count = tunables::kRdmaRnrRetry;
+    CreateResources();
+    ConnParams local = LocalParams();
+    rdma_conn_param param = ConnParam(local);
     REQUIRE(rdma_connect(id_.get(), &param) == 0);
-    const rdma_cm_event_type established = WaitCmEvent();
-    INFO("rdma_connect answered " << rdma_event_str(established));
-    REQUIRE(established == RDMA_CM_EVENT_ESTABLISHED);
-    established_ = true;
-    REQUIRE(server_params_.magic == transport::rdma::kConnMagic);
-    REQUIRE(server_params_.version == transport::rdma::kConnVersion);
-    REQUIRE(server_params_.initial_credits >= 2);
-    REQUIRE(server_params_.initial_credits <= server_params_.receive_depth);
-    credits_ = server_params_.initial_credits;
+    Established("rdma_connect");
 
     const sockaddr* self = rdma_get_local_addr(id_.get());
     REQUIRE(self->sa_family == AF_INET);
@@ -216,6 +237,23 @@ class HostilePeer {
     inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
     name_ = std::string("rdma://") + host + ":" +
             std::to_string(ntohs(in->sin_port));
+  }
+
+  // Accepts the next connection `listener` is asked for (an rdmarpc client
+  // connecting, which this peer then serves as a server would), on the same
+  // terms as Connect; server_params() are then the client's.
+  void Accept(RawListener& listener) {
+    events_ = NonBlockingEvents();
+    rdma_cm_id* raw = listener.WaitRequest(server_params_);
+    // Its events come to this peer's channel from now on.
+    REQUIRE(rdma_migrate_id(raw, events_.get()) == 0);
+    id_.reset(raw);
+    CreateResources();
+    ConnParams local = LocalParams();
+    rdma_conn_param param = ConnParam(local);
+    REQUIRE(rdma_accept(id_.get(), &param) == 0);
+    Established("rdma_accept");
+    name_ = "raw listener";
   }
 
   // The server's name for this connection in its logs.
@@ -429,6 +467,65 @@ class HostilePeer {
  private:
   static constexpr uint32_t kSendDepth = 128;
   static constexpr uint64_t kRecvFlag = uint64_t{1} << 63;
+
+  // Once rdma_connect or rdma_accept (`call`) is answered: the connection
+  // is up, and the other side's parameters are a legitimate peer's.
+  void Established(const char* call) {
+    const rdma_cm_event_type established = WaitCmEvent();
+    INFO(call << " answered " << rdma_event_str(established));
+    REQUIRE(established == RDMA_CM_EVENT_ESTABLISHED);
+    established_ = true;
+    REQUIRE(server_params_.magic == transport::rdma::kConnMagic);
+    REQUIRE(server_params_.version == transport::rdma::kConnVersion);
+    REQUIRE(server_params_.initial_credits >= 2);
+    REQUIRE(server_params_.initial_credits <= server_params_.receive_depth);
+    credits_ = server_params_.initial_credits;
+  }
+
+  // The queue pair and what it uses (Connect's and Accept's), every
+  // receive posted: they are the other side's credits.
+  void CreateResources() {
+    pd_.reset(ibv_alloc_pd(id_->verbs));
+    REQUIRE(pd_ != nullptr);
+    cq_.reset(ibv_create_cq(id_->verbs, kReceiveDepth + kSendDepth + 16,
+                            nullptr, nullptr, 0));
+    REQUIRE(cq_ != nullptr);
+    ibv_qp_init_attr attr{};
+    attr.send_cq = cq_.get();
+    attr.recv_cq = cq_.get();
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap.max_send_wr = kSendDepth;
+    attr.cap.max_recv_wr = kReceiveDepth;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    REQUIRE(rdma_create_qp(id_.get(), pd_.get(), &attr) == 0);
+
+    receive_ring_.emplace(pd_.get(), size_t{kReceiveDepth} * kBufferSize);
+    // Sources of SENDs and WRITEs (a whole grant of a few KiB fits), and the
+    // destination of READs.
+    send_buffer_.emplace(pd_.get(), 4 * kBufferSize);
+    read_buffer_.emplace(pd_.get(), 4 * kBufferSize);
+    for (uint32_t slot = 0; slot < kReceiveDepth; ++slot) PostReceive(slot);
+  }
+
+  static ConnParams LocalParams() {
+    ConnParams local;
+    local.receive_depth = kReceiveDepth;
+    local.initial_credits = kReceiveDepth;  // Every receive is posted.
+    local.receive_buffer_size = kBufferSize;
+    return local;
+  }
+
+  static rdma_conn_param ConnParam(ConnParams& local) {
+    rdma_conn_param param{};
+    param.private_data = &local;
+    param.private_data_len = sizeof(local);
+    param.responder_resources = 1;
+    param.initiator_depth = 1;
+    param.retry_count = 7;
+    param.rnr_retry_count = tunables::kRdmaRnrRetry;
+    return param;
+  }
 
   // Every attack but one stays within its credits: the server always has a
   // receive posted for what this peer sends, so nothing here is an RNR. The
