@@ -27,8 +27,16 @@ namespace rdmarpc::testing {
 namespace {
 
 // Over RDMA the attacker's own transfer fails with the device's refusal
-// (IBV_WC_REM_ACCESS_ERR), not some other loss of the connection.
-bool RemoteAccessError(const Status& attack) {
+// (IBV_WC_REM_ACCESS_ERR), not some other loss of the connection. The
+// handler learns it after the client may have seen its call fail: waited
+// for.
+bool AttackerRefused(BulkService& service) {
+  Status attack;
+  WaitFor([&] {
+    attack = service.TakeAttack();
+    return !attack.ok();
+  });
+  UNSCOPED_INFO("the attacker's transfer: " << attack.ToString());
   return attack.code() == StatusCode::kUnavailable &&
          attack.message().find(ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR)) !=
              std::string::npos;
@@ -156,8 +164,7 @@ TEST_CASE("bulk: a loan ends with its call") {
       // The window is gone: the device refuses the access, and the
       // server's queue pair, with its connection, fails.
       CHECK(late.status.code() == StatusCode::kUnavailable);
-      INFO("the attacker's transfer: " << server.bulk.last_attack().ToString());
-      CHECK(RemoteAccessError(server.bulk.last_attack()));
+      CHECK(AttackerRefused(server.bulk));
     } else {
       // The owner refuses the key.
       CHECK(late.status.code() == StatusCode::kFailedPrecondition);
@@ -185,8 +192,7 @@ TEST_CASE("bulk: a forged descriptor reaches nothing outside the loan") {
     if (OverRdma()) {
       // The device refuses the access; the server's connection fails.
       CHECK(result.status.code() == StatusCode::kUnavailable);
-      INFO("the attacker's transfer: " << server.bulk.last_attack().ToString());
-      CHECK(RemoteAccessError(server.bulk.last_attack()));
+      CHECK(AttackerRefused(server.bulk));
     } else {
       CHECK(result.status.code() ==
             (longer ? StatusCode::kOutOfRange : StatusCode::kPermissionDenied));
@@ -213,8 +219,7 @@ TEST_CASE("bulk: a loan is reached from its own connection only") {
   if (OverRdma()) {
     // The window answers on its own QP only: the device refuses.
     CHECK(across.status.code() == StatusCode::kUnavailable);
-    INFO("the attacker's transfer: " << server.bulk.last_attack().ToString());
-    CHECK(RemoteAccessError(server.bulk.last_attack()));
+    CHECK(AttackerRefused(server.bulk));
   } else {
     CHECK(across.status.code() == StatusCode::kFailedPrecondition);
   }

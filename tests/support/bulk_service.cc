@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 namespace rdmarpc::testing {
 
@@ -196,9 +197,9 @@ void BulkService::Attacked(const Status& status) {
   attack_ = status;
 }
 
-Status BulkService::last_attack() {
+Status BulkService::TakeAttack() {
   std::lock_guard lock(mu_);
-  return attack_;
+  return std::exchange(attack_, Status());
 }
 
 void BulkService::PullUntil(std::shared_ptr<ServerCall> call,

@@ -54,8 +54,9 @@ class BulkService {
     return held_ != nullptr;
   }
   // How the last hostile transfer (Late, Forge, Across) ended, as the
-  // attacker saw it.
-  Status last_attack();
+  // attacker saw it; OK until it has ended (after the client may have
+  // seen its call fail), and once taken.
+  Status TakeAttack();
 
  private:
   // PullFor: pulls the whole of loan 0 into warm_ again and again until
