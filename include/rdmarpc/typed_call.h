@@ -40,6 +40,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "rdmarpc/buffer.h"
@@ -160,9 +161,36 @@ struct ClientContextAccess {
   }
 };
 
+// Whether a completion handler has an executor of its own (a coroutine's, a
+// future's, one bound with bind_executor): asio's trait answers with the
+// default given, this private type, for one that has none.
+struct NoExecutorOfItsOwn {};
+template <typename Handler>
+inline constexpr bool kHasOwnExecutor =
+    !std::is_same_v<typename boost::asio::associated_executor<
+                        Handler, NoExecutorOfItsOwn>::type,
+                    NoExecutorOfItsOwn>;
+
+// The response of a call that ended with `status` and `payload`: parsed
+// into `response`, or the error (a method's name added to UNIMPLEMENTED;
+// a response that does not parse is INTERNAL, as in gRPC). The attachment
+// goes to `*response_attachment` unless it is null.
+template <typename Response>
+Status TakeResponse(const MethodRef& method, const Status& status,
+                    Payload& payload, Buffer* response_attachment,
+                    Response& response) {
+  if (!status.ok()) return NameMethodInError(method, status);
+  Status result = ParseMessage(payload.message, response);
+  if (!result.ok()) return Status(StatusCode::kInternal, result.message());
+  if (response_attachment != nullptr) {
+    *response_attachment = std::move(payload.attachment);
+  }
+  return result;
+}
+
 // The unary call behind both AsyncUnaryCall overloads. `response_attachment`,
 // unless null, receives the response's attachment before the completion
-// handler is dispatched.
+// handler runs.
 template <typename Response, typename CompletionToken>
 auto StartUnaryCall(Channel& channel, const MethodRef& method,
                     const google::protobuf::MessageLite& request,
@@ -171,37 +199,42 @@ auto StartUnaryCall(Channel& channel, const MethodRef& method,
   // `options` by value: use_awaitable initiates later, at the co_await.
   auto initiate = [&channel, &method, options, response_attachment](
                       auto handler, Payload payload) {
-    // Keeps the handler's executor (e.g. a coroutine's io_context) busy
-    // until the call completes, so its run() does not return early.
-    auto executor =
-        boost::asio::prefer(boost::asio::get_associated_executor(
-                                handler, channel.completion_executor()),
-                            boost::asio::execution::outstanding_work.tracked);
-    channel.Call(method, std::move(payload), options,
-                 [handler = std::move(handler), executor = std::move(executor),
-                  named = &method, response_attachment](
-                     const Status& status, Payload payload) mutable {
-                   Response response;
-                   Status result = status;
-                   if (!result.ok()) {
-                     result = NameMethodInError(*named, std::move(result));
-                   } else {
-                     result = ParseMessage(payload.message, response);
-                     // Not the response type: a server bug, INTERNAL as in
-                     // gRPC.
-                     if (!result.ok()) {
-                       result = Status(StatusCode::kInternal, result.message());
-                     }
-                   }
-                   if (response_attachment != nullptr && result.ok()) {
-                     *response_attachment = std::move(payload.attachment);
-                   }
-                   boost::asio::dispatch(
-                       executor, [handler = std::move(handler), result,
-                                  response = std::move(response)]() mutable {
-                         std::move(handler)(result, std::move(response));
-                       });
-                 });
+    using Handler = decltype(handler);
+    if constexpr (!kHasOwnExecutor<Handler>) {
+      // A plain callback runs where the channel runs callbacks, which is
+      // where this completion runs: no dispatch, no work to track, and a
+      // small handler keeps the completion within the call's inline
+      // storage (no allocation).
+      channel.Call(
+          method, std::move(payload), options,
+          [handler = std::move(handler), named = &method, response_attachment](
+              const Status& status, Payload payload) mutable {
+            Response response;
+            Status result = TakeResponse(*named, status, payload,
+                                         response_attachment, response);
+            std::move(handler)(std::move(result), std::move(response));
+          });
+    } else {
+      // Keeps the handler's executor (e.g. a coroutine's io_context) busy
+      // until the call completes, so its run() does not return early.
+      auto executor =
+          boost::asio::prefer(boost::asio::get_associated_executor(handler),
+                              boost::asio::execution::outstanding_work.tracked);
+      channel.Call(
+          method, std::move(payload), options,
+          [handler = std::move(handler), executor = std::move(executor),
+           named = &method,
+           response_attachment](const Status& status, Payload payload) mutable {
+            Response response;
+            Status result = TakeResponse(*named, status, payload,
+                                         response_attachment, response);
+            boost::asio::dispatch(
+                executor, [handler = std::move(handler), result,
+                           response = std::move(response)]() mutable {
+                  std::move(handler)(result, std::move(response));
+                });
+          });
+    }
   };
   return boost::asio::async_initiate<CompletionToken, void(Status, Response)>(
       std::move(initiate), token,
