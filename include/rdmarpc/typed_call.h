@@ -59,6 +59,30 @@ Buffer SerializeMessage(const google::protobuf::MessageLite& message);
 Status ParseMessage(const Buffer& bytes,
                     google::protobuf::MessageLite& message);
 
+namespace internal {
+// Blocks for per-call objects (a TypedCall with its shared_ptr's counts),
+// from the library's per-thread pools instead of the heap.
+void* AllocatePerCall(size_t size);
+void FreePerCall(void* block, size_t size) noexcept;
+template <typename T>
+struct PerCallAllocator {
+  using value_type = T;
+  PerCallAllocator() noexcept = default;
+  template <typename U>
+  PerCallAllocator(const PerCallAllocator<U>&) noexcept {}  // NOLINT
+  T* allocate(size_t n) {
+    static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__,
+                  "pool blocks have operator new's alignment");
+    return static_cast<T*>(AllocatePerCall(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) noexcept { FreePerCall(p, n * sizeof(T)); }
+  template <typename U>
+  bool operator==(const PerCallAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+}  // namespace internal
+
 template <typename Request, typename Response>
 class TypedCall {
  public:
@@ -129,7 +153,9 @@ class TypedCall {
 template <typename Request, typename Response, typename F>
 MethodHandler MakeUnaryHandler(F handle) {
   return [handle = std::move(handle)](std::shared_ptr<ServerCall> raw) {
-    auto call = std::make_shared<TypedCall<Request, Response>>(raw);
+    using Call = TypedCall<Request, Response>;
+    auto call =
+        std::allocate_shared<Call>(internal::PerCallAllocator<Call>(), raw);
     const Status parsed = ParseMessage(raw->request(), call->request_);
     if (!parsed.ok()) return raw->Finish(parsed);
     handle(std::move(call));

@@ -2,10 +2,14 @@
 
 #include <limits>
 
+#include "base/buffer_pool.h"
+
 namespace rdmarpc {
 
 Buffer SerializeMessage(const google::protobuf::MessageLite& message) {
-  Buffer out = Buffer::Allocate(message.ByteSizeLong());
+  // From the per-thread pools, as the frames' own buffers: no heap
+  // allocation for a message of up to 32 KiB in steady state.
+  Buffer out = PooledBuffer(message.ByteSizeLong());
   message.SerializeWithCachedSizesToArray(
       reinterpret_cast<uint8_t*>(out.data()));
   return out;
@@ -34,5 +38,12 @@ Status NameMethodInError(const MethodRef& method, Status status) {
   if (status.message().find(name) != std::string::npos) return status;
   return Status(StatusCode::kUnimplemented, name + ": " + status.message());
 }
+
+namespace internal {
+
+void* AllocatePerCall(size_t size) { return PoolAllocate(size); }
+void FreePerCall(void* block, size_t size) noexcept { PoolFree(block, size); }
+
+}  // namespace internal
 
 }  // namespace rdmarpc
