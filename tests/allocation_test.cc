@@ -199,13 +199,11 @@ TEST_CASE("allocation: a typed call of empty messages allocates nothing") {
   };
   REQUIRE(run(2000) != ~uint64_t{0});  // Warm up.
   counting = true;
-  server_allocations();
-  const uint64_t server_before = server_count;
+  const uint64_t server_before = server_allocations();
   const uint64_t client_before = run(1);
   constexpr int kCalls = 5000;
   const uint64_t client_after = run(kCalls);
-  server_allocations();
-  const uint64_t server_after = server_count;
+  const uint64_t server_after = server_allocations();
   counting = false;
   REQUIRE(client_before != ~uint64_t{0});
   REQUIRE(client_after != ~uint64_t{0});
