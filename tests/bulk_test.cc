@@ -357,6 +357,44 @@ TEST_CASE("bulk: after warm-up a call registers nothing and copies nothing") {
   CHECK(transport::LiveBulkLoans() == 0);
 }
 
+// Calls that lend from several threads at once: the loop thread is often
+// inside Flush for one thread's call while another lends and sends. Each
+// request must still leave after the bind of its own window (over RDMA a
+// request ahead of its bind meets an unbound key: the server's WRITE fails
+// with a remote access error and takes the connection with it). Before the
+// fix, Flush looked for loans to bind once, at its start, then sent every
+// frame queued by the time it reached the queue: a loan made in between had
+// its REQUEST sent ahead of its bind. CI saw it once in the warm-up case
+// above; with 20 us of sleep put between the two, this case failed within
+// 8 calls in each run, and passes with the fix.
+TEST_CASE("bulk: a request lent from any thread leaves after its bind") {
+  BulkServer server;
+  rpc::Channel channel(server.uri);
+  constexpr int kThreads = 4;
+  constexpr int kCalls = 400;
+  auto arena = Arena(kThreads * 4096);
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::byte* const mine = arena->data() + t * 4096;
+      for (int i = 0; i < kCalls && failed == 0; ++i) {
+        const CallResult result =
+            CallSync(channel, "PushWarm", "4096",
+                     Lending(mine, 4096, BulkAccess::kWrite), "test.Bulk");
+        if (!result.status.ok()) {
+          UNSCOPED_INFO("thread " << t << ", call " << i << ": "
+                                  << result.status.ToString());
+          ++failed;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(failed == 0);
+  CHECK(transport::LiveBulkLoans() == 0);
+}
+
 // TCP's owner side (transport/bulk.h): a chunk's copy runs outside the
 // table's lock, so one loan's use holds up no other loan, while its own
 // revoke still returns only once the use is over. (Before, the copy held

@@ -119,6 +119,13 @@ void RdmaConnection::Flush() {
     {
       std::lock_guard lock(mu_);
       while (!queue_.empty()) {
+        // A loan made on another thread since PostLoanWork above: the
+        // frames queued after it (its REQUEST) go behind its bind, which
+        // the Flush posted with it puts first. Sent now, the REQUEST could
+        // reach the server before the window it names is bound.
+        if (!loan_work_.empty()) [[unlikely]] {
+          break;
+        }
         OutgoingFrame& frame = queue_.front();
         // One credit stays in reserve for CREDIT messages.
         if (credits_ < 2 || !SendSlotFree()) {
