@@ -36,6 +36,24 @@ static_assert(kInlineHeaderCapacity % 16 == 0 &&
 static_assert(kDefaultMaxPayloadSize <= kMaxPayloadSizeLimit,
               "payload length must fit the u32 prefix field");
 
+// --- Typed calls -----------------------------------------------------------
+// A server's typed handler (include/rdmarpc/typed_call.h) gets request and
+// response objects kept from an earlier call of its method that ended on
+// the same thread, cleared: their strings and repeated fields keep their
+// capacity, so a steady stream of calls parses and fills them without
+// allocating. At most kTypedSpareMessages pairs per thread and method, and
+// only pairs whose request and response each came to at most
+// kTypedSpareMessageBytes on the wire: what they hold stays small.
+inline constexpr size_t kTypedSpareMessages = 4;
+inline constexpr size_t kTypedSpareMessageBytes = 4096;
+
+static_assert(kTypedSpareMessages >= 1 && kTypedSpareMessages <= 64,
+              "a few pairs cover the calls a thread has open at once");
+static_assert(kTypedSpareMessageBytes * kTypedSpareMessages <=
+                  size_t{256} * 1024,
+              "the spares of one method on one thread stay under 256 KiB "
+              "of wire bytes");
+
 // --- Memory ----------------------------------------------------------------
 // Released large blocks (received frames and grants of 64 KiB and more,
 // base/large_block.h) kept for reuse, process-wide, by mapped capacity (a

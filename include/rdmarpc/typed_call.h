@@ -29,6 +29,7 @@
 
 #include <google/protobuf/message_lite.h>
 
+#include <array>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -50,6 +51,7 @@
 #include "rdmarpc/server_call.h"
 #include "rdmarpc/service.h"
 #include "rdmarpc/status.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc {
 
@@ -81,18 +83,70 @@ struct PerCallAllocator {
     return true;
   }
 };
+// A server's request and response objects, kept from one call of a method
+// for the next on the same thread (tunables::kTypedSpareMessages says how
+// many and how large).
+template <typename Request, typename Response>
+struct MessagePair {
+  Request request;
+  Response response;
+};
+template <typename Request, typename Response>
+class SpareMessages {
+ public:
+  using Pair = MessagePair<Request, Response>;
+  // A kept pair (its request holds the last call's: parsing clears it), or
+  // a new one.
+  static std::unique_ptr<Pair> Take() {
+    Spares& spares = Mine();
+    if (spares.count == 0) return std::make_unique<Pair>();
+    return std::move(spares.pairs[--spares.count]);
+  }
+  // Kept, its response cleared, unless the thread keeps enough already.
+  static void GiveBack(std::unique_ptr<Pair> pair) {
+    Spares& spares = Mine();
+    if (spares.count == spares.pairs.size()) return;
+    pair->response.Clear();
+    spares.pairs[spares.count++] = std::move(pair);
+  }
+
+ private:
+  struct Spares {
+    std::array<std::unique_ptr<Pair>, tunables::kTypedSpareMessages> pairs;
+    size_t count = 0;
+  };
+  static Spares& Mine() {
+    thread_local Spares spares;
+    return spares;
+  }
+};
 }  // namespace internal
 
 template <typename Request, typename Response>
 class TypedCall {
  public:
   explicit TypedCall(std::shared_ptr<ServerCall> call)
-      : call_(std::move(call)) {}
+      : call_(std::move(call)),
+        messages_(internal::SpareMessages<Request, Response>::Take()) {}
+  ~TypedCall() {
+    // A request the handler changed is measured again (its content bounds
+    // what it holds; one it moved a field out of is the smaller for it).
+    if (keep_ && (!changed_ || messages_->request.ByteSizeLong() <=
+                                   tunables::kTypedSpareMessageBytes)) {
+      internal::SpareMessages<Request, Response>::GiveBack(
+          std::move(messages_));
+    }
+  }
+  TypedCall(const TypedCall&) = delete;
+  TypedCall& operator=(const TypedCall&) = delete;
 
-  const Request& request() const { return request_; }
+  const Request& request() const { return messages_->request; }
   // The request is the handler's: it may move large fields out of it.
-  Request& mutable_request() { return request_; }
-  Response& response() { return response_; }
+  Request& mutable_request() {
+    changed_ = true;
+    return messages_->request;
+  }
+  Response& response() { return messages_->response; }
   std::optional<Clock::time_point> deadline() const {
     return call_->deadline();
   }
@@ -133,9 +187,12 @@ class TypedCall {
   // Sends response() (and the attachment) when `status` is OK, else the
   // error alone.
   void Finish(const Status& status = Status()) {
+    keep_ = keep_ && status.ok();
     if (!status.ok()) return call_->Finish(status);
-    call_->Finish(status, Payload(SerializeMessage(response_),
-                                  std::move(response_attachment_)));
+    Buffer response = SerializeMessage(messages_->response);
+    keep_ = keep_ && response.size() <= tunables::kTypedSpareMessageBytes;
+    call_->Finish(
+        status, Payload(std::move(response), std::move(response_attachment_)));
   }
 
  private:
@@ -143,9 +200,13 @@ class TypedCall {
   friend MethodHandler MakeUnaryHandler(F handle);
 
   std::shared_ptr<ServerCall> call_;
-  Request request_;
-  Response response_;
+  std::unique_ptr<internal::MessagePair<Request, Response>> messages_;
   Buffer response_attachment_;
+  // Whether messages_ goes back to the spares when the call ends: a request
+  // that parsed, of at most kTypedSpareMessageBytes (still, if the handler
+  // changed it), and an OK response of at most as many.
+  bool keep_ = false;
+  bool changed_ = false;
 };
 
 // A generic handler that parses the request and hands a TypedCall to
@@ -156,8 +217,10 @@ MethodHandler MakeUnaryHandler(F handle) {
     using Call = TypedCall<Request, Response>;
     auto call =
         std::allocate_shared<Call>(internal::PerCallAllocator<Call>(), raw);
-    const Status parsed = ParseMessage(raw->request(), call->request_);
+    const Status parsed =
+        ParseMessage(raw->request(), call->messages_->request);
     if (!parsed.ok()) return raw->Finish(parsed);
+    call->keep_ = raw->request().size() <= tunables::kTypedSpareMessageBytes;
     handle(std::move(call));
   };
 }
