@@ -83,6 +83,10 @@ bool RdmaConnection::CanPostSmallAtOnce(uint64_t frame_bytes) const {
          outgoing_.empty() && frame_bytes <= SmallLimit();
 }
 
+// Frames queued wait while loan work is pending: a loan made on another
+// thread after PostLoanWork below ran has its REQUEST queued behind it, and
+// sent at once the REQUEST could reach the server before the window it
+// names is bound. The Flush posted with the loan binds it, then sends.
 void RdmaConnection::Flush() {
   bool loan_work;
   {
@@ -118,14 +122,8 @@ void RdmaConnection::Flush() {
     standing = false;
     {
       std::lock_guard lock(mu_);
-      while (!queue_.empty()) {
-        // A loan made on another thread since PostLoanWork above: the
-        // frames queued after it (its REQUEST) go behind its bind, which
-        // the Flush posted with it puts first. Sent now, the REQUEST could
-        // reach the server before the window it names is bound.
-        if (!loan_work_.empty()) [[unlikely]] {
-          break;
-        }
+      // Not while loans wait (see above).
+      while (!queue_.empty() && loan_work_.empty()) {
         OutgoingFrame& frame = queue_.front();
         // One credit stays in reserve for CREDIT messages.
         if (credits_ < 2 || !SendSlotFree()) {
