@@ -97,9 +97,12 @@ class LateServer {
     Observer(LateServer* server, std::shared_ptr<transport::Connection> c)
         : server(server), connection(std::move(c)) {}
     void OnFrame(transport::ReceivedFrame frame) override {
-      auto header = rpc::DecodeCallHeader(frame);
-      if (!header.ok() || header->kind() != rpc::CallHeader::kRequest) return;
-      const uint64_t id = header->call_id();
+      rpc::CallHeader header;
+      if (!rpc::DecodeCallHeader(frame, header).ok() ||
+          header.kind() != rpc::CallHeader::kRequest) {
+        return;
+      }
+      const uint64_t id = header.call_id();
       ++server->requests_;
       std::this_thread::sleep_for(server->delay_);
       if (auto c = connection.lock()) {

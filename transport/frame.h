@@ -2,14 +2,14 @@
 //
 //   offset  size  field
 //        0     4  magic       "RRPC" (bytes 0x52 0x52 0x50 0x43)
-//        4     1  version     kFrameVersion (7)
+//        4     1  version     kFrameVersion (8)
 //        5     1  type        FrameType
 //        6     2  credits     RDMA only: receive credits returned; zero on TCP
 //        8     4  header_size little-endian; at most kMaxCallHeaderSize
 //       12     4  payload_size little-endian; at most the receiver's maximum
 //
-// The header that follows is a serialized rdmarpc.wire.CallHeader (see
-// proto/wire.proto); the payload follows the header. Lengths are validated
+// The header that follows is a call header (proto/wire.proto,
+// rpc/wire/call_header.h); the payload follows the header. Lengths are validated
 // before anything is allocated for them.
 //
 // Versions: bytes 0-4 (magic and version) keep this layout in every version,
@@ -42,7 +42,10 @@ inline constexpr std::array<std::byte, 4> kFrameMagic = {
 // 6: TOO_MANY_PINGS, TCP keepalive's control kind 3 (transport/keepalive.h).
 // 7: bulk loans: a REQUEST's `bulk` field, which a version-6 server would
 // ignore and run the call without them, and TCP's bulk control frames.
-inline constexpr uint8_t kFrameVersion = 7;
+// 8: the call header starts with a fixed block of 40 bytes (kind, call id,
+// method id, timeout, status code, sizes), the other fields after it as a
+// CallHeaderExtension; version 7 sent them all as one protobuf message.
+inline constexpr uint8_t kFrameVersion = 8;
 
 enum class FrameType : uint8_t {
   // Carries an RPC: header is a CallHeader. The only type the RPC layer sees.

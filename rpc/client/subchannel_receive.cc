@@ -19,28 +19,25 @@ using transport::ReceivedFrame;
 
 void Subchannel::OnFrame(ReceivedFrame frame) {
   RDMARPC_TRACE(0, "channel_on_frame");
-  StatusOr<CallHeader> header = DecodeCallHeader(frame);
-  if (header.ok() && (header->kind() == CallHeader::kMessage ||
-                      header->kind() == CallHeader::kWindow)) {
-    return OnStreamFrame(*header, frame);
+  CallHeader header;
+  Status decoded = DecodeCallHeader(frame, header);
+  if (decoded.ok()) [[likely]] {
+    if (header.kind() == CallHeader::kResponse) [[likely]] {
+      return OnResponse(header, frame);
+    }
+    if (header.kind() == CallHeader::kMessage ||
+        header.kind() == CallHeader::kWindow) {
+      return OnStreamFrame(header, frame);
+    }
+    if (header.kind() == CallHeader::kGoAway) return OnGoAway();
+    decoded = Status(StatusCode::kInternal,
+                     "protocol error: server sent a frame of kind " +
+                         std::to_string(header.kind()) +
+                         ", which only a client sends");
   }
-  if (header.ok() && header->kind() == CallHeader::kGoAway) [[unlikely]] {
-    return OnGoAway();
-  }
-  if (header.ok() && header->kind() != CallHeader::kResponse) {
-    header = Status(StatusCode::kInternal,
-                    "protocol error: server sent a frame of kind " +
-                        std::to_string(header->kind()) +
-                        ", which only a client sends");
-  }
-  if (!header.ok()) {
-    Log().warn("{}: closing connection: {}", target_,
-               header.status().message());
-    std::lock_guard lock(mu_);
-    if (connection_) connection_->Close(header.status());
-    return;
-  }
-  OnResponse(*header, frame);
+  Log().warn("{}: closing connection: {}", target_, decoded.message());
+  std::lock_guard lock(mu_);
+  if (connection_) connection_->Close(decoded);
 }
 
 Status Subchannel::ReadResponseMetadata(const CallHeader& header,

@@ -69,9 +69,10 @@ void ServerSession::ReplyNotRun(uint64_t id, const Status& status) {
 
 void ServerSession::OnFrame(transport::ReceivedFrame frame) {
   RDMARPC_TRACE(1, "session_on_frame");
-  StatusOr<CallHeader> decoded = DecodeCallHeader(frame);
-  if (!decoded.ok()) return ProtocolError(decoded.status());
-  const CallHeader& header = *decoded;
+  CallHeader header;
+  if (Status decoded = DecodeCallHeader(frame, header); !decoded.ok()) {
+    return ProtocolError(decoded);
+  }
   const uint64_t id = header.call_id();
 
   if (header.kind() == CallHeader::kGoAway) [[unlikely]] {

@@ -1,9 +1,13 @@
 #include "rpc/wire/call_header.h"
 
 #include <bit>
+#include <cassert>
+#include <cstdint>
 #include <cstring>
 
+#include "base/little_endian.h"
 #include "rdmarpc/stream.h"
+#include "rdmarpc/tunables.h"
 
 namespace rdmarpc::rpc {
 
@@ -17,20 +21,26 @@ static_assert(static_cast<int>(StreamKind::kClientStreaming) ==
 
 namespace {
 
-// Field numbers and wire types of proto/wire.proto's CallHeader.
+// The fixed block (docs/protocol.md, "The call header"): each field's offset.
+enum FixedOffset : size_t {
+  kKindOffset = 0,             // u8
+  kStreamOffset = 1,           // u8
+  kReservedOffset = 2,         // u16, zero
+  kStatusCodeOffset = 4,       // i32
+  kCallIdOffset = 8,           // u64
+  kMethodIdOffset = 16,        // u64
+  kTimeoutOffset = 24,         // u64
+  kPayloadSizeOffset = 32,     // u32
+  kAttachmentSizeOffset = 36,  // u32
+};
+static_assert(kAttachmentSizeOffset + 4 == CallHeader::kFixedSize);
+
+// Field numbers and wire types of proto/wire.proto's CallHeaderExtension.
 enum Field : uint32_t {
-  kKindField = 1,
-  kCallIdField = 2,
   kServiceField = 3,
   kMethodField = 4,
-  kTimeoutField = 5,
-  kStatusCodeField = 6,
   kStatusMessageField = 7,
-  kPayloadSizeField = 8,
   kOutOfBandField = 9,
-  kMethodIdField = 10,
-  kAttachmentSizeField = 11,
-  kStreamField = 12,
   kWindowMessagesField = 13,
   kWindowBytesField = 14,
   kMetadataField = 15,
@@ -97,11 +107,6 @@ constexpr uint64_t Tag(uint32_t field, WireType type) {
   return (uint64_t{field} << 3) | type;
 }
 
-// int32 fields are varints of the value sign-extended to 64 bits.
-uint64_t Int32Bits(int32_t value) {
-  return static_cast<uint64_t>(static_cast<int64_t>(value));
-}
-
 size_t VarintFieldSize(Field field, uint64_t value) {
   return value == 0 ? 0 : VarintSize(Tag(field, kVarint)) + VarintSize(value);
 }
@@ -115,23 +120,6 @@ std::byte* PutVarintField(std::byte* out, Field field, uint64_t value) {
   if (value == 0) return out;
   return PutVarint(PutVarint(out, Tag(field, kVarint)), value);
 }
-size_t Fixed64FieldSize(Field field, uint64_t value) {
-  return value == 0 ? 0 : VarintSize(Tag(field, kFixed64)) + sizeof(value);
-}
-
-std::byte* PutFixed64Field(std::byte* out, Field field, uint64_t value) {
-  if (value == 0) return out;
-  out = PutVarint(out, Tag(field, kFixed64));
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(out, &value, sizeof(value));
-  } else {
-    for (size_t i = 0; i < sizeof(value); ++i) {
-      out[i] = std::byte(static_cast<uint8_t>(value >> (8 * i)));
-    }
-  }
-  return out + sizeof(value);
-}
-
 std::byte* PutBytesField(std::byte* out, Field field, std::string_view value) {
   if (value.empty()) return out;
   out = PutVarint(PutVarint(out, Tag(field, kBytes)), value.size());
@@ -207,20 +195,6 @@ class Reader {
   }
   // A tag is a 32-bit short varint.
   bool Tag(uint64_t& tag) { return ShortVarint(tag) && tag <= 0xffffffffu; }
-  // Eight little-endian bytes.
-  bool Fixed64(uint64_t& value) {
-    if (end_ - at_ < 8) return false;
-    if constexpr (std::endian::native == std::endian::little) {
-      std::memcpy(&value, at_, sizeof(value));
-    } else {
-      value = 0;
-      for (int i = 7; i >= 0; --i) {
-        value = (value << 8) | static_cast<uint8_t>(at_[i]);
-      }
-    }
-    at_ += 8;
-    return true;
-  }
   bool Skip(uint64_t n) {
     if (n > static_cast<uint64_t>(end_ - at_)) return false;
     at_ += n;
@@ -344,88 +318,81 @@ bool DecodeMetadata(std::string_view block, Metadata& out) {
 }
 
 size_t CallHeader::EncodedSize() const {
-  return VarintFieldSize(kKindField, Int32Bits(kind_)) +
-         VarintFieldSize(kCallIdField, call_id_) +
-         BytesFieldSize(kServiceField, service_) +
+  return kFixedSize + BytesFieldSize(kServiceField, service_) +
          BytesFieldSize(kMethodField, method_) +
-         VarintFieldSize(kTimeoutField, timeout_us_) +
-         VarintFieldSize(kStatusCodeField, Int32Bits(status_code_)) +
          BytesFieldSize(kStatusMessageField, status_message_) +
-         VarintFieldSize(kPayloadSizeField, payload_size_) +
-         Fixed64FieldSize(kMethodIdField, method_id_) +
-         VarintFieldSize(kAttachmentSizeField, attachment_size_) +
-         VarintFieldSize(kStreamField, Int32Bits(stream_)) +
          VarintFieldSize(kWindowMessagesField, window_messages_) +
          VarintFieldSize(kWindowBytesField, window_bytes_) +
          BytesFieldSize(kMetadataField, metadata_) +
          BytesFieldSize(kTrailersField, trailers_);
 }
 
-std::byte* CallHeader::Encode(std::byte* out) const {
-  out = PutVarintField(out, kKindField, Int32Bits(kind_));
-  out = PutVarintField(out, kCallIdField, call_id_);
+void CallHeader::EncodeFixed(std::byte* out, Kind kind, int32_t status_code,
+                             uint64_t call_id, uint64_t method_id,
+                             uint64_t timeout_us, uint64_t payload_size,
+                             uint64_t attachment_size, StreamKind stream) {
+  static_assert(tunables::kMaxPayloadSizeLimit <= UINT32_MAX);
+  assert(payload_size <= tunables::kMaxPayloadSizeLimit);
+  out[kKindOffset] = std::byte(static_cast<uint8_t>(kind));
+  out[kStreamOffset] = std::byte(static_cast<uint8_t>(stream));
+  PutLe<uint16_t>(out + kReservedOffset, 0);
+  PutLe<int32_t>(out + kStatusCodeOffset, status_code);
+  PutLe<uint64_t>(out + kCallIdOffset, call_id);
+  PutLe<uint64_t>(out + kMethodIdOffset, method_id);
+  PutLe<uint64_t>(out + kTimeoutOffset, timeout_us);
+  PutLe<uint32_t>(out + kPayloadSizeOffset,
+                  static_cast<uint32_t>(payload_size));
+  PutLe<uint32_t>(out + kAttachmentSizeOffset,
+                  static_cast<uint32_t>(attachment_size));
+}
+
+std::byte* CallHeader::EncodeExtension(std::byte* out) const {
   out = PutBytesField(out, kServiceField, service_);
   out = PutBytesField(out, kMethodField, method_);
-  out = PutVarintField(out, kTimeoutField, timeout_us_);
-  out = PutVarintField(out, kStatusCodeField, Int32Bits(status_code_));
   out = PutBytesField(out, kStatusMessageField, status_message_);
-  out = PutVarintField(out, kPayloadSizeField, payload_size_);
-  out = PutFixed64Field(out, kMethodIdField, method_id_);
-  out = PutVarintField(out, kAttachmentSizeField, attachment_size_);
-  // Unary calls without metadata, nearly all of them, end here.
-  if (stream_ == kUnary && window_messages_ == 0 && window_bytes_ == 0 &&
-      metadata_.empty() && trailers_.empty()) {
-    return out;
-  }
-  out = PutVarintField(out, kStreamField, Int32Bits(stream_));
   out = PutVarintField(out, kWindowMessagesField, window_messages_);
   out = PutVarintField(out, kWindowBytesField, window_bytes_);
   out = PutBytesField(out, kMetadataField, metadata_);
   return PutBytesField(out, kTrailersField, trailers_);
 }
 
-// Encode's own output: each field at most once, in field order, nothing
-// unknown. Every header rdmarpc sends, read straight through. Anything else,
-// valid or not, returns false and is read again by DecodeAny, which for
-// these bytes would give the same header.
-bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
-  Reader in(bytes);
-  uint64_t value = 0;
-  if (in.Take(Tag(kKindField, kVarint))) {
-    if (!in.Varint(value)) return false;
-    kind_ = static_cast<Kind>(static_cast<int32_t>(value));
-  }
-  if (in.Take(Tag(kCallIdField, kVarint)) && !in.Varint(call_id_)) {
-    return false;
-  }
+bool CallHeader::DecodeFixed(std::span<const std::byte> bytes) {
+  if (bytes.size() < kFixedSize) return false;
+  const std::byte* in = bytes.data();
+  if (GetLe<uint16_t>(in + kReservedOffset) != 0) return false;
+  kind_ = static_cast<Kind>(std::to_integer<uint8_t>(in[kKindOffset]));
+  stream_ =
+      static_cast<StreamKind>(std::to_integer<uint8_t>(in[kStreamOffset]));
+  status_code_ = GetLe<int32_t>(in + kStatusCodeOffset);
+  call_id_ = GetLe<uint64_t>(in + kCallIdOffset);
+  method_id_ = GetLe<uint64_t>(in + kMethodIdOffset);
+  timeout_us_ = GetLe<uint64_t>(in + kTimeoutOffset);
+  payload_size_ = GetLe<uint32_t>(in + kPayloadSizeOffset);
+  attachment_size_ = GetLe<uint32_t>(in + kAttachmentSizeOffset);
+  return true;
+}
+
+bool CallHeader::DecodeInto(std::span<const std::byte> bytes,
+                            CallHeader& header) {
+  if (!header.DecodeFixed(bytes)) return false;
+  if (bytes.size() == kFixedSize) return true;  // Nearly every frame.
+  const auto extension = bytes.subspan(kFixedSize);
+  return header.DecodeCanonical(extension) || header.DecodeAny(extension);
+}
+
+// The extension as EncodeExtension writes it: each field at most once, in
+// field order, nothing unknown; and the fields appended after it
+// (EncodeBulkField, EncodePlacedSizeField). Every header rdmarpc sends, read
+// straight through. Anything else, valid or not, returns false and is read
+// again by DecodeAny, which for these bytes would give the same header.
+bool CallHeader::DecodeCanonical(std::span<const std::byte> extension) {
+  Reader in(extension);
   if (in.Take(Tag(kServiceField, kBytes)) && !in.Bytes(service_)) {
     return false;
   }
   if (in.Take(Tag(kMethodField, kBytes)) && !in.Bytes(method_)) return false;
-  if (in.Take(Tag(kTimeoutField, kVarint)) && !in.Varint(timeout_us_)) {
-    return false;
-  }
-  if (in.Take(Tag(kStatusCodeField, kVarint))) {
-    if (!in.Varint(value)) return false;
-    status_code_ = static_cast<int32_t>(value);
-  }
   if (in.Take(Tag(kStatusMessageField, kBytes)) && !in.Bytes(status_message_)) {
     return false;
-  }
-  if (in.Take(Tag(kPayloadSizeField, kVarint)) && !in.Varint(payload_size_)) {
-    return false;
-  }
-  if (in.Take(Tag(kMethodIdField, kFixed64)) && !in.Fixed64(method_id_)) {
-    return false;
-  }
-  if (in.Take(Tag(kAttachmentSizeField, kVarint)) &&
-      !in.Varint(attachment_size_)) {
-    return false;
-  }
-  if (in.done()) return true;  // Unary calls, nearly all of them.
-  if (in.Take(Tag(kStreamField, kVarint))) {
-    if (!in.Varint(value)) return false;
-    stream_ = static_cast<StreamKind>(static_cast<int32_t>(value));
   }
   if (in.Take(Tag(kWindowMessagesField, kVarint)) &&
       !in.Varint(window_messages_)) {
@@ -434,10 +401,10 @@ bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
   if (in.Take(Tag(kWindowBytesField, kVarint)) && !in.Varint(window_bytes_)) {
     return false;
   }
-  // Tags of fields 16 and up take two bytes.
   if (in.Take(Tag(kMetadataField, kBytes)) && !in.Bytes(metadata_)) {
     return false;
   }
+  // Tags of fields 16 and up take two bytes.
   if (in.Take2(Tag(kTrailersField, kBytes)) && !in.Bytes(trailers_)) {
     return false;
   }
@@ -451,39 +418,17 @@ bool CallHeader::DecodeCanonical(std::span<const std::byte> bytes) {
 void CallHeader::SetField(uint64_t field, bool varint, uint64_t value,
                           std::string_view text) {
   // A known field with another wire type is, to protobuf, an unknown
-  // field: skipped like any other.
+  // field: skipped like any other. So are the numbers the fixed block's
+  // fields had before it (reserved in proto/wire.proto).
   switch (field) {
-    case kKindField:
-      if (varint) kind_ = static_cast<Kind>(static_cast<int32_t>(value));
-      break;
-    case kCallIdField:
-      if (varint) call_id_ = value;
-      break;
     case kServiceField:
       if (!varint) service_ = text;
       break;
     case kMethodField:
       if (!varint) method_ = text;
       break;
-    case kTimeoutField:
-      if (varint) timeout_us_ = value;
-      break;
-    case kStatusCodeField:
-      if (varint) status_code_ = static_cast<int32_t>(value);
-      break;
     case kStatusMessageField:
       if (!varint) status_message_ = text;
-      break;
-    case kPayloadSizeField:
-      if (varint) payload_size_ = value;
-      break;
-    case kAttachmentSizeField:
-      if (varint) attachment_size_ = value;
-      break;
-    case kStreamField:
-      if (varint) {
-        stream_ = static_cast<StreamKind>(static_cast<int32_t>(value));
-      }
       break;
     case kWindowMessagesField:
       if (varint) window_messages_ = value;
@@ -511,38 +456,41 @@ void CallHeader::SetField(uint64_t field, bool varint, uint64_t value,
   }
 }
 
-std::optional<CallHeader> CallHeader::DecodeAny(
-    std::span<const std::byte> bytes) {
-  CallHeader header;
-  Reader in(bytes);
+// Any well-formed extension: fields in any order, repeated (the last one
+// wins), unknown ones skipped, as protobuf reads it. Starts over from the
+// fixed block's fields alone, whatever DecodeCanonical stored.
+bool CallHeader::DecodeAny(std::span<const std::byte> extension) {
+  service_ = method_ = status_message_ = metadata_ = trailers_ = bulk_ = {};
+  window_messages_ = window_bytes_ = placed_size_ = 0;
+  out_of_band_count_ = 0;
+  Reader in(extension);
   while (!in.done()) {
     uint64_t tag = 0;
-    if (!in.Tag(tag)) return std::nullopt;
+    if (!in.Tag(tag)) return false;
     const uint64_t field = tag >> 3;
     const auto type = static_cast<uint32_t>(tag & 7);
-    if (field == 0) return std::nullopt;
+    if (field == 0) return false;
     uint64_t value = 0;
     std::string_view text;
     switch (type) {
       case kVarint:
-        if (!in.Varint(value)) return std::nullopt;
+        if (!in.Varint(value)) return false;
         break;
-      case kFixed64:
-        if (!in.Fixed64(value)) return std::nullopt;
-        if (field == kMethodIdField) header.method_id_ = value;
-        continue;  // The only fixed64 field.
+      case kFixed64:  // No extension field is fixed64.
+        if (!in.Skip(8)) return false;
+        continue;
       case kFixed32:
-        if (!in.Skip(4)) return std::nullopt;
+        if (!in.Skip(4)) return false;
         continue;
       case kBytes:
-        if (!in.Bytes(text)) return std::nullopt;
+        if (!in.Bytes(text)) return false;
         break;
       default:  // Groups (3, 4) and wire types 6, 7.
-        return std::nullopt;
+        return false;
     }
-    header.SetField(field, type == kVarint, value, text);
+    SetField(field, type == kVarint, value, text);
   }
-  return header;
+  return true;
 }
 
 }  // namespace rdmarpc::rpc

@@ -1,6 +1,11 @@
-// The CallHeader of proto/wire.proto, encoded and decoded by hand: the very
-// bytes protobuf writes and accepts (call_header_test checks both ways), but
-// without allocating. A decoded header's strings are views into the frame.
+// The header of every RPC frame (docs/protocol.md, "The call header"): a
+// fixed block of kFixedSize little-endian bytes that every call fills (kind,
+// call id, method id, timeout, status code, sizes), then, for the rare
+// field, the CallHeaderExtension message of proto/wire.proto. Encoded and
+// decoded by hand, without allocating: the fixed block is a few loads and
+// stores; the extension is the very bytes protobuf writes and accepts
+// (call_header_test checks both ways). A decoded header's strings are views
+// into the frame.
 #ifndef RDMARPC_RPC_WIRE_CALL_HEADER_H_
 #define RDMARPC_RPC_WIRE_CALL_HEADER_H_
 
@@ -17,6 +22,9 @@ namespace rdmarpc::rpc {
 
 class CallHeader {
  public:
+  // Bytes of the fixed block that starts every header.
+  static constexpr size_t kFixedSize = 40;
+
   enum Kind : int32_t {
     kUnspecified = 0,
     kRequest = 1,
@@ -47,7 +55,8 @@ class CallHeader {
   uint64_t payload_size() const { return payload_size_; }
   // How many of the payload's bytes, at its end, are the attachment.
   uint64_t attachment_size() const { return attachment_size_; }
-  // Entries of the reserved out_of_band field seen when decoding.
+  // Entries of the extension's reserved out_of_band field seen when
+  // decoding.
   uint32_t out_of_band_count() const { return out_of_band_count_; }
   StreamKind stream() const { return stream_; }
   uint64_t window_messages() const { return window_messages_; }
@@ -130,31 +139,64 @@ class CallHeader {
   // At least EncodedSize(), and cheaper to compute: every varint counted at
   // its longest.
   size_t MaxEncodedSize() const {
-    // Thirteen one-byte tags, nine varint fields of at most 10 bytes, a
-    // fixed64, and three strings with their lengths; the metadata blocks
-    // (tags of up to two bytes) only when there are any, so that a header
-    // without them stays within an OutgoingFrame's inline capacity.
+    // The fixed block alone for nearly every frame. Else four one-byte tags
+    // and two varints of at most 10 bytes (the window), three strings with
+    // their lengths; the metadata blocks (tags of up to two bytes) only when
+    // there are any, so that a header without them stays within an
+    // OutgoingFrame's inline capacity.
+    if (!HasExtension()) return kFixedSize;
     constexpr size_t kMaxVarint = 10;
     const size_t blocks = metadata_.size() + trailers_.size();
-    return 13 + 9 * kMaxVarint + 8 + 3 * kMaxVarint + service_.size() +
-           method_.size() + status_message_.size() +
+    return kFixedSize + 5 + 5 * kMaxVarint + service_.size() + method_.size() +
+           status_message_.size() +
            (blocks == 0 ? 0 : 2 * (2 + kMaxVarint) + blocks);
   }
-  // Writes EncodedSize() bytes (proto3: fields at their default omitted);
-  // returns the end of what it wrote. `out` must have room for
-  // MaxEncodedSize() bytes: varints are stored eight bytes at a time, and
-  // the bytes past the returned end are scratch.
-  std::byte* Encode(std::byte* out) const;
-  // nullopt when the bytes are not a well-formed CallHeader message.
-  static std::optional<CallHeader> Decode(std::span<const std::byte> bytes) {
-    CallHeader header;
-    if (header.DecodeCanonical(bytes)) return header;
-    return DecodeAny(bytes);
+  // Writes EncodedSize() bytes: the fixed block, then the extension
+  // (proto3: fields at their default omitted); returns the end of what it
+  // wrote. `out` must have room for MaxEncodedSize() bytes: varints are
+  // stored eight bytes at a time, and the bytes past the returned end are
+  // scratch. The payload size is written as 32 bits: a frame carries at
+  // most tunables::kMaxPayloadSizeLimit bytes, and a transport refuses to
+  // send more.
+  std::byte* Encode(std::byte* out) const {
+    EncodeFixed(out);
+    if (!HasExtension()) return out + kFixedSize;
+    return EncodeExtension(out + kFixedSize);
   }
+  // The fixed block of a header with these fields and no extension field
+  // set: Encode's bytes for it, without building one. For the frames of
+  // nearly every call.
+  static void EncodeFixed(std::byte* out, Kind kind, int32_t status_code,
+                          uint64_t call_id, uint64_t method_id,
+                          uint64_t timeout_us, uint64_t payload_size,
+                          uint64_t attachment_size, StreamKind stream = kUnary);
+  // nullopt when the bytes are not a well-formed header: shorter than the
+  // fixed block, reserved bytes not zero, or an extension that is not a
+  // well-formed CallHeaderExtension message.
+  static std::optional<CallHeader> Decode(std::span<const std::byte> bytes) {
+    std::optional<CallHeader> header;
+    if (!DecodeInto(bytes, header.emplace())) header.reset();
+    return header;
+  }
+  // As Decode, into `header`, which must be default-constructed; false
+  // (and `header` unspecified) for bytes that are not a header.
+  static bool DecodeInto(std::span<const std::byte> bytes, CallHeader& header);
 
  private:
-  bool DecodeCanonical(std::span<const std::byte> bytes);
-  static std::optional<CallHeader> DecodeAny(std::span<const std::byte> bytes);
+  // Whether any field of the extension is set.
+  bool HasExtension() const {
+    return !service_.empty() || !method_.empty() || !status_message_.empty() ||
+           window_messages_ != 0 || window_bytes_ != 0 || !metadata_.empty() ||
+           !trailers_.empty();
+  }
+  void EncodeFixed(std::byte* out) const {
+    EncodeFixed(out, kind_, status_code_, call_id_, method_id_, timeout_us_,
+                payload_size_, attachment_size_, stream_);
+  }
+  std::byte* EncodeExtension(std::byte* out) const;
+  bool DecodeFixed(std::span<const std::byte> bytes);
+  bool DecodeCanonical(std::span<const std::byte> extension);
+  bool DecodeAny(std::span<const std::byte> extension);
   // Stores one decoded field (`value` if `varint`, else `text`). A known
   // field with another wire type is, to protobuf, an unknown field: ignored
   // like any other.

@@ -20,6 +20,21 @@ namespace {
   return frame;
 }
 
+// A frame whose header is the fixed block alone (no extension field set).
+[[gnu::always_inline]] inline transport::OutgoingFrame FixedFrame(
+    CallHeader::Kind kind, int32_t status_code, uint64_t call_id,
+    uint64_t method_id, uint64_t timeout_us, Payload payload) {
+  transport::OutgoingFrame frame;
+  std::byte* out = frame.header.Prepare(CallHeader::kFixedSize);
+  CallHeader::EncodeFixed(out, kind, status_code, call_id, method_id,
+                          timeout_us, payload.size(),
+                          payload.attachment.size());
+  frame.header.Commit(CallHeader::kFixedSize);
+  frame.AddPayload(std::move(payload.message));
+  frame.AddPayload(std::move(payload.attachment));
+  return frame;
+}
+
 Status ProtocolError(const std::string& why) {
   return Status(StatusCode::kInternal, "protocol error: " + why);
 }
@@ -32,6 +47,10 @@ transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
                                           uint64_t method_id,
                                           uint64_t timeout_us, Payload request,
                                           std::string_view metadata) {
+  if (service.empty() && method.empty() && metadata.empty()) [[likely]] {
+    return FixedFrame(CallHeader::kRequest, 0, call_id, method_id, timeout_us,
+                      std::move(request));
+  }
   CallHeader header;
   header.set_kind(CallHeader::kRequest);
   header.set_call_id(call_id);
@@ -50,6 +69,11 @@ transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            Payload response,
                                            std::string_view headers,
                                            std::string_view trailers) {
+  if (status.ok() && status.message().empty() && headers.empty() &&
+      trailers.empty()) [[likely]] {
+    return FixedFrame(CallHeader::kResponse, 0, call_id, 0, 0,
+                      std::move(response));
+  }
   CallHeader header;
   header.set_kind(CallHeader::kResponse);
   header.set_call_id(call_id);
@@ -127,10 +151,11 @@ transport::OutgoingFrame MakeGoAwayFrame() {
   return BareFrame(CallHeader::kGoAway, 0);
 }
 
-StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
-  const std::optional<CallHeader> decoded = CallHeader::Decode(frame.header());
-  if (!decoded) return ProtocolError("call header does not parse");
-  const CallHeader& header = *decoded;
+Status DecodeCallHeader(const transport::ReceivedFrame& frame,
+                        CallHeader& header) {
+  if (!CallHeader::DecodeInto(frame.header(), header)) {
+    return ProtocolError("call header does not parse");
+  }
   switch (header.kind()) {
     case CallHeader::kRequest:
       if (header.method_id() != 0) {
@@ -198,7 +223,7 @@ StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame) {
                          " of the payload's " +
                          std::to_string(header.payload_size()) + " bytes");
   }
-  return header;
+  return Status();
 }
 
 StatusOr<std::string> EncodeOutgoingMetadata(const Metadata& metadata,

@@ -79,11 +79,12 @@ void AppendToHeader(transport::OutgoingFrame& frame, std::string_view fields);
 Status ReadBulk(std::string_view field, std::vector<BulkDescriptor>& out,
                 std::optional<BulkDescriptor>& destination);
 
-// Parses and validates a received frame's header; its strings are views
-// into `frame`. An error means the peer broke the protocol: the connection
-// should be closed with it. Which side may send which kind is the caller's
-// to check.
-StatusOr<CallHeader> DecodeCallHeader(const transport::ReceivedFrame& frame);
+// Parses and validates a received frame's header into `header`, which must
+// be default-constructed; its strings are views into `frame`. An error means
+// the peer broke the protocol: the connection should be closed with it.
+// Which side may send which kind is the caller's to check.
+Status DecodeCallHeader(const transport::ReceivedFrame& frame,
+                        CallHeader& header);
 
 // RESOURCE_EXHAUSTED for a frame whose payload the transport dropped, naming
 // the limit: "<what> of N bytes exceeds the <receiver>'s maximum<detail>"

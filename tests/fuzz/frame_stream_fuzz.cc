@@ -47,15 +47,16 @@ struct Observer : rdmarpc::transport::ConnectionObserver {
     frame_bytes += rdmarpc::tunables::kFramePrefixSize + frame.header().size() +
                    frame.payload_size();
     FUZZ_CHECK(frame_bytes <= size);  // Nothing invented.
-    const auto header = rdmarpc::rpc::DecodeCallHeader(frame);
-    if (header.ok()) {  // Its metadata, as a server or channel reads it.
+    rdmarpc::rpc::CallHeader header;
+    if (rdmarpc::rpc::DecodeCallHeader(frame, header).ok()) {
+      // Its metadata, as a server or channel reads it.
       rdmarpc::rpc::Metadata metadata;
       (void)rdmarpc::rpc::ReadMetadata(
-          header->metadata(), rdmarpc::tunables::kDefaultMaxMetadataSize,
+          header.metadata(), rdmarpc::tunables::kDefaultMaxMetadataSize,
           "request metadata", "server", rdmarpc::StatusCode::kInvalidArgument,
           &metadata);
       (void)rdmarpc::rpc::ReadMetadata(
-          header->trailers(), rdmarpc::tunables::kDefaultMaxMetadataSize,
+          header.trailers(), rdmarpc::tunables::kDefaultMaxMetadataSize,
           "response trailers", "channel", rdmarpc::StatusCode::kInternal,
           &metadata);
     }
@@ -88,9 +89,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // connection reads, whose first frame must be the client's HELLO; any
   // other as a client's connection after the HELLOs.
   using rdmarpc::transport::tcp::TcpConnection;
-  const bool server = size >= 6 && std::memcmp(data, "RRPC", 4) == 0 &&
-                      data[5] == static_cast<uint8_t>(
-                                     rdmarpc::transport::FrameType::kControl);
+  const bool server =
+      size >= 6 && std::memcmp(data, "RRPC", 4) == 0 &&
+      data[5] == static_cast<uint8_t>(rdmarpc::transport::FrameType::kControl);
   auto connection = std::make_shared<TcpConnection>(
       std::move(socket), options,
       server ? TcpConnection::Role::kServer : TcpConnection::Role::kClient);
