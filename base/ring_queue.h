@@ -31,9 +31,16 @@ class RingQueue {
     assert(i < size_);
     return slots_[(head_ + i) & (slots_.size() - 1)];
   }
-  void push_back(T value) {
+  // By reference: an element moved in once, not into a parameter first
+  // (a send queue's frame is a few hundred bytes).
+  void push_back(T&& value) {
     if (size_ == slots_.size()) Grow();
     slots_[(head_ + size_) & (slots_.size() - 1)] = std::move(value);
+    ++size_;
+  }
+  void push_back(const T& value) {
+    if (size_ == slots_.size()) Grow();
+    slots_[(head_ + size_) & (slots_.size() - 1)] = value;
     ++size_;
   }
   void push_front(T value) {

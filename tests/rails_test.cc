@@ -91,7 +91,7 @@ class Stalling final : public Connection {
   void Start(std::shared_ptr<ConnectionObserver> observer) override {
     inner_->Start(std::move(observer));
   }
-  Status Send(transport::OutgoingFrame frame) override {
+  Status Send(transport::OutgoingFrame&& frame) override {
     return inner_->Send(std::move(frame));
   }
   void Close(const Status& reason) override {

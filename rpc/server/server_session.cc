@@ -38,7 +38,7 @@ void ServerSession::Reply(uint64_t id, const Status& status) {
   connection_->Send(std::move(frame)).IgnoreError();
 }
 
-StatusCode ServerSession::Queue(uint64_t id, transport::OutgoingFrame frame,
+StatusCode ServerSession::Queue(uint64_t id, transport::OutgoingFrame&& frame,
                                 StatusCode code) {
   const Status queued = connection_->Send(std::move(frame));
   if (queued.ok() || queued.code() == StatusCode::kUnavailable) return code;
@@ -327,7 +327,7 @@ void ServerSession::GoAway() {
   if (closed_.load()) CountGoAwayAnswer();
 }
 
-Status ServerSession::SendStreamFrame(transport::OutgoingFrame frame) {
+Status ServerSession::SendStreamFrame(transport::OutgoingFrame&& frame) {
   return connection_->Send(std::move(frame));
 }
 

@@ -172,7 +172,7 @@ class ServerSession final : public transport::ConnectionObserver,
   void Complete(ServerCall& call, const Status& status, Payload response);
   // Called by a streaming ServerCall: sends a frame of the call; runs a
   // callback of the handler's, on the handler executor or the loop.
-  Status SendStreamFrame(transport::OutgoingFrame frame);
+  Status SendStreamFrame(transport::OutgoingFrame&& frame);
   // Answers call `id` with `status` (a stream the session ended).
   void Reply(uint64_t id, const Status& status);
   // The same for a call refused before its handler ran, with the trailer
@@ -181,7 +181,7 @@ class ServerSession final : public transport::ConnectionObserver,
   // Queues call `id`'s response `frame` and returns `code`; if the send
   // queue refuses it, answers the call with that error (Reply) and returns
   // its code.
-  StatusCode Queue(uint64_t id, transport::OutgoingFrame frame,
+  StatusCode Queue(uint64_t id, transport::OutgoingFrame&& frame,
                    StatusCode code);
   void Post(UniqueFunction<void()> task);
   uint64_t max_response_size() const { return core_->max_response_size; }

@@ -333,7 +333,7 @@ StatusOr<BulkDescriptor> RailedConnection::Lend(std::span<std::byte> bytes,
   return out;
 }
 
-Status RailedConnection::SendHeld(OutgoingFrame frame) {
+Status RailedConnection::SendHeld(OutgoingFrame&& frame) {
   {
     std::lock_guard lock(mu_);
     if (binds_pending_.load(std::memory_order_acquire) > 0 ||

@@ -87,7 +87,7 @@ class RailedConnection final
   // A frame waits (in order) while a loan's windows on the other rails are
   // being bound: it may carry the loan's descriptor, and the peer must not
   // use a key before its window is.
-  Status Send(OutgoingFrame frame) override {
+  Status Send(OutgoingFrame&& frame) override {
     if (binds_pending_.load(std::memory_order_acquire) == 0 &&
         !holding_.load(std::memory_order_acquire)) {
       return primary_->Send(std::move(frame));
@@ -158,7 +158,7 @@ class RailedConnection final
   void OnSlice(const std::shared_ptr<BulkOp>& op, uint8_t rail,
                uint64_t generation, Slice slice, const Status& status);
   void Finish(const std::shared_ptr<BulkOp>& op);
-  Status SendHeld(OutgoingFrame frame);
+  Status SendHeld(OutgoingFrame&& frame);
   // A bind LendAcross awaited (on `rail`'s connection `generation`) is
   // done: held frames go once none is left.
   void BindDone(uint8_t rail, uint64_t generation);

@@ -106,7 +106,7 @@ class RdmaConnection final
   ~RdmaConnection() override;
 
   void Start(std::shared_ptr<ConnectionObserver> observer) override;
-  Status Send(OutgoingFrame frame) override;
+  Status Send(OutgoingFrame&& frame) override;
   void Close(const Status& reason) override;
   void Abort(const Status& reason) override;
   boost::asio::any_io_executor executor() const override;

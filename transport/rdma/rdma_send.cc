@@ -14,7 +14,7 @@ namespace rdmarpc::transport::rdma {
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
 
-Status RdmaConnection::Send(OutgoingFrame frame) {
+Status RdmaConnection::Send(OutgoingFrame&& frame) {
   RDMARPC_TRACE(TraceSide(), "send");
   if (frame.header.size() > tunables::kMaxCallHeaderSize) {
     return Status(StatusCode::kInternal, "frame header too large");

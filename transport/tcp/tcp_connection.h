@@ -62,7 +62,7 @@ class TcpConnection final : public Connection,
   ~TcpConnection() override;
 
   void Start(std::shared_ptr<ConnectionObserver> observer) override;
-  Status Send(OutgoingFrame frame) override;
+  Status Send(OutgoingFrame&& frame) override;
   void Close(const Status& reason) override;
   boost::asio::any_io_executor executor() const override;
   const std::string& peer() const override { return peer_; }
@@ -95,6 +95,9 @@ class TcpConnection final : public Connection,
 
  private:
   struct QueuedFrame {
+    // Built in place in the queue (emplace_back): the frame moves once.
+    QueuedFrame(const EncodedPrefix& prefix, OutgoingFrame&& frame)
+        : prefix(prefix), frame(std::move(frame)) {}
     EncodedPrefix prefix;
     OutgoingFrame frame;
   };

@@ -43,7 +43,7 @@ void ForEachPiece(const EncodedPrefix& prefix, const OutgoingFrame& frame,
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
 
-Status TcpConnection::Send(OutgoingFrame frame) {
+Status TcpConnection::Send(OutgoingFrame&& frame) {
   if (frame.header.size() > tunables::kMaxCallHeaderSize) {
     return Status(StatusCode::kInternal, "frame header too large");
   }
@@ -85,7 +85,7 @@ Status TcpConnection::Send(OutgoingFrame frame) {
     }
     ChargePeerBytes(bytes);
     queued_bytes_ += bytes;
-    queue_.push_back({prefix, std::move(frame)});
+    queue_.emplace_back(prefix, std::move(frame));
     // Counted before the token is read: see LetGo.
     queued_frames_ = queue_.size();
     post = !flush_pending_.exchange(true);
