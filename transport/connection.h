@@ -79,7 +79,7 @@ struct OutgoingFrame {
     return *this;
   }
 
-  void AddPayload(Buffer slice) {
+  void AddPayload(Buffer&& slice) {
     assert(payload_slices < payload.size());
     if (!slice.empty()) payload[payload_slices++] = std::move(slice);
   }

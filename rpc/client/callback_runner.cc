@@ -3,7 +3,7 @@
 namespace rdmarpc::rpc {
 
 void InvokeCallback(ResponseCallback& done, const Status& status,
-                    Payload response) {
+                    Payload&& response) {
   try {
     done(status, std::move(response));
   } catch (const std::exception& e) {

@@ -22,7 +22,7 @@ namespace rdmarpc::rpc {
 // into the transport (where it would stall the connection) or a pool's
 // thread (where it would end the process).
 void InvokeCallback(ResponseCallback& done, const Status& status,
-                    Payload response);
+                    Payload&& response);
 template <typename F>
 void InvokeGuarded(F& callback) {
   try {
@@ -114,7 +114,7 @@ class CallbackRunner {
 
 // Runs `done` on `runner`'s executor if it has one, else here, now.
 inline void RunOrInvoke(CallbackRunner& runner, ResponseCallback& done,
-                        const Status& status, Payload response) {
+                        const Status& status, Payload&& response) {
   if (runner.enabled()) {
     return runner.Run(std::move(done), status, std::move(response));
   }

@@ -43,7 +43,7 @@ uint64_t TimeoutMicros(const std::optional<Clock::time_point>& deadline,
 
 Subchannel::CallId Subchannel::Start(
     std::string_view service, std::string_view method, uint64_t method_id,
-    Payload request, const CallOptions& options, ResponseCallback done,
+    Payload&& request, const CallOptions& options, ResponseCallback&& done,
     StreamKind kind, std::shared_ptr<ClientStreamState> stream) {
   // The request and `done` move only into the frame and the call table:
   // the helpers below take them by reference.

@@ -70,8 +70,9 @@ class Subchannel final : public transport::ConnectionObserver,
   // completes `done` with its error, and 0 is returned. A streaming call
   // passes its kind and state; `done` ends it.
   CallId Start(std::string_view service, std::string_view method,
-               uint64_t method_id, Payload request, const CallOptions& options,
-               ResponseCallback done, StreamKind kind = StreamKind::kUnary,
+               uint64_t method_id, Payload&& request,
+               const CallOptions& options, ResponseCallback&& done,
+               StreamKind kind = StreamKind::kUnary,
                std::shared_ptr<ClientStreamState> stream = nullptr);
   void Cancel(CallId id);
   // A CANCEL frame, waiting for room as requests do.
@@ -163,7 +164,8 @@ class Subchannel final : public transport::ConnectionObserver,
  private:
   // Completes a call from the transport's side (the loop thread): the
   // callback runs here, or on the callback executor.
-  void Deliver(ResponseCallback& done, const Status& status, Payload response) {
+  void Deliver(ResponseCallback& done, const Status& status,
+               Payload&& response) {
     if (keep_connected_) CountOutcome(status);  // A cluster's subchannel.
     RunOrInvoke(*runner_, done, status, std::move(response));
   }

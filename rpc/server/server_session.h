@@ -169,7 +169,7 @@ class ServerSession final : public transport::ConnectionObserver,
   bool AdmitHeader(std::span<const std::byte> header) override;
 
   // Called by ServerCall::Finish.
-  void Complete(ServerCall& call, const Status& status, Payload response);
+  void Complete(ServerCall& call, const Status& status, Payload&& response);
   // Called by a streaming ServerCall: sends a frame of the call; runs a
   // callback of the handler's, on the handler executor or the loop.
   Status SendStreamFrame(transport::OutgoingFrame&& frame);
@@ -192,10 +192,10 @@ class ServerSession final : public transport::ConnectionObserver,
                          std::shared_ptr<ServerCall> call,
                          const MethodEntry& entry);
   // Returns the status the client gets (CANCELLED when it stopped waiting).
-  StatusCode Send(ServerCall& call, const Status& status, Payload response);
+  StatusCode Send(ServerCall& call, const Status& status, Payload&& response);
   // Send's path for a call with response headers or trailers.
   StatusCode SendWithMetadata(ServerCall& call, const Status& status,
-                              Payload response);
+                              Payload&& response);
   void ProtocolError(const Status& error);
   // RESOURCE_EXHAUSTED when the server or the call's method is at its
   // max_concurrency; else OK, the call counted in both (ServerCore::admitted,

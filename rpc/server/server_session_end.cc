@@ -53,7 +53,7 @@ void ServerSession::GiveBackAdmission(ServerCall& call) {
 }
 
 void ServerSession::Complete(ServerCall& call, const Status& status,
-                             Payload response) {
+                             Payload&& response) {
   RDMARPC_TRACE(1, "complete");
   uint8_t state = ServerCall::kNotYet;
   bool counted_in = false;  // In tracked_calls_ until its response is queued.
@@ -103,7 +103,7 @@ void ServerSession::Complete(ServerCall& call, const Status& status,
 }
 
 StatusCode ServerSession::Send(ServerCall& call, const Status& status,
-                               Payload response) {
+                               Payload&& response) {
   if (call.IsCancelled()) {
     core_->responses_dropped++;
     Log().debug("{}: dropping response to cancelled call {}",
@@ -134,7 +134,7 @@ StatusCode ServerSession::Send(ServerCall& call, const Status& status,
 
 StatusCode ServerSession::SendWithMetadata(ServerCall& call,
                                            const Status& status,
-                                           Payload response) {
+                                           Payload&& response) {
   bool headers_sent;
   {
     std::lock_guard lock(call.mu_);

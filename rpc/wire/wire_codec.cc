@@ -11,7 +11,7 @@ namespace {
 
 // Inlined into each maker: one call fewer per frame.
 [[gnu::always_inline]] inline transport::OutgoingFrame Frame(
-    const CallHeader& header, Payload payload) {
+    const CallHeader& header, Payload&& payload) {
   transport::OutgoingFrame frame;
   std::byte* out = frame.header.Prepare(header.MaxEncodedSize());
   frame.header.Commit(header.Encode(out) - out);
@@ -23,7 +23,7 @@ namespace {
 // A frame whose header is the fixed block alone (no extension field set).
 [[gnu::always_inline]] inline transport::OutgoingFrame FixedFrame(
     CallHeader::Kind kind, int32_t status_code, uint64_t call_id,
-    uint64_t method_id, uint64_t timeout_us, Payload payload) {
+    uint64_t method_id, uint64_t timeout_us, Payload&& payload) {
   transport::OutgoingFrame frame;
   std::byte* out = frame.header.Prepare(CallHeader::kFixedSize);
   CallHeader::EncodeFixed(out, kind, status_code, call_id, method_id,
@@ -41,12 +41,10 @@ Status ProtocolError(const std::string& why) {
 
 }  // namespace
 
-transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
-                                          std::string_view service,
-                                          std::string_view method,
-                                          uint64_t method_id,
-                                          uint64_t timeout_us, Payload request,
-                                          std::string_view metadata) {
+transport::OutgoingFrame MakeRequestFrame(
+    uint64_t call_id, std::string_view service, std::string_view method,
+    uint64_t method_id, uint64_t timeout_us, Payload&& request,
+    std::string_view metadata) {
   if (service.empty() && method.empty() && metadata.empty()) [[likely]] {
     return FixedFrame(CallHeader::kRequest, 0, call_id, method_id, timeout_us,
                       std::move(request));
@@ -66,7 +64,7 @@ transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
 
 transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            const Status& status,
-                                           Payload response,
+                                           Payload&& response,
                                            std::string_view headers,
                                            std::string_view trailers) {
   if (status.ok() && status.message().empty() && headers.empty() &&
@@ -109,7 +107,7 @@ transport::OutgoingFrame MakeCancelFrame(uint64_t call_id) {
 transport::OutgoingFrame MakeStreamRequestFrame(
     uint64_t call_id, uint64_t method_id, uint64_t timeout_us,
     CallHeader::StreamKind kind, uint64_t window_messages,
-    uint64_t window_bytes, Payload request, std::string_view metadata) {
+    uint64_t window_bytes, Payload&& request, std::string_view metadata) {
   CallHeader header;
   header.set_kind(CallHeader::kRequest);
   header.set_call_id(call_id);
@@ -123,7 +121,7 @@ transport::OutgoingFrame MakeStreamRequestFrame(
   return Frame(header, std::move(request));
 }
 
-transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload message,
+transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload&& message,
                                           std::string_view headers) {
   CallHeader header;
   header.set_kind(CallHeader::kMessage);

@@ -21,16 +21,14 @@ namespace rdmarpc::rpc {
 // header carries what is set: empty names and a 0 id are not encoded. The
 // frame's payload is the message, then the attachment.
 // `metadata` is an encoded block (EncodeOutgoingMetadata), empty for none.
-transport::OutgoingFrame MakeRequestFrame(uint64_t call_id,
-                                          std::string_view service,
-                                          std::string_view method,
-                                          uint64_t method_id,
-                                          uint64_t timeout_us, Payload request,
-                                          std::string_view metadata = {});
+transport::OutgoingFrame MakeRequestFrame(
+    uint64_t call_id, std::string_view service, std::string_view method,
+    uint64_t method_id, uint64_t timeout_us, Payload&& request,
+    std::string_view metadata = {});
 // `headers` and `trailers` are encoded blocks, empty for none.
 transport::OutgoingFrame MakeResponseFrame(uint64_t call_id,
                                            const Status& status,
-                                           Payload response,
+                                           Payload&& response,
                                            std::string_view headers = {},
                                            std::string_view trailers = {});
 transport::OutgoingFrame MakeCancelFrame(uint64_t call_id);
@@ -44,9 +42,9 @@ transport::OutgoingFrame MakeGoAwayFrame();
 transport::OutgoingFrame MakeStreamRequestFrame(
     uint64_t call_id, uint64_t method_id, uint64_t timeout_us,
     CallHeader::StreamKind kind, uint64_t window_messages,
-    uint64_t window_bytes, Payload request, std::string_view metadata = {});
+    uint64_t window_bytes, Payload&& request, std::string_view metadata = {});
 // `headers`: a server's response headers, on its first MESSAGE of the call.
-transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload message,
+transport::OutgoingFrame MakeMessageFrame(uint64_t call_id, Payload&& message,
                                           std::string_view headers = {});
 transport::OutgoingFrame MakeHalfCloseFrame(uint64_t call_id);
 // `messages` or `bytes` must be more than 0.
