@@ -41,7 +41,7 @@ using transport::ReceivedFrame;
 using transport::rails::RailedConnection;
 
 struct Recorder : ConnectionObserver {
-  void OnFrame(ReceivedFrame frame) override {
+  void OnFrame(ReceivedFrame&& frame) override {
     std::lock_guard lock(mu);
     headers.emplace_back(reinterpret_cast<const char*>(frame.header().data()),
                          frame.header().size());

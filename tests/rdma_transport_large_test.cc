@@ -194,7 +194,7 @@ TEST_CASE("rdma: a frame over a pool block goes in pooled segments") {
 // every 997th byte: touching every byte of 100 MiB takes minutes in the
 // emulated VM.
 struct SampledRecorder : Recorder {
-  void OnFrame(ReceivedFrame frame) override {
+  void OnFrame(ReceivedFrame&& frame) override {
     std::lock_guard lock(mu);
     sizes.push_back(frame.payload_size());
     Buffer payload = std::move(frame).TakePayload();
@@ -306,7 +306,7 @@ OutgoingFrame FrameOf(Buffer payload) {
 }
 
 struct Echoer : ConnectionObserver {
-  void OnFrame(ReceivedFrame frame) override {
+  void OnFrame(ReceivedFrame&& frame) override {
     auto c = connection.lock();
     if (!c) return;
     const Status sent = c->Send(FrameOf(std::move(frame).TakePayload()));

@@ -314,7 +314,7 @@ TEST_CASE("rdma: connections on a loop share their bounce chunks") {
 // Answers every frame from inside OnFrame, and notes whether the answer had
 // been posted when Send returned.
 struct Answerer : ConnectionObserver {
-  void OnFrame(ReceivedFrame) override {
+  void OnFrame(ReceivedFrame&&) override {
     std::lock_guard lock(mu);
     auto c = connection.lock();
     if (!c) return;
@@ -388,7 +388,7 @@ TEST_CASE("rdma: an oversized payload is discarded, its header delivered") {
   REQUIRE(client.ok());
   auto server = accepted.get_future().get();
   struct Dropped : ConnectionObserver {
-    void OnFrame(ReceivedFrame frame) override {
+    void OnFrame(ReceivedFrame&& frame) override {
       results.push_back({frame.dropped_payload_size(), frame.payload_size()});
       if (results.size() == 2) done.set_value();
     }

@@ -96,7 +96,7 @@ class LateServer {
   struct Observer : transport::ConnectionObserver {
     Observer(LateServer* server, std::shared_ptr<transport::Connection> c)
         : server(server), connection(std::move(c)) {}
-    void OnFrame(transport::ReceivedFrame frame) override {
+    void OnFrame(transport::ReceivedFrame&& frame) override {
       rpc::CallHeader header;
       if (!rpc::DecodeCallHeader(frame, header).ok() ||
           header.kind() != rpc::CallHeader::kRequest) {

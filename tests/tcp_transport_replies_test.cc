@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 using Catch::Matchers::ContainsSubstring;
 
 struct Answerer : ConnectionObserver {
-  void OnFrame(ReceivedFrame) override {
+  void OnFrame(ReceivedFrame&&) override {
     auto connection = this->connection.lock();
     if (!connection) return;
     const uint64_t before = connection->stats().frames_sent;
@@ -71,7 +71,7 @@ TEST_CASE("tcp: a reply to the only frame of a read leaves inside Send") {
 // Answers each frame at once, and lets another thread send a frame on the
 // same connection at the same moment.
 struct RacingAnswerer : ConnectionObserver {
-  void OnFrame(ReceivedFrame) override {
+  void OnFrame(ReceivedFrame&&) override {
     auto connection = this->connection.lock();
     if (!connection) return;
     go.release();
@@ -119,7 +119,7 @@ TEST_CASE("tcp: a frame queued during a direct write is not stranded") {
 // Answers the first frame with a reply far larger than the socket takes at
 // once, then sends a small one behind it.
 struct LargeAnswerer : ConnectionObserver {
-  void OnFrame(ReceivedFrame) override {
+  void OnFrame(ReceivedFrame&&) override {
     auto connection = this->connection.lock();
     if (!connection || answered++ > 0) return;
     sent_large = connection->Send(MakeFrame("large", kLarge)).ok();
@@ -182,7 +182,7 @@ TEST_CASE("tcp: replies to the frames of one read leave in one write") {
 
 // Notes whether OnClose ran inside OnFrame.
 struct ReentryCheck : ConnectionObserver {
-  void OnFrame(ReceivedFrame) override {
+  void OnFrame(ReceivedFrame&&) override {
     in_frame = true;
     if (auto connection = this->connection.lock()) {
       connection->Send(MakeFrame("answer", 16)).IgnoreError();
@@ -277,7 +277,7 @@ TEST_CASE("tcp: a reply that fails to write inside OnFrame closes after it") {
 }
 
 struct CloseReason : ConnectionObserver {
-  void OnFrame(ReceivedFrame) override { ++frames; }
+  void OnFrame(ReceivedFrame&&) override { ++frames; }
   void OnClose(const Status& status) override { closed.set_value(status); }
   std::atomic<int> frames{0};
   std::promise<Status> closed;

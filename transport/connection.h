@@ -142,8 +142,9 @@ class ReceivedFrame {
 class ConnectionObserver {
  public:
   virtual ~ConnectionObserver() = default;
-  // Frames arrive in the order the peer sent them.
-  virtual void OnFrame(ReceivedFrame frame) = 0;
+  // Frames arrive in the order the peer sent them. The observer may move
+  // from `frame` (a reference: passing it costs no move of its own).
+  virtual void OnFrame(ReceivedFrame&& frame) = 0;
   // Exactly once, after which no callback arrives: the peer went away, a
   // malformed frame arrived, or Close() was called.
   virtual void OnClose(const Status& reason) = 0;

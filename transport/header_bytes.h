@@ -68,6 +68,20 @@ class HeaderBytes {
     }
   }
 
+  // Prepare and Commit for a header of exactly `kSize` bytes, known to fit
+  // inline, written into a HeaderBytes nothing was prepared in yet (a new
+  // frame's): no check, no reset. Write the bytes, then CommitInline.
+  template <size_t kSize>
+  std::byte* PrepareInline() noexcept {
+    static_assert(kSize > 0 && kSize <= kInlineCapacity);
+    assert(buffer_.empty() && inline_size_ == 0);
+    return inline_.data();
+  }
+  template <size_t kSize>
+  void CommitInline() noexcept {
+    inline_size_ = static_cast<uint32_t>(kSize);
+  }
+
   // Moves inline bytes to a pooled block, whose address no move of the
   // frame changes (the RDMA transport's write plans point into it).
   void MoveOutOfLine() {

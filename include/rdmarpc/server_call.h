@@ -55,7 +55,7 @@ class ServerCall {
   // registry of services).
   ServerCall(std::shared_ptr<rpc::ServerSession> session, uint64_t id,
              const std::string& service, const std::string& method,
-             Payload request, std::optional<Clock::time_point> deadline,
+             Payload&& request, std::optional<Clock::time_point> deadline,
              rpc::MethodMetrics* metrics = nullptr);
   ~ServerCall();
   ServerCall(const ServerCall&) = delete;
@@ -105,7 +105,7 @@ class ServerCall {
   // first call counts; later ones are logged and ignored. A Buffer is a
   // response without an attachment. A server- or bidi-streaming call's
   // response carries no message: its messages went by Write.
-  void Finish(const Status& status, Payload response = Payload());
+  void Finish(const Status& status, Payload&& response = Payload());
 
   // Bulk (include/rdmarpc/bulk.h). The client's loans to this call, in the
   // order it lent them; empty when it lent none.
@@ -206,7 +206,7 @@ class ServerCall {
   void ReleaseLoans();
   // Finish for an OK response whose attachment goes into the client's
   // destination.
-  void FinishIntoDestination(Payload response);
+  void FinishIntoDestination(Payload&& response);
   // `done`, run where stream callbacks run (Post) once the transport ends
   // a Pull or Push; after EndBulk if BeginBulk `counted` it.
   UniqueFunction<void(const Status&)> BulkDone(

@@ -4,7 +4,7 @@
 
 namespace rdmarpc::rpc {
 
-uint64_t CallTable::Add(ResponseCallback done,
+uint64_t CallTable::Add(ResponseCallback&& done,
                         std::optional<Clock::time_point> deadline,
                         const std::shared_ptr<ResponseMetadata>& metadata) {
   uint32_t index;

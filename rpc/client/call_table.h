@@ -33,7 +33,8 @@ class CallTable {
 
   // Returns the new call's id (never 0). `metadata`, if set, is where the
   // response's metadata goes (CallOptions::response_metadata).
-  uint64_t Add(ResponseCallback done, std::optional<Clock::time_point> deadline,
+  uint64_t Add(ResponseCallback&& done,
+               std::optional<Clock::time_point> deadline,
                const std::shared_ptr<ResponseMetadata>& metadata = nullptr);
 
   bool Contains(uint64_t id) const;

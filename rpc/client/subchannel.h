@@ -124,7 +124,7 @@ class Subchannel final : public transport::ConnectionObserver,
     calls_.set_id_tag(tag);
   }
 
-  void OnFrame(transport::ReceivedFrame frame) override;
+  void OnFrame(transport::ReceivedFrame&& frame) override;
   void OnClose(const Status& reason) override;
 
   // StreamHost.
@@ -231,6 +231,18 @@ class Subchannel final : public transport::ConnectionObserver,
   // Under mu_, not connected: `waiting` waits for a connection, which this
   // starts if none is being made.
   void AwaitConnectionLocked(Waiting waiting);
+  // Start with interceptors: they see (and may change) a copy of `options`,
+  // then the call goes on as Admit.
+  CallId StartIntercepted(std::string_view service, std::string_view method,
+                          uint64_t method_id, Payload& request,
+                          const CallOptions& options, ResponseCallback& done,
+                          StreamKind kind,
+                          std::shared_ptr<ClientStreamState>& stream);
+  // Start after interceptors: the call's checks (Validate), then Enqueue.
+  CallId Admit(std::string_view service, std::string_view method,
+               uint64_t method_id, Payload& request,
+               const CallOptions& call_options, ResponseCallback& done,
+               StreamKind kind, std::shared_ptr<ClientStreamState>& stream);
   // Start's second half, from the lock on: the call, intercepted and
   // validated, into the call table and sent, held or made to wait.
   // Inlined into Start; `may_repick` is false in the copy that Repick runs.

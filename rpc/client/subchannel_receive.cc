@@ -17,7 +17,7 @@ namespace rdmarpc::rpc {
 using transport::Connection;
 using transport::ReceivedFrame;
 
-void Subchannel::OnFrame(ReceivedFrame frame) {
+void Subchannel::OnFrame(ReceivedFrame&& frame) {
   RDMARPC_TRACE(0, "channel_on_frame");
   CallHeader header;
   Status decoded = DecodeCallHeader(frame, header);

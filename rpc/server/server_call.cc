@@ -42,7 +42,7 @@ StreamKind ServerCall::kind() const {
 
 ServerCall::ServerCall(std::shared_ptr<rpc::ServerSession> session, uint64_t id,
                        const std::string& service, const std::string& method,
-                       Payload request,
+                       Payload&& request,
                        std::optional<Clock::time_point> deadline,
                        rpc::MethodMetrics* metrics)
     : session_(std::move(session)),
@@ -113,7 +113,7 @@ void ServerCall::EndWith(const Status& why) {
   if (MarkCancelled()) session_->Reply(id_, why);
 }
 
-void ServerCall::Finish(const Status& status, Payload response) {
+void ServerCall::Finish(const Status& status, Payload&& response) {
   if (finished_.exchange(true)) {
     Log().error("{}/{}: call {} finished twice; ignoring {}", *service_,
                 *method_, id_, status.ToString());
@@ -131,7 +131,7 @@ void ServerCall::Finish(const Status& status, Payload response) {
   session_->Complete(*this, status, std::move(response));
 }
 
-void ServerCall::FinishIntoDestination(Payload response) {
+void ServerCall::FinishIntoDestination(Payload&& response) {
   const BulkDescriptor to = *metadata_->destination;
   const uint64_t n = response.attachment.size();
   if (n > to.length) {

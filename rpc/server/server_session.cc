@@ -67,7 +67,7 @@ void ServerSession::ReplyNotRun(uint64_t id, const Status& status) {
   connection_->Send(std::move(frame)).IgnoreError();
 }
 
-void ServerSession::OnFrame(transport::ReceivedFrame frame) {
+void ServerSession::OnFrame(transport::ReceivedFrame&& frame) {
   RDMARPC_TRACE(1, "session_on_frame");
   CallHeader header;
   if (Status decoded = DecodeCallHeader(frame, header); !decoded.ok()) {
@@ -274,7 +274,7 @@ void ServerSession::OnCancel(uint64_t id) {
 }
 
 void ServerSession::OnStreamFrame(const CallHeader& header,
-                                  transport::ReceivedFrame frame) {
+                                  transport::ReceivedFrame&& frame) {
   const uint64_t id = header.call_id();
   std::shared_ptr<ServerCall> call;
   if (tracked_calls_.load(std::memory_order_acquire) > 0) {

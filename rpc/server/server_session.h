@@ -164,7 +164,7 @@ class ServerSession final : public transport::ConnectionObserver,
   void GoAway();
   transport::Connection& connection() { return *connection_; }
 
-  void OnFrame(transport::ReceivedFrame frame) override;
+  void OnFrame(transport::ReceivedFrame&& frame) override;
   void OnClose(const Status& reason) override;
   bool AdmitHeader(std::span<const std::byte> header) override;
 
@@ -250,7 +250,8 @@ class ServerSession final : public transport::ConnectionObserver,
   void Reject(uint64_t id, MethodMetrics* metrics, const Status& status,
               uint64_t request_bytes, bool not_run);
   // MESSAGE, HALF_CLOSE, WINDOW.
-  void OnStreamFrame(const CallHeader& header, transport::ReceivedFrame frame);
+  void OnStreamFrame(const CallHeader& header,
+                     transport::ReceivedFrame&& frame);
   // OnRequest's path while gated_: refused (Refuse), or not yet admitted.
   // False once the call has been answered.
   bool OnGatedRequest(const CallHeader& header);

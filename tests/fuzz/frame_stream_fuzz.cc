@@ -33,7 +33,7 @@ struct Observer : rdmarpc::transport::ConnectionObserver {
   size_t size = 0;  // Input bytes.
   uint64_t frame_bytes = 0;
   int closes = 0;
-  void OnFrame(ReceivedFrame frame) override {
+  void OnFrame(ReceivedFrame&& frame) override {
     FUZZ_CHECK(closes == 0);
     FUZZ_CHECK(frame.type() == rdmarpc::transport::FrameType::kRpc);
     FUZZ_CHECK(frame.header().size() <= rdmarpc::tunables::kMaxCallHeaderSize);

@@ -31,7 +31,7 @@ inline std::string RdmaUri() {
 }
 
 struct Recorder : ConnectionObserver {
-  void OnFrame(ReceivedFrame frame) override {
+  void OnFrame(ReceivedFrame&& frame) override {
     std::lock_guard lock(mu);
     sizes.push_back(frame.payload_size());
     Buffer payload = std::move(frame).TakePayload();

@@ -21,7 +21,7 @@ namespace rdmarpc::transport::testing {
 
 // Records every frame and the close reason.
 struct Recorder : ConnectionObserver {
-  void OnFrame(ReceivedFrame frame) override {
+  void OnFrame(ReceivedFrame&& frame) override {
     std::lock_guard lock(mu);
     headers.emplace_back(reinterpret_cast<const char*>(frame.header().data()),
                          frame.header().size());

@@ -28,7 +28,7 @@ class RailedConnection::RailObserver final : public ConnectionObserver {
         generation_(generation),
         to_(std::move(to)) {}
 
-  void OnFrame(ReceivedFrame frame) override {
+  void OnFrame(ReceivedFrame&& frame) override {
     if (to_) return to_->OnFrame(std::move(frame));
     // Frames travel on the primary alone: a peer that sends one elsewhere
     // breaks their order.
