@@ -124,6 +124,40 @@ TEST_CASE("typed: use_awaitable completion in a C++20 coroutine") {
   CHECK(label == "now (seen)@1700000000");
 }
 
+// use_awaitable initiates at the co_await, after the statement that made the
+// awaitable: the call must run with the options given then (async_initiate
+// keeps a copy), though the caller's were a temporary, long gone.
+TEST_CASE("typed: use_awaitable starts later, with the options it was given") {
+  Fixture f;
+  Clock::Stub clock(f.channel);
+  asio::io_context io;
+  StatusCode late = StatusCode::kOk;
+  StatusCode in_time = StatusCode::kUnknown;
+  std::string label;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        Stamp stamp;
+        stamp.set_label("later");
+        auto expired = clock.async_Echo(
+            stamp, rpc::CallOptions::WithTimeout(1us), asio::use_awaitable);
+        auto roomy = clock.async_Echo(stamp, rpc::CallOptions::WithTimeout(10s),
+                                      asio::use_awaitable);
+        asio::steady_timer timer(io, 20ms);
+        co_await timer.async_wait(asio::use_awaitable);
+        auto [s1, unused] = co_await std::move(expired);
+        auto [s2, echoed] = co_await std::move(roomy);
+        late = s1.code();
+        in_time = s2.code();
+        label = echoed.label();
+      },
+      asio::detached);
+  io.run();
+  CHECK(late == StatusCode::kDeadlineExceeded);
+  CHECK(in_time == StatusCode::kOk);
+  CHECK(label == "later (seen)");
+}
+
 // Bytes that differ at every offset, so a shifted or torn copy shows.
 Buffer Pattern(size_t size) {
   Buffer buffer = Buffer::Allocate(size);

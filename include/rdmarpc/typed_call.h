@@ -285,9 +285,12 @@ auto StartUnaryCall(Channel& channel, const MethodRef& method,
                     const google::protobuf::MessageLite& request,
                     const CallOptions& options, Buffer request_attachment,
                     Buffer* response_attachment, CompletionToken&& token) {
-  // `options` by value: use_awaitable initiates later, at the co_await.
-  auto initiate = [&channel, &method, options, response_attachment](
-                      auto handler, Payload payload) {
+  // `options` goes to async_initiate as an argument: a token that initiates
+  // at once (a callback, a future) passes it on by reference, and one that
+  // initiates later (use_awaitable, at the co_await) keeps a copy until then.
+  auto initiate = [&channel, &method, response_attachment](
+                      auto handler, Payload&& payload,
+                      const CallOptions& options) {
     using Handler = decltype(handler);
     if constexpr (!kHasOwnExecutor<Handler>) {
       // A plain callback runs where the channel runs callbacks, which is
@@ -327,7 +330,8 @@ auto StartUnaryCall(Channel& channel, const MethodRef& method,
   };
   return boost::asio::async_initiate<CompletionToken, void(Status, Response)>(
       std::move(initiate), token,
-      Payload(SerializeMessage(request), std::move(request_attachment)));
+      Payload(SerializeMessage(request), std::move(request_attachment)),
+      options);
 }
 
 }  // namespace internal
