@@ -68,18 +68,15 @@ class HeaderBytes {
     }
   }
 
-  // Prepare and Commit for a header of exactly `kSize` bytes, known to fit
-  // inline, written into a HeaderBytes nothing was prepared in yet (a new
-  // frame's): no check, no reset. Write the bytes, then CommitInline.
+  // Prepare and Commit in one, for a header of exactly `kSize` bytes known
+  // to fit inline, in a HeaderBytes nothing was prepared in yet (a new
+  // frame's): no check, no reset. Returns where to write the `kSize` bytes.
   template <size_t kSize>
-  std::byte* PrepareInline() noexcept {
+  std::byte* CommitInline() noexcept {
     static_assert(kSize > 0 && kSize <= kInlineCapacity);
     assert(buffer_.empty() && inline_size_ == 0);
-    return inline_.data();
-  }
-  template <size_t kSize>
-  void CommitInline() noexcept {
     inline_size_ = static_cast<uint32_t>(kSize);
+    return inline_.data();
   }
 
   // Moves inline bytes to a pooled block, whose address no move of the

@@ -88,7 +88,7 @@ Subchannel::CallId Subchannel::Start(
                  stream, metadata, loans, timeout_us, /*may_repick=*/true);
 }
 
-// Inlined into Start (the call path) and into RepickAfterGoAway.
+// Inlined into Admit (the call path) and into RepickAfterGoAway.
 [[gnu::always_inline]] inline Subchannel::CallId Subchannel::Enqueue(
     std::string_view service, std::string_view method, uint64_t method_id,
     Payload& request, const CallOptions& call_options, ResponseCallback& done,

@@ -245,7 +245,7 @@ class Subchannel final : public transport::ConnectionObserver,
                StreamKind kind, std::shared_ptr<ClientStreamState>& stream);
   // Start's second half, from the lock on: the call, intercepted and
   // validated, into the call table and sent, held or made to wait.
-  // Inlined into Start; `may_repick` is false in the copy that Repick runs.
+  // Inlined into Admit; `may_repick` is false in the copy that Repick runs.
   CallId Enqueue(std::string_view service, std::string_view method,
                  uint64_t method_id, Payload& request,
                  const CallOptions& options, ResponseCallback& done,

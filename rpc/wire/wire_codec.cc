@@ -25,11 +25,9 @@ namespace {
     CallHeader::Kind kind, int32_t status_code, uint64_t call_id,
     uint64_t method_id, uint64_t timeout_us, Payload&& payload) {
   transport::OutgoingFrame frame;
-  std::byte* out = frame.header.PrepareInline<CallHeader::kFixedSize>();
-  CallHeader::EncodeFixed(out, kind, status_code, call_id, method_id,
-                          timeout_us, payload.size(),
-                          payload.attachment.size());
-  frame.header.CommitInline<CallHeader::kFixedSize>();
+  CallHeader::EncodeFixed(frame.header.CommitInline<CallHeader::kFixedSize>(),
+                          kind, status_code, call_id, method_id, timeout_us,
+                          payload.size(), payload.attachment.size());
   frame.AddPayload(std::move(payload.message));
   frame.AddPayload(std::move(payload.attachment));
   return frame;
