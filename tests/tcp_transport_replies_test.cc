@@ -178,6 +178,73 @@ TEST_CASE("tcp: replies to the frames of one read leave in one write") {
   REQUIRE(pair.client->stats().frames_sent == kFrames);
   CHECK(pair.client->stats().write_calls <= pair.client->stats().read_calls);
   CHECK(pair.client->stats().write_calls < kFrames / 10);
+  // Those sent with more staged behind were copied together, not queued.
+  CHECK(pair.client->stats().frames_coalesced > 0);
+  AwaitFrames(*pair.recorder, kFrames);
+  std::lock_guard lock(pair.recorder->mu);
+  CHECK(pair.recorder->payloads_intact);
+}
+
+// Answers frame "fN" with "sN" (small); every third also with "lN", too large
+// to coalesce, and "tN" (small) behind it. Another thread sends frames too.
+struct MixedAnswerer : ConnectionObserver {
+  void OnFrame(ReceivedFrame&& frame) override {
+    auto connection = this->connection.lock();
+    if (!connection) return;
+    const std::string n(
+        reinterpret_cast<const char*>(frame.header().data()) + 1,
+        frame.header().size() - 1);
+    connection->Send(MakeFrame("s" + n, 16)).IgnoreError();
+    if (std::stoi(n) % 3 == 0) {
+      connection->Send(MakeFrame("l" + n, 4096)).IgnoreError();
+      connection->Send(MakeFrame("t" + n, 16)).IgnoreError();
+    }
+  }
+  void OnClose(const Status&) override {}
+  std::weak_ptr<Connection> connection;
+};
+
+// Coalesced frames never overtake a frame the loop thread queued before
+// them (one too large to coalesce), nor get stranded by frames another
+// thread queues meanwhile: everything arrives, the loop thread's in the
+// order sent.
+TEST_CASE("tcp: coalesced replies keep their order behind queued ones") {
+  auto answerer = std::make_shared<MixedAnswerer>();
+  Pair pair(answerer);
+  answerer->connection = pair.client;
+  constexpr int kFrames = 300;
+  constexpr int kOthers = 200;
+  std::thread other([&] {
+    for (int i = 0; i < kOthers; ++i) {
+      pair.client->Send(MakeFrame("other", 16)).IgnoreError();
+      if (i % 8 == 0) std::this_thread::yield();
+    }
+  });
+  boost::asio::post(pair.server->executor(), [&] {
+    for (int i = 0; i < kFrames; ++i) {
+      pair.server->Send(MakeFrame("f" + std::to_string(i), 16)).IgnoreError();
+    }
+  });
+  other.join();
+  std::vector<std::string> expected;
+  for (int i = 0; i < kFrames; ++i) {
+    const std::string n = std::to_string(i);
+    expected.push_back("s" + n);
+    if (i % 3 == 0) {
+      expected.push_back("l" + n);
+      expected.push_back("t" + n);
+    }
+  }
+  AwaitFrames(*pair.recorder, expected.size() + kOthers);
+  CHECK(pair.client->stats().frames_coalesced > 0);
+  std::lock_guard lock(pair.recorder->mu);
+  std::vector<std::string> answers;
+  for (const std::string& header : pair.recorder->headers) {
+    if (header != "other") answers.push_back(header);
+  }
+  CHECK(pair.recorder->headers.size() - answers.size() == kOthers);
+  CHECK(answers == expected);
+  CHECK(pair.recorder->payloads_intact);
 }
 
 // Notes whether OnClose ran inside OnFrame.

@@ -45,7 +45,10 @@ class Buffer {
         size_(std::exchange(other.size_, 0)),
         release_(std::exchange(other.release_, nullptr)),
         context_(std::exchange(other.context_, nullptr)) {}
-  Buffer& operator=(Buffer&& other) noexcept {
+  // Always inline, as Reset() is: code added elsewhere in a file once made
+  // GCC call an out-of-line copy of it on the receive path, at 35
+  // instructions a frame.
+  [[gnu::always_inline]] Buffer& operator=(Buffer&& other) noexcept {
     if (this != &other) {
       Reset();
       block_ = std::exchange(other.block_, nullptr);

@@ -69,6 +69,10 @@ struct ConnectionStats {
   // Frames written (TCP) or posted (RDMA) as they were sent, without being
   // queued: a reply from the loop thread with nothing else waiting.
   std::atomic<uint64_t> frames_written_directly{0};
+  // TCP only: small frames sent from the loop thread while it delivered a
+  // read's frames, copied into one block that left in one write
+  // (tunables::kTcpCoalesceFrameMax).
+  std::atomic<uint64_t> frames_coalesced{0};
   // Frames that found the queue past max_queued_bytes and, allowed to wait
   // (OutgoingFrame::may_wait), were queued anyway.
   std::atomic<uint64_t> frames_waited_for_room{0};
@@ -184,6 +188,9 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
      "(TCP)."},
     {&ConnectionStats::frames_written_directly, "frames_written_directly",
      "Frames sent at once, without being queued."},
+    {&ConnectionStats::frames_coalesced, "frames_coalesced",
+     "Small frames copied into one write with the others sent while a "
+     "read's frames were delivered (TCP)."},
     {&ConnectionStats::frames_waited_for_room, "frames_waited_for_room",
      "Frames queued past the queue's limit because they may wait."},
     {&ConnectionStats::read_waits, "read_waits",

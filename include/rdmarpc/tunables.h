@@ -102,6 +102,22 @@ static_assert(kLargeBlockThreadBlocks >= 4 &&
               "each side of an in-process echo keeps its staging blocks and "
               "a 64 KiB frame's block");
 
+// Frames the loop thread sends while it delivers the frames of one read
+// (replies, a closed loop's next requests) leave together after the read's
+// last one. Those of at most kTcpCoalesceFrameMax bytes (prefix, header and
+// payload) are copied into one block of kTcpCoalesceCapacity bytes as they
+// are sent, and the frame is released at once: a copy of a few dozen bytes
+// costs less than moving a frame (a few hundred bytes of struct) into the
+// queue, and the batch is one piece to write instead of three per frame.
+// Larger frames, and those past the block's capacity, queue as before.
+inline constexpr size_t kTcpCoalesceFrameMax = 512;
+inline constexpr size_t kTcpCoalesceCapacity = 16 << 10;
+static_assert(kTcpCoalesceFrameMax >= kFramePrefixSize + 64 &&
+                  kTcpCoalesceCapacity >= 16 * kTcpCoalesceFrameMax &&
+                  kTcpCoalesceCapacity <= (32 << 10),
+              "a coalescing block takes many small frames, and is a pooled "
+              "block (base/buffer_pool.h: at most 32 KiB)");
+
 // Bytes a connection queues for a peer that does not keep up, before Send
 // refuses more (TransportOptions::max_queued_bytes).
 inline constexpr uint64_t kDefaultMaxQueuedBytes = 256ull << 20;

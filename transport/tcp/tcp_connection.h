@@ -24,7 +24,10 @@
 // queued in one gathered write, so frames produced while a write is in flight
 // leave together. A frame sent from the loop thread while it delivers the
 // last frame staged, with nothing queued, is written at once without
-// queuing: a reply, or the next request of a closed loop.
+// queuing: a reply, or the next request of a closed loop. Small frames it
+// sends while frames are staged behind the one it delivers are copied into
+// one block (tunables::kTcpCoalesceFrameMax) that leaves, with anything
+// queued, once the read's frames are delivered.
 #ifndef RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 #define RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 
@@ -186,6 +189,11 @@ class TcpConnection final : public Connection,
   // write is in flight or posted (Send has taken the token, flush_pending_);
   // what does not leave goes on as a batch.
   void WriteNow(const EncodedPrefix& prefix, OutgoingFrame&& frame);
+  // From the loop thread mid-delivery, with more staged behind: copies a
+  // small frame into coalesced_ (tunables::kTcpCoalesceFrameMax), to leave
+  // with the others after the read's last frame; false if it must queue.
+  bool Coalesce(const EncodedPrefix& prefix, const OutgoingFrame& frame,
+                uint64_t payload);
   // After a write-now: gives the token back, or flushes what other threads
   // queued meanwhile.
   void LetGo();
@@ -310,6 +318,19 @@ class TcpConnection final : public Connection,
   std::atomic<bool> closing_{false};      // Set under mu_.
 
   std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
+  // Small frames copied together (Coalesce; loop thread). While
+  // coalescing_, the loop thread holds the writer's token and appends;
+  // Flush then makes the block the batch's first piece (in_batch), and
+  // FinishWrite releases it. A frame of the loop thread's that queued
+  // instead (too large, no room) keeps those after it out of the block
+  // (queued_frames_ is not 0 then), so they leave in the order sent.
+  struct Coalesced {
+    Buffer block;  // A kTcpCoalesceCapacity pooled block, or empty.
+    size_t size = 0;
+    size_t frames = 0;
+    bool coalescing = false;
+    bool in_batch = false;
+  } coalesced_;
   std::vector<boost::asio::const_buffer> gather_;
   std::vector<iovec> iov_;      // gather_ as sendmsg takes it.
   size_t gather_first_ = 0;     // The first piece of gather_ not all sent,

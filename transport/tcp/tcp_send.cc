@@ -7,6 +7,7 @@
 #include <array>
 #include <boost/asio/write.hpp>
 #include <cerrno>
+#include <cstring>
 
 #include "base/log.h"
 #include "base/pooled_handler.h"
@@ -59,12 +60,15 @@ Status TcpConnection::Send(OutgoingFrame&& frame) {
   // On our own loop thread, answering the last frame staged, with nothing
   // queued and no write in flight, the frame is written from here without
   // passing through the queue: every reply, and every next request of a
-  // closed loop.
-  if (delivering == this && !more_staged_ && direct_writes_ && !torn_down_) {
+  // closed loop. With more staged behind (or small frames of this read's
+  // already coalesced), a small frame is copied to leave with the others.
+  if (delivering == this && direct_writes_ && !torn_down_) {
     // Without mu_: a reply must not wait on another thread's Send.
     if (closing_) return ClosedError(peer_);
-    if (!flush_pending_.exchange(true)) {  // No write in flight or posted.
-      WriteNow(prefix, std::move(frame));
+    if (more_staged_ || coalesced_.coalescing) {
+      if (Coalesce(prefix, frame, payload)) return Status();
+    } else if (!flush_pending_.exchange(true)) {  // No write in flight or
+      WriteNow(prefix, std::move(frame));         // posted.
       return Status();
     }
   }
@@ -143,6 +147,36 @@ void TcpConnection::WriteNow(const EncodedPrefix& prefix,
   Flush();  // Frames queued meanwhile by other threads; then lets go.
 }
 
+bool TcpConnection::Coalesce(const EncodedPrefix& prefix,
+                             const OutgoingFrame& frame, uint64_t payload) {
+  const size_t size = prefix.size() + frame.header.size() + payload;
+  if (size > tunables::kTcpCoalesceFrameMax) return false;
+  Coalesced& c = coalesced_;
+  if (!c.coalescing) {
+    // The read's first: only with no write in flight or posted, whose
+    // frames it would overtake. It takes the writer's token, as a direct
+    // write does, and the flush after delivery writes the block.
+    if (size > options_.max_queued_bytes) return false;
+    if (c.block.empty()) c.block = PooledBuffer(tunables::kTcpCoalesceCapacity);
+    if (flush_pending_.exchange(true)) return false;
+    c.coalescing = true;
+    flush_after_delivery_ = true;
+  } else if (c.size + size > tunables::kTcpCoalesceCapacity ||
+             c.size + size > options_.max_queued_bytes ||
+             queued_frames_.load(std::memory_order_relaxed) != 0) {
+    return false;  // Queued, behind the block; and so are the rest.
+  }
+  std::byte* out = c.block.data() + c.size;
+  ForEachPiece(prefix, frame, [&out](const void* data, size_t n) {
+    std::memcpy(out, data, n);
+    out += n;
+  });
+  c.size += size;
+  ++c.frames;
+  Bump(stats_.frames_coalesced);
+  return true;
+}
+
 void TcpConnection::LetGo() {
   // Send counts a queued frame before it reads the token; this clears the
   // token before it reads the count (all sequentially consistent). So
@@ -167,16 +201,25 @@ void TcpConnection::Flush() {
     }
     {
       std::lock_guard lock(mu_);
-      if (queue_.empty()) {
-        flush_pending_ = false;
-      } else {
+      if (!queue_.empty()) {
         std::swap(queue_, writing_);
         writing_bytes_.store(queued_bytes_, std::memory_order_relaxed);
         queued_bytes_ = 0;
         queued_frames_ = 0;
+      } else if (!coalesced_.coalescing) {
+        flush_pending_ = false;
       }
     }
-    if (writing_.empty()) {
+    if (coalesced_.coalescing) {
+      // The block leaves first: the loop thread's frames queued after it.
+      coalesced_.coalescing = false;
+      coalesced_.in_batch = true;
+      ChargePeerBytes(coalesced_.size);
+      writing_bytes_.store(
+          writing_bytes_.load(std::memory_order_relaxed) + coalesced_.size,
+          std::memory_order_relaxed);
+    }
+    if (writing_.empty() && !coalesced_.in_batch) {
       if (close_after_flush_) CloseNow(*close_after_flush_);
       return;
     }
@@ -193,6 +236,7 @@ bool TcpConnection::WriteBatch(size_t already_written) {
     gather_.emplace_back(data, size);
     gather_total_ += size;
   };
+  if (coalesced_.in_batch) add(coalesced_.block.data(), coalesced_.size);
   for (const QueuedFrame& queued : writing_) {
     ForEachPiece(queued.prefix, queued.frame, add);
   }
@@ -277,9 +321,11 @@ bool TcpConnection::ContinueBatch() {
 }
 
 void TcpConnection::FinishWrite(size_t bytes) {
-  Bump(stats_.frames_sent, writing_.size());
+  Bump(stats_.frames_sent,
+       writing_.size() + (coalesced_.in_batch ? coalesced_.frames : 0));
   Bump(stats_.bytes_sent, bytes);
   writing_.clear();  // Releases every sent buffer.
+  if (coalesced_.in_batch) coalesced_ = Coalesced();
   ReleasePeerBytes(writing_bytes_.exchange(0, std::memory_order_relaxed));
 }
 
