@@ -60,7 +60,8 @@ struct MethodMetrics {
   std::array<std::atomic<uint64_t>, kCodes> finished_by_code{};
   std::atomic<uint64_t> request_bytes{0};
   std::atomic<uint64_t> response_bytes{0};
-  LatencyHistogram latency;  // From request arrival to response queued.
+  // From request arrival (its batch's ReceiveClock time) to response queued.
+  LatencyHistogram latency;
   // Streaming methods: messages read from clients and written to them (each
   // counted once admitted or sent), and calls whose stream is open now.
   std::atomic<uint64_t> messages_received{0};

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "base/log.h"
+#include "base/receive_clock.h"
 #include "rdmarpc/memory.h"
 #include "rdmarpc/tunables.h"
 #include "rpc/common/stream_window.h"
@@ -53,7 +54,9 @@ ServerCall::ServerCall(std::shared_ptr<rpc::ServerSession> session, uint64_t id,
       request_(std::move(request.message)),
       request_attachment_(std::move(request.attachment)),
       deadline_(deadline),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      started_(metrics != nullptr ? ReceiveClock::Now() : Clock::time_point()) {
+}
 
 ServerCall::~ServerCall() {
   if (finished_) return;

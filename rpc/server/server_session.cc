@@ -8,6 +8,7 @@
 #include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/log_throttle.h"
+#include "base/receive_clock.h"
 #include "rdmarpc/retry_options.h"
 #include "rdmarpc/tunables.h"
 #include "rpc/wire/wire_codec.h"
@@ -160,7 +161,8 @@ void ServerSession::OnCancel(uint64_t id) {
               std::chrono::duration_cast<std::chrono::microseconds>(
                   tunables::kMaxTimeout)
                   .count())) {
-    deadline = Clock::now() + std::chrono::microseconds(header.timeout_us());
+    deadline =
+        ReceiveClock::Now() + std::chrono::microseconds(header.timeout_us());
   }
   // Pooled: no heap allocation per call in steady state.
   auto call = std::allocate_shared<ServerCall>(

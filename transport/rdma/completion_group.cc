@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/pooled_handler.h"
+#include "base/receive_clock.h"
 #include "transport/rdma/loop_state.h"
 
 namespace rdmarpc::transport::rdma {
@@ -507,6 +508,7 @@ bool CompletionGroup::Drain() {
                         (wcs[last].opcode & IBV_WC_RECV) == 0)) {
       --last;
     }
+    const ReceiveClock::Batch batch;  // The poll's frames share its time.
     for (int i = 0; i < n; ++i) {
       const ibv_wc& wc = wcs[i];
       const bool receive = (wc.wr_id >> kTagShift) == kRecvTag;

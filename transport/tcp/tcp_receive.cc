@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/log_throttle.h"
 #include "base/pooled_handler.h"
+#include "base/receive_clock.h"
 #include "transport/peer_budget.h"
 #include "transport/tcp/tcp_connection_internal.h"
 
@@ -529,6 +530,7 @@ void TcpConnection::OnRead(size_t bytes) {
       if (std::exchange(self->flush_after_delivery_, false)) self->Flush();
     }
   } delivery(this);
+  const ReceiveClock::Batch batch;  // The read's frames share its time.
   ConsumeStaged();
 }
 
