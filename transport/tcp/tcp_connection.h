@@ -319,7 +319,7 @@ class TcpConnection final : public Connection,
 
   std::vector<QueuedFrame> writing_;  // Frames in the write in flight.
   // Small frames copied together (Coalesce; loop thread). While
-  // coalescing_, the loop thread holds the writer's token and appends;
+  // `coalescing`, the loop thread holds the writer's token and appends;
   // Flush then makes the block the batch's first piece (in_batch), and
   // FinishWrite releases it. A frame of the loop thread's that queued
   // instead (too large, no room) keeps those after it out of the block
