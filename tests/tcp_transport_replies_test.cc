@@ -20,6 +20,7 @@
 #include "tests/support/tcp_pair.h"
 #include "transport/factory/factory.h"
 #include "transport/keepalive.h"
+#include "transport/tcp/tcp_connection.h"
 
 namespace rdmarpc::transport::testing {
 namespace {
@@ -341,6 +342,53 @@ TEST_CASE("tcp: a reply that fails to write inside OnFrame closes after it") {
           std::future_status::ready);
   CHECK(check->frames == 1);
   CHECK_FALSE(check->closed_inside_frame);
+}
+
+// A read's replies that find another write in flight (a large frame the
+// peer is not reading) queue behind it, and take no coalescing block: a
+// block taken then would stay with the connection, 16 KiB for each one
+// stalled so.
+TEST_CASE("tcp: replies queued behind a write in flight hold no block") {
+  rpc::EventLoop loop;
+  RawPeer raw = ConnectRawPeer(loop);
+  auto tcp = std::dynamic_pointer_cast<tcp::TcpConnection>(raw.server);
+  REQUIRE(tcp);
+  auto answerer = std::make_shared<Answerer>();
+  answerer->connection = raw.server;
+  raw.server->Start(answerer);
+  // Far more than the socket buffers take, and the peer reads nothing.
+  REQUIRE(raw.server->Send(MakeFrame("large", 16 << 20)).ok());
+  for (int i = 0; i < 1000 && raw.server->stats().write_waits == 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(raw.server->stats().write_waits > 0);
+  // Three frames in one write, which one read delivers together.
+  const EncodedPrefix prefix = EncodeFramePrefix({FrameType::kRpc, 0, 1, 0});
+  std::string bytes;
+  for (int i = 0; i < 3; ++i) {
+    bytes.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
+    bytes += "h";
+  }
+  REQUIRE(write(raw.fd, bytes.data(), bytes.size()) ==
+          static_cast<ssize_t>(bytes.size()));
+  for (int i = 0; i < 1000; ++i) {
+    {
+      std::lock_guard lock(answerer->mu);
+      if (answerer->answered == 3) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  {
+    std::lock_guard lock(answerer->mu);
+    REQUIRE(answerer->answered == 3);
+    CHECK(answerer->left_at_once == 0);  // All three wait their turn.
+  }
+  CHECK(raw.server->stats().frames_coalesced == 0);
+  std::promise<size_t> held;
+  boost::asio::post(loop.context(),
+                    [&] { held.set_value(tcp->coalesce_block_bytes()); });
+  CHECK(held.get_future().get() == 0);
+  close(raw.fd);
 }
 
 struct CloseReason : ConnectionObserver {

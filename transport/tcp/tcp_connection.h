@@ -96,6 +96,10 @@ class TcpConnection final : public Connection,
   void Push(std::span<const std::byte> source, const BulkDescriptor& loan,
             uint64_t offset, BulkCallback done) override;
 
+  // For tests (executor only): bytes of the coalescing block held now; 0
+  // unless a read's replies are being coalesced or written.
+  size_t coalesce_block_bytes() const { return coalesced_.block.size(); }
+
  private:
   struct QueuedFrame {
     // Built in place in the queue (emplace_back): the frame moves once.

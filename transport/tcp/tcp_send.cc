@@ -156,9 +156,11 @@ bool TcpConnection::Coalesce(const EncodedPrefix& prefix,
     // The read's first: only with no write in flight or posted, whose
     // frames it would overtake. It takes the writer's token, as a direct
     // write does, and the flush after delivery writes the block.
+    // The block is taken only with the token: a connection that is not
+    // coalescing holds none (FinishWrite releases it).
     if (size > options_.max_queued_bytes) return false;
-    if (c.block.empty()) c.block = PooledBuffer(tunables::kTcpCoalesceCapacity);
     if (flush_pending_.exchange(true)) return false;
+    c.block = PooledBuffer(tunables::kTcpCoalesceCapacity);
     c.coalescing = true;
     flush_after_delivery_ = true;
   } else if (c.size + size > tunables::kTcpCoalesceCapacity ||
