@@ -365,6 +365,36 @@ TEST_CASE("rdma: a reply to the last completion polled is posted in Send") {
   }
 }
 
+// Replies to the messages of one poll other than its last join the chain
+// inside Send and leave together (frames_coalesced). The credits they return
+// reach the peer only then, so the lending rule still sees a busy peer and
+// lends it more: counted at once, the replies would make the peer look idle
+// and hold it to its initial credits.
+TEST_CASE(
+    "rdma: a poll's replies leave chained, and a busy peer is lent more") {
+  auto answerer = std::make_shared<Answerer>();
+  Pair pair({.mode = PollMode::kEvent, .server_observer = answerer});
+  {
+    std::lock_guard lock(answerer->mu);
+    answerer->connection = pair.server;
+  }
+  constexpr size_t kFrames = 2000;
+  for (size_t i = 0; i < kFrames; ++i) {
+    REQUIRE(pair.client->Send(MakeFrame(16)).ok());
+  }
+  REQUIRE(WaitUntil([&] { return pair.client_recorder->count() == kFrames; }));
+  const ConnectionStats& stats = pair.server->stats();
+  INFO("chained " << stats.frames_coalesced.load() << ", posted at once "
+                  << stats.frames_written_directly.load() << ", posts "
+                  << stats.write_calls.load() << ", lent "
+                  << stats.credits_lent.load());
+  CHECK(stats.frames_coalesced > 0);
+  CHECK(stats.write_calls < kFrames / 2);  // Chains, not a post per reply.
+  CHECK(stats.credits_lent >= 8);
+  CHECK(stats.protocol_errors == 0);
+  CHECK(pair.client->stats().protocol_errors == 0);
+}
+
 TEST_CASE("rdma: an oversized payload is discarded, its header delivered") {
   Pair pair(PollMode::kEvent);
   pair.options.max_payload_size = 1 << 20;

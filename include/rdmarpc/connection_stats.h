@@ -69,9 +69,10 @@ struct ConnectionStats {
   // Frames written (TCP) or posted (RDMA) as they were sent, without being
   // queued: a reply from the loop thread with nothing else waiting.
   std::atomic<uint64_t> frames_written_directly{0};
-  // TCP only: small frames sent from the loop thread while it delivered a
-  // read's frames, copied into one block that left in one write
-  // (tunables::kTcpCoalesceFrameMax).
+  // Small frames sent from the loop thread while it delivered a batch of
+  // frames, that left together after the batch's last one: on TCP copied
+  // into one block for one write (tunables::kTcpCoalesceFrameMax), on RDMA
+  // chained for one ibv_post_send.
   std::atomic<uint64_t> frames_coalesced{0};
   // Frames that found the queue past max_queued_bytes and, allowed to wait
   // (OutgoingFrame::may_wait), were queued anyway.
@@ -189,8 +190,8 @@ inline constexpr ConnectionCounter kConnectionCounters[] = {
     {&ConnectionStats::frames_written_directly, "frames_written_directly",
      "Frames sent at once, without being queued."},
     {&ConnectionStats::frames_coalesced, "frames_coalesced",
-     "Small frames copied into one write with the others sent while a "
-     "read's frames were delivered (TCP)."},
+     "Small frames sent while a batch of received frames was delivered, "
+     "that left together after its last (one write, one post)."},
     {&ConnectionStats::frames_waited_for_room, "frames_waited_for_room",
      "Frames queued past the queue's limit because they may wait."},
     {&ConnectionStats::read_waits, "read_waits",

@@ -519,10 +519,13 @@ bool CompletionGroup::Drain() {
       if (connection && !connection->torn_down_) {
         Touch(connection);
         // Reset even if a handler throws (the event loop logs and goes on).
-        struct Last {
-          explicit Last(const CompletionMember* c) { delivering_last = c; }
-          ~Last() { delivering_last = nullptr; }
-        } guard(i == last ? connection.get() : nullptr);
+        struct Delivering {
+          Delivering(const CompletionMember* c, bool is_last) {
+            delivering = c;
+            delivering_last = is_last ? c : nullptr;
+          }
+          ~Delivering() { delivering = delivering_last = nullptr; }
+        } guard(connection.get(), i == last);
         connection->OnCompletion(wc);
       }
       // The connection has copied out what it needs (or is gone): the

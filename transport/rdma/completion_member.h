@@ -65,10 +65,15 @@ class CompletionMember {
   bool waiting_for_staging_ = false;
 };
 
-// The member delivering the last received message of the batch this thread
-// polled. A frame sent meanwhile (a handler's reply) is posted inside Send:
-// nothing else in hand could join it, and the handler's bookkeeping after
-// Send (metrics, releasing the call) need not delay it.
+// The member whose completion this thread is delivering, polled in a batch
+// (CompletionGroup::Drain). A small frame sent meanwhile (a handler's reply)
+// joins the member's chain of work requests inside Send, without the queue;
+// the batch's end (AfterBatch) posts the chain, one doorbell for the batch.
+inline thread_local const CompletionMember* delivering = nullptr;
+// ...and when that completion is the batch's last received message: the
+// chain is posted inside Send, since nothing else in hand could join it, and
+// the handler's bookkeeping after Send (metrics, releasing the call) need
+// not delay it.
 inline thread_local const CompletionMember* delivering_last = nullptr;
 
 }  // namespace rdmarpc::transport::rdma

@@ -418,6 +418,11 @@ class RdmaConnection final
   uint32_t lent_ = 0;
   uint32_t peer_holds_ = 0;
   uint32_t credits_to_return_ = 0;
+  // Returned credits riding on sends chained but not yet posted: the peer
+  // holds them once Post posts the chain. Until then the lending rule
+  // (UseCredit) sees a peer that has used them, as it has: the replies to
+  // one poll's messages are chained one by one and posted together.
+  uint32_t chained_credits_ = 0;
   // Staging slots of the group's send pool, and its bounce chunks, in use,
   // by work request.
   RingQueue<std::pair<uint64_t, uint32_t>> staging_;

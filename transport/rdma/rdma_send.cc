@@ -25,10 +25,12 @@ Status RdmaConnection::Send(OutgoingFrame&& frame) {
   }
   const uint64_t bytes =
       kFramePrefixSize + frame.header.size() + frame.payload_size();
-  // A reply to the last message polled (loop thread), small, with a credit
-  // and a send slot to spare and nothing queued ahead of it, is posted from
-  // here without passing through the queue and Flush.
-  if (delivering_last == this && CanPostSmallAtOnce(bytes) &&
+  // A reply to a message being delivered (loop thread), small, with a credit
+  // and a send slot to spare and nothing queued ahead of it, joins the chain
+  // of work requests from here, without passing through the queue and
+  // Flush. A reply to the poll's last message is posted at once; the others
+  // leave together when the batch ends (AfterBatch posts the chain).
+  if (delivering == this && CanPostSmallAtOnce(bytes) &&
       queued_frames_.load(std::memory_order_acquire) == 0) {
     // No lock: only atomics and loop-thread state are read, so the reply
     // does not pay the queue lock's two atomic operations.
@@ -36,8 +38,12 @@ Status RdmaConnection::Send(OutgoingFrame&& frame) {
     // The receives freed so far are re-posted after it, when the drain
     // ends: off the reply's path. Their credits ride on the next frame.
     if (PostSmall(frame, frame.type, {})) {
-      Bump(stats_.frames_written_directly);
-      Post();
+      if (delivering_last == this) {
+        Bump(stats_.frames_written_directly);
+        Post();
+      } else {
+        Bump(stats_.frames_coalesced);
+      }
       return Status();
     }
     // No staging slot free: it waits in the queue like any other.
@@ -287,7 +293,7 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   send_wrs_.push_back(wr);
   last_transmit_ = seq;
   --credits_;
-  peer_holds_ += credits;
+  chained_credits_ += credits;
   Bump(stats_.bytes_sent, length);
   if (type == FrameType::kRpc) Bump(stats_.frames_sent);
   return true;
@@ -313,6 +319,8 @@ void RdmaConnection::Post() {
     send_wrs_[i].sg_list = &send_sges_[i * tunables::kRdmaMaxSendSge];
     send_wrs_[i].next = i + 1 < send_wrs_.size() ? &send_wrs_[i + 1] : nullptr;
   }
+  peer_holds_ += chained_credits_;
+  chained_credits_ = 0;
   ibv_send_wr* bad = nullptr;
   RDMARPC_TRACE(TraceSide(), "post_start");
   const int error = ibv_post_send(id_->qp, send_wrs_.data(), &bad);
