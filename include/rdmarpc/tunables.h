@@ -43,7 +43,9 @@ static_assert(kDefaultMaxPayloadSize <= kMaxPayloadSizeLimit,
 // capacity, so a steady stream of calls parses and fills them without
 // allocating. At most kTypedSpareMessages pairs per thread and method, and
 // only pairs whose request and response each came to at most
-// kTypedSpareMessageBytes on the wire: what they hold stays small.
+// kTypedSpareMessageBytes on the wire: what they hold stays small. A typed
+// client keeps its callbacks' responses the same way, as many per thread and
+// response type.
 inline constexpr size_t kTypedSpareMessages = 4;
 inline constexpr size_t kTypedSpareMessageBytes = 4096;
 

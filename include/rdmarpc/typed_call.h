@@ -120,6 +120,41 @@ class SpareMessages {
     return spares;
   }
 };
+// A client's response objects, kept as the server's pairs are: a callback's
+// response is parsed into one kept from an earlier call's completion on the
+// same thread, cleared, so its strings keep their capacity. A callback that
+// takes the response by value moves it out, and the next call allocates as
+// before; one that takes it by reference leaves it to be kept.
+template <typename Response>
+class SpareResponses {
+ public:
+  static std::unique_ptr<Response> Take() {
+    Spares& spares = Mine();
+    if (spares.count == 0) return std::make_unique<Response>();
+    return std::move(spares.responses[--spares.count]);
+  }
+  // Kept, cleared, if it is small and the thread keeps too few already.
+  static void GiveBack(std::unique_ptr<Response> response) {
+    Spares& spares = Mine();
+    if (spares.count == spares.responses.size() ||
+        response->ByteSizeLong() > tunables::kTypedSpareMessageBytes) {
+      return;
+    }
+    response->Clear();
+    spares.responses[spares.count++] = std::move(response);
+  }
+
+ private:
+  struct Spares {
+    std::array<std::unique_ptr<Response>, tunables::kTypedSpareMessages>
+        responses;
+    size_t count = 0;
+  };
+  static Spares& Mine() {
+    thread_local Spares spares;
+    return spares;
+  }
+};
 }  // namespace internal
 
 template <typename Request, typename Response>
@@ -301,10 +336,12 @@ auto StartUnaryCall(Channel& channel, const MethodRef& method,
           method, std::move(payload), options,
           [handler = std::move(handler), named = &method, response_attachment](
               const Status& status, Payload payload) mutable {
-            Response response;
+            std::unique_ptr<Response> response =
+                SpareResponses<Response>::Take();
             Status result = TakeResponse(*named, status, payload,
-                                         response_attachment, response);
-            std::move(handler)(std::move(result), std::move(response));
+                                         response_attachment, *response);
+            std::move(handler)(std::move(result), std::move(*response));
+            SpareResponses<Response>::GiveBack(std::move(response));
           });
     } else {
       // Keeps the handler's executor (e.g. a coroutine's io_context) busy
