@@ -9,8 +9,8 @@
 //       12     4  payload_size little-endian; at most the receiver's maximum
 //
 // The header that follows is a call header (proto/wire.proto,
-// rpc/wire/call_header.h); the payload follows the header. Lengths are validated
-// before anything is allocated for them.
+// rpc/wire/call_header.h); the payload follows the header. Lengths are
+// validated before anything is allocated for them.
 //
 // Versions: bytes 0-4 (magic and version) keep this layout in every version,
 // so a receiver can always tell a frame of another rdmarpc version from

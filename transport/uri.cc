@@ -40,8 +40,8 @@ StatusOr<Uri> ParseUri(std::string_view text) {
       const std::string_view item = query.substr(0, amp);
       const size_t equals = item.find('=');
       if (equals == std::string_view::npos || equals == 0) {
-        return Invalid(text, "option '" + std::string(item) +
-                                 "' is not name=value");
+        return Invalid(text,
+                       "option '" + std::string(item) + "' is not name=value");
       }
       std::string name(item.substr(0, equals));
       for (const auto& [seen, value] : uri.params) {
