@@ -83,78 +83,55 @@ struct PerCallAllocator {
     return true;
   }
 };
+// Objects of type T kept per thread from one call for the next, at most
+// tunables::kTypedSpareMessages of them, so that their strings and repeated
+// fields keep their capacity.
+template <typename T>
+class ThreadSpares {
+ public:
+  // A kept object, or a new one.
+  static std::unique_ptr<T> Take() {
+    Spares& spares = Mine();
+    if (spares.count == 0) return std::make_unique<T>();
+    return std::move(spares.kept[--spares.count]);
+  }
+  // Kept, once `ready(*spare)` has cleared it for its next use (false: not
+  // kept after all), unless the thread keeps enough already.
+  template <typename Ready>
+  static void Keep(std::unique_ptr<T> spare, Ready&& ready) {
+    Spares& spares = Mine();
+    if (spares.count == spares.kept.size() || !ready(*spare)) return;
+    spares.kept[spares.count++] = std::move(spare);
+  }
+
+ private:
+  struct Spares {
+    std::array<std::unique_ptr<T>, tunables::kTypedSpareMessages> kept;
+    size_t count = 0;
+  };
+  static Spares& Mine() {
+    thread_local Spares spares;
+    return spares;
+  }
+};
 // A server's request and response objects, kept from one call of a method
 // for the next on the same thread (tunables::kTypedSpareMessages says how
-// many and how large).
+// many and how large). A kept pair's request holds the last call's: parsing
+// clears it.
 template <typename Request, typename Response>
 struct MessagePair {
   Request request;
   Response response;
 };
 template <typename Request, typename Response>
-class SpareMessages {
- public:
-  using Pair = MessagePair<Request, Response>;
-  // A kept pair (its request holds the last call's: parsing clears it), or
-  // a new one.
-  static std::unique_ptr<Pair> Take() {
-    Spares& spares = Mine();
-    if (spares.count == 0) return std::make_unique<Pair>();
-    return std::move(spares.pairs[--spares.count]);
-  }
-  // Kept, its response cleared, unless the thread keeps enough already.
-  static void GiveBack(std::unique_ptr<Pair> pair) {
-    Spares& spares = Mine();
-    if (spares.count == spares.pairs.size()) return;
-    pair->response.Clear();
-    spares.pairs[spares.count++] = std::move(pair);
-  }
-
- private:
-  struct Spares {
-    std::array<std::unique_ptr<Pair>, tunables::kTypedSpareMessages> pairs;
-    size_t count = 0;
-  };
-  static Spares& Mine() {
-    thread_local Spares spares;
-    return spares;
-  }
-};
+using SpareMessages = ThreadSpares<MessagePair<Request, Response>>;
 // A client's response objects, kept as the server's pairs are: a callback's
 // response is parsed into one kept from an earlier call's completion on the
-// same thread, cleared, so its strings keep their capacity. A callback that
-// takes the response by value moves it out, and the next call allocates as
-// before; one that takes it by reference leaves it to be kept.
+// same thread, so its strings keep their capacity. A callback that takes the
+// response by value moves it out, and the next call allocates as before; one
+// that takes it by reference leaves it to be kept.
 template <typename Response>
-class SpareResponses {
- public:
-  static std::unique_ptr<Response> Take() {
-    Spares& spares = Mine();
-    if (spares.count == 0) return std::make_unique<Response>();
-    return std::move(spares.responses[--spares.count]);
-  }
-  // Kept, cleared, if it is small and the thread keeps too few already.
-  static void GiveBack(std::unique_ptr<Response> response) {
-    Spares& spares = Mine();
-    if (spares.count == spares.responses.size() ||
-        response->ByteSizeLong() > tunables::kTypedSpareMessageBytes) {
-      return;
-    }
-    response->Clear();
-    spares.responses[spares.count++] = std::move(response);
-  }
-
- private:
-  struct Spares {
-    std::array<std::unique_ptr<Response>, tunables::kTypedSpareMessages>
-        responses;
-    size_t count = 0;
-  };
-  static Spares& Mine() {
-    thread_local Spares spares;
-    return spares;
-  }
-};
+using SpareResponses = ThreadSpares<Response>;
 }  // namespace internal
 
 template <typename Request, typename Response>
@@ -168,8 +145,11 @@ class TypedCall {
     // what it holds; one it moved a field out of is the smaller for it).
     if (keep_ && (!changed_ || messages_->request.ByteSizeLong() <=
                                    tunables::kTypedSpareMessageBytes)) {
-      internal::SpareMessages<Request, Response>::GiveBack(
-          std::move(messages_));
+      internal::SpareMessages<Request, Response>::Keep(std::move(messages_),
+                                                       [](auto& pair) {
+                                                         pair.response.Clear();
+                                                         return true;
+                                                       });
     }
   }
   TypedCall(const TypedCall&) = delete;
@@ -341,7 +321,15 @@ auto StartUnaryCall(Channel& channel, const MethodRef& method,
             Status result = TakeResponse(*named, status, payload,
                                          response_attachment, *response);
             std::move(handler)(std::move(result), std::move(*response));
-            SpareResponses<Response>::GiveBack(std::move(response));
+            // Kept only if small (tunables::kTypedSpareMessageBytes).
+            SpareResponses<Response>::Keep(
+                std::move(response), [](Response& kept) {
+                  if (kept.ByteSizeLong() > tunables::kTypedSpareMessageBytes) {
+                    return false;
+                  }
+                  kept.Clear();
+                  return true;
+                });
           });
     } else {
       // Keeps the handler's executor (e.g. a coroutine's io_context) busy
