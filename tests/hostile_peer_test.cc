@@ -739,6 +739,63 @@ TEST_CASE("hostile: a peer that asks for large responses and never grants") {
   SetPeerMemoryLimit(limit_before);
 }
 
+// A sender's last credit goes only to a message that returns credits. Taken
+// by a transfer's last WRITE WITH IMMEDIATE (which returns none) while the
+// peer did the same, each side owed the other credits with none left to send
+// them, silent until keepalive closed the connection (in CI, limits_test's
+// slow consumer lost the 8 calls under way with it). Here the peer returns
+// no credits until the server holds one, owes none, and has a transfer
+// granted: the server must wait for credits, not spend its last on the
+// WRITE. Fails without the rule: the WRITE lands at once, the server's
+// credits at 0.
+TEST_CASE("hostile: the last credit is kept for a message returning some") {
+  Fixture fixture(/*token=*/false, [](rpc::ServerOptions& options) {
+    options.transport.keepalive_interval = 0ms;  // No PING meanwhile.
+  });
+  HostilePeer peer;
+  fixture.Connect(peer);
+  const auto call = [&](uint64_t id, const std::string& method,
+                        const std::string& request) {
+    const transport::OutgoingFrame frame = rpc::MakeRequestFrame(
+        id, "test.Test", method, 0, 0, Buffer::CopyOf(request));
+    const Bytes bytes = FrameBytes(frame);
+    const size_t header = frame.header.size();
+    REQUIRE(WaitFor([&] {
+      peer.DropAll();
+      return peer.credits() >= 2;
+    }));
+    // Returning none: each answer takes one of the server's credits.
+    REQUIRE(peer.PostSendFrame(FrameType::kRpc, std::span(bytes).first(header),
+                               std::span(bytes).subspan(header),
+                               /*credits=*/0) == kSuccess);
+  };
+  uint64_t id = 1;
+  while (peer.server_credits() > 2) {
+    call(id++, "Echo", "x");
+    REQUIRE(peer.WaitForFrame().prefix.type == FrameType::kRpc);
+  }
+  REQUIRE(peer.server_credits() == 2);
+  // A response too large for one SEND: its RTS leaves the server one credit,
+  // owing none (the RTS returned the request's).
+  call(id++, "Bytes", std::to_string(2 * tunables::kRdmaReceiveBufferSize));
+  const Received rts_frame = peer.WaitForFrame();
+  REQUIRE(rts_frame.prefix.type == FrameType::kControl);
+  const auto rts = transport::rdma::DecodeControl(rts_frame.header);
+  REQUIRE(rts.has_value());
+  REQUIRE(rts->kind == ControlKind::kRts);
+  REQUIRE(peer.server_credits() == 1);
+  // The GRANT returns none either: the server owes one and holds one.
+  REQUIRE(peer.SendGrant(*rts, /*credits=*/0) == kSuccess);
+  std::this_thread::sleep_for(500ms);
+  CHECK(peer.landings() == 0);
+  CHECK(peer.last_credit_spent_returning_none() == 0);
+  // Credits back: the WRITE goes, and the response lands.
+  REQUIRE(peer.SendCredit() == kSuccess);
+  CHECK(WaitFor([&] { return peer.landings() == 1; }, kWait));
+  CHECK(peer.last_credit_spent_returning_none() == 0);
+  fixture.ExpectEcho("after the last credit was kept");
+}
+
 // Slowloris over RDMA: a frame granted and never written holds its grant
 // no longer than frame_timeout.
 TEST_CASE("hostile: a granted frame never written") {

@@ -73,9 +73,9 @@ struct RawMrDeleter {
 using RawMr = std::unique_ptr<ibv_mr, RawMrDeleter>;
 
 struct LocalMemory {
-  LocalMemory(ibv_pd* pd, size_t size) : bytes(size) {
-    mr.reset(ibv_reg_mr(pd, bytes.data(), size,
-                        static_cast<int>(IBV_ACCESS_LOCAL_WRITE)));
+  LocalMemory(ibv_pd* pd, size_t size, int access = IBV_ACCESS_LOCAL_WRITE)
+      : bytes(size) {
+    mr.reset(ibv_reg_mr(pd, bytes.data(), size, access));
     REQUIRE(mr != nullptr);
   }
   uint64_t addr(size_t offset = 0) {
@@ -277,7 +277,10 @@ class HostilePeer {
   std::string PostSendFrame(FrameType type, std::span<const std::byte> header,
                             std::span<const std::byte> payload = {},
                             std::optional<uint16_t> credits = std::nullopt) {
-    const uint16_t returned = credits.value_or(ReturnCredits());
+    // (Not value_or: its argument, ReturnCredits(), would be evaluated, and
+    // the receives re-posted so far forgotten, when `credits` is given.)
+    const uint16_t returned = credits ? *credits : ReturnCredits();
+    server_credits_ += returned;
     const auto prefix =
         EncodeFramePrefix({type, returned, static_cast<uint32_t>(header.size()),
                            static_cast<uint32_t>(payload.size())});
@@ -289,6 +292,46 @@ class HostilePeer {
 
   std::string SendControl(const ControlMessage& message) {
     return PostSendFrame(FrameType::kControl, AsBytes(message));
+  }
+
+  // A CREDIT returning every receive re-posted since the last message.
+  std::string SendCredit() {
+    ControlMessage credit;
+    credit.kind = ControlKind::kCredit;
+    return SendControl(credit);
+  }
+
+  // A GRANT of this peer's memory for the transfer `rts` announced, its
+  // prefix returning `credits` (the server writes the frame there).
+  std::string SendGrant(const ControlMessage& rts, uint16_t credits) {
+    const uint64_t length = uint64_t{rts.header_size} + rts.payload_size;
+    if (!grant_memory_ || grant_memory_->bytes.size() < length) {
+      grant_memory_.emplace(pd_.get(), length,
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    }
+    ControlMessage grant;
+    grant.kind = ControlKind::kGrant;
+    grant.transfer = rts.transfer;
+    grant.addr = grant_memory_->addr();
+    grant.rkey = grant_memory_->mr->rkey;
+    grant.length = static_cast<uint32_t>(length);
+    return PostSendFrame(FrameType::kControl, AsBytes(grant), {}, credits);
+  }
+
+  // WRITE WITH IMMEDIATE landings into memory this peer granted.
+  uint32_t landings() {
+    Poll();
+    return landings_;
+  }
+
+  // The credits the server holds for this peer's receives, as this peer
+  // counts them: what it was lent at the start, less each message received,
+  // plus what this peer's frames returned (PostSendFrame).
+  int64_t server_credits() const { return server_credits_; }
+  // Messages that took the server's last credit and returned none: a
+  // sender must keep its last credit for a message that returns some.
+  uint32_t last_credit_spent_returning_none() const {
+    return last_credit_returning_none_;
   }
 
   std::string SendRts(uint32_t transfer, uint32_t header_size,
@@ -627,12 +670,23 @@ class HostilePeer {
     const auto slot = static_cast<uint32_t>(wc.wr_id & ~kRecvFlag);
     const std::byte* data =
         receive_ring_->bytes.data() + size_t{slot} * kBufferSize;
+    --server_credits_;
+    uint16_t returned = 0;
     if (wc.opcode == IBV_WC_RECV) {
       messages_.emplace_back(data, data + wc.byte_len);
+      if (wc.byte_len >= tunables::kFramePrefixSize) {
+        returned = transport::DecodeFramePrefix(
+                       std::span(data, tunables::kFramePrefixSize),
+                       tunables::kDefaultMaxPayloadSize)
+                       .prefix.credits;
+      }
+    } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && grant_memory_) {
+      ++landings_;  // Into the memory SendGrant lent.
     } else {
-      // The server never writes to this peer: it sends nothing large.
+      // The server writes to this peer only where it granted.
       FAIL("unexpected completion opcode " << wc.opcode);
     }
+    if (server_credits_ == 0 && returned == 0) ++last_credit_returning_none_;
     PostReceive(slot);
     ++reposted_;
   }
@@ -666,6 +720,7 @@ class HostilePeer {
   std::optional<LocalMemory> receive_ring_;
   std::optional<LocalMemory> send_buffer_;
   std::optional<LocalMemory> read_buffer_;
+  std::optional<LocalMemory> grant_memory_;  // SendGrant's.
 
   std::string name_ = "rdma://?";
   ConnParams server_params_{.magic = 0};
@@ -679,7 +734,12 @@ class HostilePeer {
   uint64_t next_wr_id_ = 0;
   uint32_t receive_errors_ = 0;
   std::string first_receive_error_;
-  int64_t credits_ = 0;    // Receives the server has posted for this peer.
+  int64_t credits_ = 0;  // Receives the server has posted for this peer.
+  // The server's credits for this peer's receives: all of them at first
+  // (LocalParams).
+  int64_t server_credits_ = kReceiveDepth;
+  uint32_t landings_ = 0;
+  uint32_t last_credit_returning_none_ = 0;
   bool overrun_ = false;   // Send beyond them (OverrunCredits).
   uint32_t reposted_ = 0;  // Receives re-posted, not yet returned as credits.
 };

@@ -335,6 +335,16 @@ class RdmaConnection final
   bool SendSlotFree() const {
     return posted_ - completed_ < tunables::kRdmaSendDepth;
   }
+  // The last credit goes only to a message that returns credits. Spent on
+  // one that returns none (a control message while nothing is owed, a
+  // transfer's last WRITE WITH IMMEDIATE), and the peer doing the same at
+  // the same moment, each side would owe the other credits it has none left
+  // to send: both silent until keepalive closes the connection. Kept this
+  // way, a side at zero credits last sent some back, so its peer holds one
+  // and owes it at least one: its CREDIT can always go.
+  bool MaySpendCredit(bool returns_credits) const {
+    return credits_ >= 2 || (credits_ == 1 && returns_credits);
+  }
   // A staging slot for work request `seq`, held until it completes; null
   // when the group's pool has none (Flush runs again once one is free).
   std::byte* AcquireStaging(uint64_t seq, uint32_t* lkey);

@@ -109,8 +109,9 @@ void RdmaConnection::Flush() {
   if (loan_work) [[unlikely]] {
     PostLoanWork();
   }
-  while (!local_op_waiting_ && !control_queue_.empty() && credits_ >= 1 &&
-         SendSlotFree() && PostQueuedControl(control_queue_.front())) {
+  while (!local_op_waiting_ && !control_queue_.empty() &&
+         MaySpendCredit(credits_to_return_ > 0) && SendSlotFree() &&
+         PostQueuedControl(control_queue_.front())) {
     control_queue_.pop_front();
   }
   if (local_op_waiting_) {

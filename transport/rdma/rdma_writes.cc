@@ -86,8 +86,9 @@ bool RdmaConnection::PostWrite(OutgoingTransfer& transfer) {
   const bool last = transfer.next_write + 1 == transfer.plan.writes.size();
   const bool final = last && transfer.covered == transfer.total;
   if (!SendSlotFree()) return false;
-  // Only the last WRITE carries an immediate and so consumes a receive.
-  if (last && credits_ < 1) {
+  // Only the last WRITE carries an immediate and so consumes a receive; it
+  // returns no credits, so it may not take the last one.
+  if (last && !MaySpendCredit(/*returns_credits=*/false)) {
     Bump(stats_.credit_stalls);
     return false;
   }
