@@ -13,11 +13,14 @@
 //   scale --uri rdma://IP:0 [--connections 8,64,256,1000] [--processes 4]
 //         [--outstanding 256] [--size 16] [--seconds 5] [--json FILE]
 //         [--plot FILE.png] [--check 1] [--workers N]
-//         [--poll event|busy|hybrid] [--peer grpc]
+//         [--poll event|busy|hybrid] [--peer grpc] [--raw 0|1]
+//         [--keepalive-ms MS]
 //   (--workers and --poll are the server's: its loops, and how they poll.
 //   --peer grpc, over tcp:// only, puts the same load on gRPC C++'s echo
 //   after each row, from as many processes, one channel per connection,
-//   and prints its calls/s and rdmarpc's ratio to it.
+//   and prints its calls/s and rdmarpc's ratio to it. Over rdma://, after
+//   each row the same N and load run on raw verbs (verbs_scale, this
+//   binary's sibling; --raw 0 skips it), printed beside with the ratios.
 //   --plot draws calls/s and p99 against the calls outstanding, one line
 //   per N: many clients, one server, under a rising offered load.)
 //
@@ -93,6 +96,18 @@ double Quantile(const std::vector<uint64_t>& histogram, double q) {
   return BucketUpperUs(kBuckets - 1);
 }
 
+// --keepalive-ms: both ends' keepalive interval (its timeout four times
+// that). An idle connection exchanges a PING and a PONG per interval: at
+// 10,000 connections and the default 2 s, 10,000 messages a second, more
+// than the whole emulated VM carries.
+void SetKeepalive(const rdmarpc::Flags& flags,
+                  transport::TransportOptions& options) {
+  const long long ms = flags.GetInt("keepalive-ms", -1);
+  if (ms < 0) return;
+  options.keepalive_interval = std::chrono::milliseconds(ms);
+  options.keepalive_timeout = std::chrono::milliseconds(4 * ms);
+}
+
 // --- client process ----------------------------------------------------------
 
 int Client(const rdmarpc::Flags& flags) {
@@ -101,9 +116,11 @@ int Client(const rdmarpc::Flags& flags) {
   const int outstanding = static_cast<int>(flags.GetInt("outstanding", 1));
   const auto size = static_cast<size_t>(flags.GetInt("size", 16));
   const double seconds = std::atof(flags.Get("seconds", "5").c_str());
+  rpc::ChannelOptions options;
+  SetKeepalive(flags, options.transport);
   std::vector<std::unique_ptr<rpc::Channel>> channels;
   for (int i = 0; i < connections; ++i) {
-    channels.push_back(std::make_unique<rpc::Channel>(uri));
+    channels.push_back(std::make_unique<rpc::Channel>(uri, options));
   }
   // One call on each: every connection is open before "ready".
   std::string payload(size, 'x');
@@ -200,6 +217,9 @@ struct Row {
   double pinned_kib_per_conn = 0, fds_per_conn = 0, threads_per_conn = 0;
   double qps_per_conn = -1;
   double grpc_calls_per_s = NAN;  // --peer grpc: the same load on gRPC.
+  // Over rdma:// (--raw 1, the default there): raw verbs at the same N and
+  // load (verbs_scale), measured right after, in the same boot.
+  double raw_calls_per_s = NAN, raw_cpu_us_per_call = NAN;
   // The server's transport work per call: completion-channel wake-ups and
   // completions polled (RDMA), and, summed over its connections, send posts
   // (ibv_post_send, or sendmsg on TCP) and explicit CREDIT messages.
@@ -241,6 +261,7 @@ Row Measure(const rdmarpc::Flags& flags, const std::string& listen,
   options.workers = static_cast<int>(flags.GetInt("workers", options.workers));
   const std::string poll = flags.Get("poll", "event");  // The server's.
   options.transport.poll_mode = PollModeOrExit(poll, "scale");
+  SetKeepalive(flags, options.transport);
   rpc::Server server(options);
   server.RegisterService(&service);
   const StatusOr<std::string> uri = server.Listen(listen);
@@ -262,10 +283,10 @@ Row Measure(const rdmarpc::Flags& flags, const std::string& listen,
     const int load =
         std::max(outstanding / processes + (p < outstanding % processes), 1);
     row.outstanding += load;
-    children.push_back(
-        SpawnSelf({"scale", "--client", *uri, "--connections",
-                   std::to_string(share), "--outstanding", std::to_string(load),
-                   "--seconds", seconds, "--size", size}));
+    children.push_back(SpawnSelf(
+        {"scale", "--client", *uri, "--connections", std::to_string(share),
+         "--outstanding", std::to_string(load), "--seconds", seconds, "--size",
+         size, "--keepalive-ms", flags.Get("keepalive-ms", "-1")}));
   }
   for (ChildProcess& child : children) {
     const std::string ready = ReadLine(child.out);
@@ -339,6 +360,37 @@ Row Measure(const rdmarpc::Flags& flags, const std::string& listen,
   row.p99_us = Quantile(histogram, 0.99);
   row.p999_us = Quantile(histogram, 0.999);
   return row;
+}
+
+// Raw verbs at `connections` and `outstanding`, the same shape as Measure's
+// (tools/benchmarks/verbs_scale.cc, beside this binary): its calls/s and
+// server CPU per call, or false when it failed.
+bool MeasureRaw(const rdmarpc::Flags& flags, const std::string& listen,
+                int connections, int outstanding, Row& row) {
+  const std::string host = listen.substr(7, listen.rfind(':') - 7);
+  std::string self(4096, '\0');
+  const ssize_t length = readlink("/proc/self/exe", self.data(), self.size());
+  if (length <= 0) return false;
+  self.resize(static_cast<size_t>(length));
+  const std::string path = self.substr(0, self.rfind('/') + 1) + "verbs_scale";
+  ChildProcess raw = Spawn(path, {"verbs_scale", "--ip", host, "--connections",
+                                  std::to_string(connections), "--processes",
+                                  std::to_string(flags.GetInt("processes", 4)),
+                                  "--outstanding", std::to_string(outstanding),
+                                  "--seconds", flags.Get("seconds", "5")});
+  // "raw verbs scale: N QPs (...): X calls/s, server CPU Y us per call"
+  const std::string line = ReadLine(raw.out);
+  raw.Reap();
+  const size_t colon = line.find("): ");
+  if (line.rfind("raw verbs scale:", 0) != 0 || colon == std::string::npos ||
+      std::sscanf(line.c_str() + colon + 3,
+                  "%lf calls/s, server CPU %lf us per call",
+                  &row.raw_calls_per_s, &row.raw_cpu_us_per_call) != 2) {
+    std::fprintf(stderr, "scale: raw verbs at %d connections said '%s'\n",
+                 connections, line.c_str());
+    return false;
+  }
+  return true;
 }
 
 std::vector<int> IntList(const std::string& text) {
@@ -464,6 +516,8 @@ int Main(int argc, char** argv) {
     grpc = GrpcClients::Start();
     if (!grpc) return 1;
   }
+  const bool raw = listen.rfind("rdma://", 0) == 0 && flags.GetInt("raw", 1);
+  bool raw_failed = false;
   for (int n : counts) {
     int previous = 0;
     for (int k : loads) {
@@ -477,6 +531,7 @@ int Main(int argc, char** argv) {
             grpc->Load(n, k, processes, flags.Get("size", "16"),
                        flags.Get("seconds", "5"));
       }
+      if (raw) raw_failed |= !MeasureRaw(flags, listen, n, k, row);
       rows.push_back(row);
       char qps[32] = "-";
       if (row.qps_per_conn >= 0) {
@@ -495,6 +550,15 @@ int Main(int argc, char** argv) {
           static_cast<unsigned long long>(row.errors + row.failed_connects),
           row.wakeups_per_call, row.completions_per_call, row.posts_per_call,
           row.client_wakeups_per_call);
+      if (raw && !std::isnan(row.raw_calls_per_s)) {
+        std::printf(
+            "%-11s %8s %10.0f %9.0f %8s %8s %8s %7.1fus   raw verbs, the same "
+            "N and load: rdmarpc %.2fx the calls/s, %.2fx the CPU per call\n",
+            "  raw", "", row.raw_calls_per_s, 1e6 / row.raw_cpu_us_per_call, "",
+            "", "", row.raw_cpu_us_per_call,
+            row.calls_per_s / row.raw_calls_per_s,
+            row.cpu_us_per_call / row.raw_cpu_us_per_call);
+      }
       if (grpc) {
         std::printf("%-11s %8s %10.0f   gRPC, the same load: rdmarpc %.2fx\n",
                     "  grpc", "", row.grpc_calls_per_s,
@@ -522,6 +586,7 @@ int Main(int argc, char** argv) {
   for (const Row& r : rows) {
     if (r.errors + r.failed_connects > 0) return 1;
   }
+  if (raw_failed) return 1;
   if (flags.GetInt("check", 0) != 0 && !rows.empty()) {
     const Row& r = rows.back();
     const bool rdma = listen.rfind("rdma://", 0) == 0;
