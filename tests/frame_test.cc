@@ -139,15 +139,13 @@ TEST_CASE("OutgoingFrame: a move takes the header and the slices in use") {
   frame.AddPayload(released.Make(1));
   frame.AddPayload(released.Make(2));
   OutgoingFrame moved(std::move(frame));
-  CHECK(moved.payload_slices == 2);
+  CHECK(moved.payload_slices() == 2);
   CHECK(moved.header.data() == released.storage[0]);
   CHECK(moved.payload[0].data() == released.storage[1]);
   CHECK(moved.payload[1].data() == released.storage[2]);
   CHECK(moved.payload_size() == 16);
-  CHECK(frame.payload_slices == 0);
+  CHECK(frame.payload_slices() == 0);
   CHECK(frame.header.empty());
-  CHECK(frame.payload[0].empty());
-  CHECK(frame.payload[1].empty());
   CHECK(released.count[0] + released.count[1] + released.count[2] == 0);
 }
 
@@ -160,15 +158,13 @@ TEST_CASE("OutgoingFrame: move-assigning over more slices releases the rest") {
   OutgoingFrame source;
   source.AddPayload(released.Make(3));
   target = std::move(source);
-  CHECK(target.payload_slices == 1);
+  CHECK(target.payload_slices() == 1);
   CHECK(target.payload[0].data() == released.storage[3]);
-  CHECK(target.payload[1].empty());
-  CHECK(target.payload[2].empty());
   CHECK(released.count[0] == 1);
   CHECK(released.count[1] == 1);
   CHECK(released.count[2] == 1);
   CHECK(released.count[3] == 0);
-  CHECK(source.payload_slices == 0);
+  CHECK(source.payload_slices() == 0);
   target = OutgoingFrame();
   CHECK(released.count[3] == 1);
 }

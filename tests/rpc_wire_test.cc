@@ -75,7 +75,7 @@ std::string WireBytes(const transport::OutgoingFrame& frame) {
        static_cast<uint32_t>(frame.payload_size())});
   out.append(reinterpret_cast<const char*>(prefix.data()), prefix.size());
   out.append(frame.header.view());
-  for (size_t i = 0; i < frame.payload_slices; ++i) {
+  for (size_t i = 0; i < frame.payload_slices(); ++i) {
     out.append(frame.payload[i].view());
   }
   return out;

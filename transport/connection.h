@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -42,38 +43,73 @@ namespace rdmarpc::transport {
 
 // A frame to send: a header and up to kMaxPayloadSlices payload slices,
 // gathered on the wire without being copied together.
+// An outgoing frame's payload slices: only [0, count) are live Buffers, so
+// that making, moving and destroying a frame touches the slices it carries
+// (most carry one) rather than all kMaxPayloadSlices.
+class PayloadSlices {
+ public:
+  PayloadSlices() = default;
+  PayloadSlices(const PayloadSlices&) = delete;
+  PayloadSlices& operator=(const PayloadSlices&) = delete;
+  ~PayloadSlices() { std::destroy_n(slices(), count_); }
+
+  size_t size() const { return count_; }
+  Buffer& operator[](size_t i) {
+    assert(i < count_);
+    return slices()[i];
+  }
+  const Buffer& operator[](size_t i) const {
+    assert(i < count_);
+    return slices()[i];
+  }
+  [[gnu::always_inline]] void push_back(Buffer&& slice) {
+    assert(count_ < tunables::kMaxPayloadSlices);
+    new (slices() + count_) Buffer(std::move(slice));
+    ++count_;
+  }
+  // Takes `other`'s slices, which it is left without.
+  void TakeFrom(PayloadSlices& other) noexcept {
+    std::destroy_n(slices(), count_);
+    count_ = other.count_;
+    for (size_t i = 0; i < count_; ++i) {
+      new (slices() + i) Buffer(std::move(other.slices()[i]));
+    }
+    std::destroy_n(other.slices(), other.count_);
+    other.count_ = 0;
+  }
+
+ private:
+  Buffer* slices() { return std::launder(reinterpret_cast<Buffer*>(bytes_)); }
+  const Buffer* slices() const {
+    return std::launder(reinterpret_cast<const Buffer*>(bytes_));
+  }
+  alignas(
+      Buffer) std::byte bytes_[sizeof(Buffer) * tunables::kMaxPayloadSlices];
+  size_t count_ = 0;
+};
+
 struct OutgoingFrame {
   FrameType type = FrameType::kRpc;
   HeaderBytes header;
-  // Slices [0, payload_slices) hold the payload; the rest are empty.
-  std::array<Buffer, tunables::kMaxPayloadSlices> payload;
-  size_t payload_slices = 0;
+  // The payload, in slices.
+  PayloadSlices payload;
   // Past max_queued_bytes, a frame that may wait is queued anyway, in order,
   // where another is refused: a client's requests, whose bytes its own
   // outstanding calls bound (rpc::ChannelOptions::wait_for_room).
   bool may_wait = false;
 
   OutgoingFrame() = default;
-  // Moves only the slices in use: a frame is moved into a send queue on
-  // every call, and most carry one slice or none.
   OutgoingFrame(OutgoingFrame&& other) noexcept
       : type(other.type),
         header(std::move(other.header)),
-        payload_slices(std::exchange(other.payload_slices, 0)),
         may_wait(other.may_wait) {
-    for (size_t i = 0; i < payload_slices; ++i) {
-      payload[i] = std::move(other.payload[i]);
-    }
+    payload.TakeFrom(other.payload);
   }
   OutgoingFrame& operator=(OutgoingFrame&& other) noexcept {
     if (this != &other) {
       type = other.type;
       header = std::move(other.header);
-      const size_t used = std::max(payload_slices, other.payload_slices);
-      for (size_t i = 0; i < used; ++i) {
-        payload[i] = std::move(other.payload[i]);
-      }
-      payload_slices = std::exchange(other.payload_slices, 0);
+      payload.TakeFrom(other.payload);
       may_wait = other.may_wait;
     }
     return *this;
@@ -82,12 +118,12 @@ struct OutgoingFrame {
   // Always inline: every call's frame maker adds a slice, and an out-of-line
   // copy of this (GCC's choice, which moved with unrelated code) cost 50.
   [[gnu::always_inline]] void AddPayload(Buffer&& slice) {
-    assert(payload_slices < payload.size());
-    if (!slice.empty()) payload[payload_slices++] = std::move(slice);
+    if (!slice.empty()) payload.push_back(std::move(slice));
   }
+  size_t payload_slices() const { return payload.size(); }
   uint64_t payload_size() const {
     uint64_t total = 0;
-    for (size_t i = 0; i < payload_slices; ++i) total += payload[i].size();
+    for (size_t i = 0; i < payload.size(); ++i) total += payload[i].size();
     return total;
   }
 };

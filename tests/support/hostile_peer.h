@@ -88,7 +88,7 @@ struct LocalMemory {
 // A frame's header and payload, contiguous: what a sender writes into a grant.
 inline Bytes FrameBytes(const transport::OutgoingFrame& frame) {
   Bytes bytes(frame.header.span().begin(), frame.header.span().end());
-  for (size_t i = 0; i < frame.payload_slices; ++i) {
+  for (size_t i = 0; i < frame.payload_slices(); ++i) {
     const auto slice = frame.payload[i].span();
     bytes.insert(bytes.end(), slice.begin(), slice.end());
   }

@@ -128,8 +128,7 @@ bool RdmaConnection::PostHeader(const ControlMessage& message) {
   frame.type = FrameType::kControl;
   // Borrowed: PostSmall copies them into the send.
   frame.header = Buffer::Borrow(std::as_bytes(std::span(&message, 1)));
-  frame.payload[0] = Buffer::Borrow(transfer->frame.header.span());
-  frame.payload_slices = 1;
+  frame.AddPayload(Buffer::Borrow(transfer->frame.header.span()));
   return PostSmall(frame, FrameType::kControl, {});
 }
 

@@ -272,7 +272,7 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
       std::memcpy(out, frame.header.data(), frame.header.size());
       out += frame.header.size();
     }
-    for (size_t i = 0; i < frame.payload_slices; ++i) {
+    for (size_t i = 0; i < frame.payload_slices(); ++i) {
       std::memcpy(out, frame.payload[i].data(), frame.payload[i].size());
       out += frame.payload[i].size();
     }

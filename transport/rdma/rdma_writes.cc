@@ -42,7 +42,7 @@ void RdmaConnection::StartWrites(OutgoingTransfer& transfer) {
   const uint64_t registrations_before = registrations.registrations();
   const bool first = transfer.covered == 0;  // Pins are taken once.
   for (size_t i = 0;
-       !transfer.grant.dropped && i < transfer.frame.payload_slices; ++i) {
+       !transfer.grant.dropped && i < transfer.frame.payload_slices(); ++i) {
     const Buffer& slice = transfer.frame.payload[i];
     WriteSource& source = sources[count++];
     source.bytes = slice.span();

@@ -34,7 +34,7 @@ void ForEachPiece(const EncodedPrefix& prefix, const OutgoingFrame& frame,
                   Add&& add) {
   add(prefix.data(), prefix.size());
   if (!frame.header.empty()) add(frame.header.data(), frame.header.size());
-  for (size_t i = 0; i < frame.payload_slices; ++i) {
+  for (size_t i = 0; i < frame.payload_slices(); ++i) {
     add(frame.payload[i].data(), frame.payload[i].size());
   }
 }
