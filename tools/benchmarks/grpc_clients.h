@@ -87,12 +87,6 @@ class GrpcClients {
 
  private:
   GrpcClients() = default;
-  static std::string ReadLine(FILE* in) {
-    std::string line;
-    for (int c; (c = std::fgetc(in)) != EOF && c != '\n';) line += char(c);
-    return line;
-  }
-
   std::string binary_;
   ChildProcess server_;
   std::string target_;

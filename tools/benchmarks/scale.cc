@@ -50,6 +50,7 @@
 #include <future>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -63,6 +64,7 @@
 #include "rdmarpc/service.h"
 #include "tools/benchmarks/grpc_clients.h"
 #include "tools/benchmarks/poll_flag.h"
+#include "tools/benchmarks/raw_scale.h"
 #include "tools/benchmarks/spawn.h"
 #include "transport/rdma/completion_group.h"
 
@@ -200,12 +202,6 @@ Cpu CpuSeconds() {
           usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6};
 }
 
-std::string ReadLine(FILE* in) {
-  std::string line;
-  for (int c; (c = std::fgetc(in)) != EOF && c != '\n';) line += char(c);
-  return line;
-}
-
 struct Row {
   int connections = 0;
   int outstanding = 0;  // In all, over every client process.
@@ -219,7 +215,7 @@ struct Row {
   double grpc_calls_per_s = NAN;  // --peer grpc: the same load on gRPC.
   // Over rdma:// (--raw 1, the default there): raw verbs at the same N and
   // load (verbs_scale), measured right after, in the same boot.
-  double raw_calls_per_s = NAN, raw_cpu_us_per_call = NAN;
+  std::optional<RawScale> raw;
   // The server's transport work per call: completion-channel wake-ups and
   // completions polled (RDMA), and, summed over its connections, send posts
   // (ibv_post_send, or sendmsg on TCP) and explicit CREDIT messages.
@@ -362,37 +358,6 @@ Row Measure(const rdmarpc::Flags& flags, const std::string& listen,
   return row;
 }
 
-// Raw verbs at `connections` and `outstanding`, the same shape as Measure's
-// (tools/benchmarks/verbs_scale.cc, beside this binary): its calls/s and
-// server CPU per call, or false when it failed.
-bool MeasureRaw(const rdmarpc::Flags& flags, const std::string& listen,
-                int connections, int outstanding, Row& row) {
-  const std::string host = listen.substr(7, listen.rfind(':') - 7);
-  std::string self(4096, '\0');
-  const ssize_t length = readlink("/proc/self/exe", self.data(), self.size());
-  if (length <= 0) return false;
-  self.resize(static_cast<size_t>(length));
-  const std::string path = self.substr(0, self.rfind('/') + 1) + "verbs_scale";
-  ChildProcess raw = Spawn(path, {"verbs_scale", "--ip", host, "--connections",
-                                  std::to_string(connections), "--processes",
-                                  std::to_string(flags.GetInt("processes", 4)),
-                                  "--outstanding", std::to_string(outstanding),
-                                  "--seconds", flags.Get("seconds", "5")});
-  // "raw verbs scale: N QPs (...): X calls/s, server CPU Y us per call"
-  const std::string line = ReadLine(raw.out);
-  raw.Reap();
-  const size_t colon = line.find("): ");
-  if (line.rfind("raw verbs scale:", 0) != 0 || colon == std::string::npos ||
-      std::sscanf(line.c_str() + colon + 3,
-                  "%lf calls/s, server CPU %lf us per call",
-                  &row.raw_calls_per_s, &row.raw_cpu_us_per_call) != 2) {
-    std::fprintf(stderr, "scale: raw verbs at %d connections said '%s'\n",
-                 connections, line.c_str());
-    return false;
-  }
-  return true;
-}
-
 std::vector<int> IntList(const std::string& text) {
   std::vector<int> values;
   std::stringstream list(text);
@@ -531,7 +496,13 @@ int Main(int argc, char** argv) {
             grpc->Load(n, k, processes, flags.Get("size", "16"),
                        flags.Get("seconds", "5"));
       }
-      if (raw) raw_failed |= !MeasureRaw(flags, listen, n, k, row);
+      if (raw) {
+        row.raw =
+            MeasureRawScale(listen.substr(7, listen.rfind(':') - 7), n,
+                            static_cast<int>(flags.GetInt("processes", 4)), k,
+                            flags.Get("seconds", "5"));
+        raw_failed |= !row.raw;
+      }
       rows.push_back(row);
       char qps[32] = "-";
       if (row.qps_per_conn >= 0) {
@@ -550,14 +521,14 @@ int Main(int argc, char** argv) {
           static_cast<unsigned long long>(row.errors + row.failed_connects),
           row.wakeups_per_call, row.completions_per_call, row.posts_per_call,
           row.client_wakeups_per_call);
-      if (raw && !std::isnan(row.raw_calls_per_s)) {
+      if (row.raw) {
         std::printf(
             "%-11s %8s %10.0f %9.0f %8s %8s %8s %7.1fus   raw verbs, the same "
             "N and load: rdmarpc %.2fx the calls/s, %.2fx the CPU per call\n",
-            "  raw", "", row.raw_calls_per_s, 1e6 / row.raw_cpu_us_per_call, "",
-            "", "", row.raw_cpu_us_per_call,
-            row.calls_per_s / row.raw_calls_per_s,
-            row.cpu_us_per_call / row.raw_cpu_us_per_call);
+            "  raw", "", row.raw->calls_per_s, 1e6 / row.raw->cpu_us_per_call,
+            "", "", "", row.raw->cpu_us_per_call,
+            row.calls_per_s / row.raw->calls_per_s,
+            row.cpu_us_per_call / row.raw->cpu_us_per_call);
       }
       if (grpc) {
         std::printf("%-11s %8s %10.0f   gRPC, the same load: rdmarpc %.2fx\n",

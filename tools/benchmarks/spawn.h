@@ -62,6 +62,13 @@ inline ChildProcess Spawn(const std::string& path,
   return child;
 }
 
+// One line a child said (without its newline); empty at end of file.
+inline std::string ReadLine(FILE* in) {
+  std::string line;
+  for (int c; (c = std::fgetc(in)) != EOF && c != '\n';) line += char(c);
+  return line;
+}
+
 // Runs /proc/self/exe with `args` (args[0] included).
 inline ChildProcess SpawnSelf(const std::vector<std::string>& args) {
   return Spawn("/proc/self/exe", args);
