@@ -41,8 +41,6 @@
 
 namespace rdmarpc::transport {
 
-// A frame to send: a header and up to kMaxPayloadSlices payload slices,
-// gathered on the wire without being copied together.
 // An outgoing frame's payload slices: only [0, count) are live Buffers, so
 // that making, moving and destroying a frame touches the slices it carries
 // (most carry one) rather than all kMaxPayloadSlices.
@@ -88,6 +86,8 @@ class PayloadSlices {
   size_t count_ = 0;
 };
 
+// A frame to send: a header and up to kMaxPayloadSlices payload slices,
+// gathered on the wire without being copied together.
 struct OutgoingFrame {
   FrameType type = FrameType::kRpc;
   HeaderBytes header;
