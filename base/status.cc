@@ -39,11 +39,16 @@ std::optional<StatusCode> StatusCodeFromInt(int64_t value) {
   return static_cast<StatusCode>(value);
 }
 
+const std::string& Status::EmptyMessage() {
+  static const std::string empty;
+  return empty;
+}
+
 std::string Status::ToString() const {
   std::string out(StatusCodeName(code_));
-  if (!message_.empty()) {
+  if (message_) {
     out += ": ";
-    out += message_;
+    out += *message_;
   }
   return out;
 }

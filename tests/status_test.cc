@@ -18,6 +18,35 @@ TEST_CASE("Status: carries code and message") {
   CHECK(status.ToString() == "DEADLINE_EXCEEDED: call timed out after 10 ms");
 }
 
+TEST_CASE("Status: copies are deep, moves keep the code") {
+  Status error(StatusCode::kUnavailable, "peer went away");
+  Status copy = error;
+  CHECK(copy == error);
+  CHECK(copy.message() == "peer went away");
+  CHECK(&copy.message() != &error.message());  // Its own message.
+  Status assigned;
+  assigned = copy;
+  CHECK(assigned == error);
+  assigned = assigned;  // Self-assignment keeps it.
+  CHECK(assigned.message() == "peer went away");
+
+  Status moved = std::move(copy);
+  CHECK(moved == error);
+  // A moved-from status keeps its code, as it did when the message was a
+  // std::string member; only the message goes.
+  CHECK(copy.code() ==
+        StatusCode::kUnavailable);  // NOLINT(bugprone-use-after-move)
+  CHECK(copy.message().empty());
+
+  // An error without a message, and OK, print and compare by code alone.
+  const Status bare(StatusCode::kCancelled, "");
+  CHECK(bare.message().empty());
+  CHECK(bare.ToString() == "CANCELLED");
+  CHECK(bare == Status(StatusCode::kCancelled, ""));
+  CHECK_FALSE(bare == Status());
+  CHECK(sizeof(Status) <= 16);  // A code and a pointer.
+}
+
 TEST_CASE("Status: codes are the gRPC canonical numbers") {
   CHECK(static_cast<int>(StatusCode::kCancelled) == 1);
   CHECK(static_cast<int>(StatusCode::kResourceExhausted) == 8);

@@ -10,12 +10,6 @@
 namespace rdmarpc::transport {
 namespace {
 
-// The magic, then the version (memcmp of 4 bytes is one 32-bit compare).
-bool MagicAndVersionMatch(const std::byte* in) {
-  return std::memcmp(in, kFrameMagic.data(), kFrameMagic.size()) == 0 &&
-         std::to_integer<uint8_t>(in[4]) == kFrameVersion;
-}
-
 DecodedPrefix Malformed(const std::string& why) {
   return {PrefixVerdict::kMalformed,
           {},
@@ -67,17 +61,6 @@ DecodedPrefix Malformed(const std::string& why) {
 
 }  // namespace
 
-EncodedPrefix EncodeFramePrefix(const FramePrefix& prefix) {
-  EncodedPrefix out;
-  std::copy(kFrameMagic.begin(), kFrameMagic.end(), out.begin());
-  out[4] = std::byte{kFrameVersion};
-  out[5] = std::byte{static_cast<uint8_t>(prefix.type)};
-  PutLe<uint16_t>(&out[6], prefix.credits);
-  PutLe<uint32_t>(&out[8], prefix.header_size);
-  PutLe<uint32_t>(&out[12], prefix.payload_size);
-  return out;
-}
-
 EncodedPrefix VersionAnnouncement() {
   return EncodeFramePrefix({FrameType::kControl, 0, 0, 0});
 }
@@ -86,18 +69,10 @@ DecodedPrefix DecodeFramePrefix(std::span<const std::byte> bytes,
                                 uint64_t max_payload_size) {
   // Every frame passes here: the checks are plain compares, and anything
   // that fails one goes to Reject for the reason.
+  FramePrefix prefix;
   if (bytes.size() >= tunables::kFramePrefixSize &&
-      MagicAndVersionMatch(bytes.data()) &&
-      std::to_integer<uint8_t>(bytes[5]) <=
-          static_cast<uint8_t>(FrameType::kControl)) {
-    const FramePrefix prefix{
-        static_cast<FrameType>(std::to_integer<uint8_t>(bytes[5])),
-        GetLe<uint16_t>(&bytes[6]), GetLe<uint32_t>(&bytes[8]),
-        GetLe<uint32_t>(&bytes[12])};
-    if (prefix.header_size <= tunables::kMaxCallHeaderSize &&
-        prefix.payload_size <= max_payload_size) [[likely]] {
-      return {PrefixVerdict::kAccept, prefix, Status()};
-    }
+      AcceptFramePrefix(bytes.data(), max_payload_size, &prefix)) [[likely]] {
+    return {PrefixVerdict::kAccept, prefix, Status()};
   }
   return Reject(bytes, max_payload_size);
 }

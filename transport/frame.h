@@ -23,8 +23,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
+#include "base/little_endian.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/tunables.h"
 
@@ -72,7 +74,22 @@ struct FramePrefix {
 
 using EncodedPrefix = std::array<std::byte, tunables::kFramePrefixSize>;
 
-EncodedPrefix EncodeFramePrefix(const FramePrefix& prefix);
+// Writes `prefix` into out[0, kFramePrefixSize): the sender's registered
+// slot or staging area directly, without a copy through an EncodedPrefix.
+inline void EncodeFramePrefixInto(const FramePrefix& prefix, std::byte* out) {
+  std::memcpy(out, kFrameMagic.data(), kFrameMagic.size());
+  out[4] = std::byte{kFrameVersion};
+  out[5] = std::byte{static_cast<uint8_t>(prefix.type)};
+  PutLe<uint16_t>(out + 6, prefix.credits);
+  PutLe<uint32_t>(out + 8, prefix.header_size);
+  PutLe<uint32_t>(out + 12, prefix.payload_size);
+}
+
+inline EncodedPrefix EncodeFramePrefix(const FramePrefix& prefix) {
+  EncodedPrefix out;
+  EncodeFramePrefixInto(prefix, out.data());
+  return out;
+}
 
 // What a receiver does with a prefix.
 enum class PrefixVerdict {
@@ -95,6 +112,27 @@ struct DecodedPrefix {
 
 DecodedPrefix DecodeFramePrefix(std::span<const std::byte> bytes,
                                 uint64_t max_payload_size);
+
+// The verdict kAccept alone, inline for the receive paths: true, with
+// `*prefix` set, when bytes[0, kFramePrefixSize) is a prefix of this version
+// of a known type whose header and payload are within the limits. On false
+// `*prefix` is unspecified, and DecodeFramePrefix says what is wrong. No
+// Status is built either way.
+inline bool AcceptFramePrefix(const std::byte* bytes, uint64_t max_payload_size,
+                              FramePrefix* prefix) {
+  if (std::memcmp(bytes, kFrameMagic.data(), kFrameMagic.size()) != 0 ||
+      std::to_integer<uint8_t>(bytes[4]) != kFrameVersion ||
+      std::to_integer<uint8_t>(bytes[5]) >
+          static_cast<uint8_t>(FrameType::kControl)) [[unlikely]] {
+    return false;
+  }
+  prefix->type = static_cast<FrameType>(std::to_integer<uint8_t>(bytes[5]));
+  prefix->credits = GetLe<uint16_t>(bytes + 6);
+  prefix->header_size = GetLe<uint32_t>(bytes + 8);
+  prefix->payload_size = GetLe<uint32_t>(bytes + 12);
+  return prefix->header_size <= tunables::kMaxCallHeaderSize &&
+         prefix->payload_size <= max_payload_size;
+}
 
 // A prefix of this version with nothing after it (a control frame of zero
 // lengths): what a side writes, and the last thing it writes, to a peer of

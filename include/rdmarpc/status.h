@@ -8,6 +8,7 @@
 
 #include <cassert>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -49,27 +50,52 @@ class [[nodiscard]] Status {
  public:
   Status() = default;  // OK.
   Status(StatusCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+      : code_(code),
+        message_(message.empty()
+                     ? nullptr
+                     : std::make_unique<std::string>(std::move(message))) {}
+  Status(const Status& other)
+      : code_(other.code_), message_(CopyMessage(other)) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) {
+      code_ = other.code_;
+      message_ = CopyMessage(other);
+    }
+    return *this;
+  }
+  // A moved-from status keeps its code; its message is empty.
+  Status(Status&& other) noexcept = default;
+  Status& operator=(Status&& other) noexcept = default;
 
   static Status Ok() { return Status(); }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const {
+    return message_ ? *message_ : EmptyMessage();
+  }
 
-  // "DEADLINE_EXCEEDED: call timed out after 10 ms", or "OK".
   std::string ToString() const;
 
-  // Marks a status as deliberately ignored.
   void IgnoreError() const {}
 
   friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
+    return a.code_ == b.code_ && a.message() == b.message();
   }
 
  private:
+  static const std::string& EmptyMessage();
+  static std::unique_ptr<std::string> CopyMessage(const Status& other) {
+    return other.message_ ? std::make_unique<std::string>(*other.message_)
+                          : nullptr;
+  }
+
+  // Sixteen bytes, the message on the heap: every call makes, moves and
+  // destroys several OK statuses, and an OK status is a code and a null
+  // pointer, where a std::string member cost a few stores to make and a
+  // compare to destroy each time.
   StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  std::unique_ptr<std::string> message_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Status& status);

@@ -316,10 +316,9 @@ bool CompletionGroup::Short() const {
 void CompletionGroup::Repost(uint32_t slot) {
   repost_sges_.push_back({reinterpret_cast<uint64_t>(receives_.data(slot)),
                           receives_.slot_size(), receives_.lkey(slot)});
-  ibv_recv_wr wr{};
+  ibv_recv_wr& wr = repost_wrs_.emplace_back();  // Zeroed in place.
   wr.wr_id = WrId(kRecvTag, slot);
   wr.num_sge = 1;
-  repost_wrs_.push_back(wr);
 }
 
 void CompletionGroup::FlushReposts() {
@@ -509,12 +508,23 @@ bool CompletionGroup::Drain() {
       --last;
     }
     const ReceiveClock::Batch batch;  // The poll's frames share its time.
+    // Consecutive completions of one QP (most of a busy connection's poll)
+    // look it up and lock it once. Its QP number cannot be another's before
+    // the poll ends: a QP number is reused only once the QP is destroyed
+    // and another created, which completions do not do.
+    std::shared_ptr<CompletionMember> connection;
+    uint32_t connection_qp = 0;
+    bool looked_up = false;
     for (int i = 0; i < n; ++i) {
       const ibv_wc& wc = wcs[i];
       const bool receive = (wc.wr_id >> kTagShift) == kRecvTag;
-      std::shared_ptr<CompletionMember> connection;
-      if (auto it = connections_.find(wc.qp_num); it != connections_.end()) {
-        connection = it->second.connection.lock();
+      if (!looked_up || wc.qp_num != connection_qp) {
+        connection.reset();
+        if (auto it = connections_.find(wc.qp_num); it != connections_.end()) {
+          connection = it->second.connection.lock();
+        }
+        connection_qp = wc.qp_num;
+        looked_up = true;
       }
       if (connection && !connection->torn_down_) {
         Touch(connection);

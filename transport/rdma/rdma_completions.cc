@@ -26,11 +26,17 @@ void RdmaConnection::AfterBatch(bool woken) {
   Flush();
 }
 
+// UseCredit's error, out of line: the string it builds would cost the
+// call path a stack frame and saved registers.
+[[gnu::noinline, gnu::cold]] void RdmaConnection::NoCreditLeft() {
+  ProtocolError(Status(StatusCode::kUnavailable,
+                       "peer sent a message with no credit left (" +
+                           std::to_string(lent_) + " lent)"));
+}
+
 bool RdmaConnection::UseCredit(bool frame) {
-  if (peer_holds_ == 0) {
-    ProtocolError(Status(StatusCode::kUnavailable,
-                         "peer sent a message with no credit left (" +
-                             std::to_string(lent_) + " lent)"));
+  if (peer_holds_ == 0) [[unlikely]] {
+    NoCreditLeft();
     return false;
   }
   --peer_holds_;
@@ -176,6 +182,26 @@ void RdmaConnection::ProtocolError(const Status& error) {
 
 void RdmaConnection::OnReceive(const std::byte* data, uint32_t bytes) {
   RDMARPC_TRACE(TraceSide(), "on_receive");
+  FramePrefix prefix;
+  if (bytes < kFramePrefixSize ||
+      !AcceptFramePrefix(data, options_.max_payload_size, &prefix) ||
+      prefix.type != FrameType::kRpc ||
+      uint64_t{kFramePrefixSize} + prefix.header_size + prefix.payload_size !=
+          bytes) [[unlikely]] {
+    return OnOtherReceive(data, bytes);
+  }
+  if (Status s = CheckCreditReturn(credits_, prefix.credits,
+                                   peer_params_.receive_depth);
+      !s.ok()) [[unlikely]] {
+    return ProtocolError(s);
+  }
+  credits_ += prefix.credits;
+  Bump(stats_.bytes_received, bytes);
+  DeliverReceived(data, prefix, /*dropped=*/false);
+}
+
+[[gnu::noinline]] void RdmaConnection::OnOtherReceive(const std::byte* data,
+                                                      uint32_t bytes) {
   StatusOr<InboundMessage> inbound =
       CheckInbound(std::span(data, bytes), options_.max_payload_size);
   if (!inbound.ok()) return ProtocolError(inbound.status());
@@ -187,17 +213,20 @@ void RdmaConnection::OnReceive(const std::byte* data, uint32_t bytes) {
   }
   credits_ += prefix.credits;
   Bump(stats_.bytes_received, bytes);
-  if (inbound->control) [[unlikely]] {
+  if (inbound->control) {
     if (inbound->control->kind == ControlKind::kHeader) {
       return OnHeader(*inbound->control, inbound->attached);
     }
     return OnControl(*inbound->control);
   }
-  const std::byte* header = data + kFramePrefixSize;
-  const bool dropped = inbound->payload_too_large;
+  DeliverReceived(data, prefix, inbound->payload_too_large);
+}
+
+void RdmaConnection::DeliverReceived(const std::byte* data,
+                                     const FramePrefix& prefix, bool dropped) {
   const size_t keep = prefix.header_size + (dropped ? 0 : prefix.payload_size);
   Buffer block = PooledBuffer(keep);
-  if (keep > 0) std::memcpy(block.data(), header, keep);
+  if (keep > 0) std::memcpy(block.data(), data + kFramePrefixSize, keep);
   Bump(stats_.frames_received);
   InsideOnFrame guard(in_observer_);
   RDMARPC_TRACE(TraceSide(), "deliver");

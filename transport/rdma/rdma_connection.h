@@ -209,13 +209,22 @@ class RdmaConnection final
   void OnCompletion(const ibv_wc& wc) override;
   // A completion in error: the connection closes, saying why.
   void OnCompletionError(const ibv_wc& wc);
+  // A SEND of `bytes` at `data`: a plain RPC frame is checked inline and
+  // delivered; anything else (a control message, a payload over the limit,
+  // a malformed message) goes to OnOtherReceive, out of line.
   void OnReceive(const std::byte* data, uint32_t bytes);
+  void OnOtherReceive(const std::byte* data, uint32_t bytes);
+  // Delivers the frame of `prefix` at `data` (its prefix) to the observer,
+  // its header and, unless `dropped`, its payload copied out.
+  void DeliverReceived(const std::byte* data, const FramePrefix& prefix,
+                       bool dropped);
   void OnWriteLanded(uint32_t imm, uint32_t bytes);
   // Receive-credit accounting for one message received from the peer (a
   // SEND or WRITE WITH IMMEDIATE): false (closed) when it had no credit.
   // `frame`: an RPC frame or a transfer's landing, not a control message;
   // only frames show a busy peer that is lent more.
   bool UseCredit(bool frame);
+  void NoCreditLeft();  // UseCredit's error: the connection closes.
   // The group ended a batch that had completions of ours: flush.
   void AfterBatch(bool woken) override;
   void OnControl(const ControlMessage& message);

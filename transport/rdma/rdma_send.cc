@@ -14,6 +14,16 @@ namespace rdmarpc::transport::rdma {
 namespace asio = boost::asio;
 using tunables::kFramePrefixSize;
 
+// Inlined into Send, on the call path (out of line it cost a call and the
+// registers saved around it, 8 instructions a frame).
+[[gnu::always_inline]] inline bool RdmaConnection::CanPostSmallAtOnce(
+    uint64_t frame_bytes) const {
+  // The conditions under which Flush would post it first, as its own SEND.
+  return established_ && !torn_down_ && !local_op_waiting_ &&
+         control_queue_.empty() && credits_ >= 2 && SendSlotFree() &&
+         outgoing_.empty() && frame_bytes <= SmallLimit();
+}
+
 Status RdmaConnection::Send(OutgoingFrame&& frame) {
   RDMARPC_TRACE(TraceSide(), "send");
   if (frame.header.size() > tunables::kMaxCallHeaderSize) {
@@ -80,13 +90,6 @@ Status RdmaConnection::Send(OutgoingFrame&& frame) {
                Pooled([self = shared_from_this()] { self->Flush(); }));
   }
   return Status();
-}
-
-bool RdmaConnection::CanPostSmallAtOnce(uint64_t frame_bytes) const {
-  // The conditions under which Flush would post it first, as its own SEND.
-  return established_ && !torn_down_ && !local_op_waiting_ &&
-         control_queue_.empty() && credits_ >= 2 && SendSlotFree() &&
-         outgoing_.empty() && frame_bytes <= SmallLimit();
 }
 
 // Frames queued wait while loan work is pending: a loan made on another
@@ -259,11 +262,8 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   const auto credits =
       static_cast<uint16_t>(std::min<uint32_t>(credits_to_return_, 0xffff));
   credits_to_return_ -= credits;
-  const EncodedPrefix prefix =
-      EncodeFramePrefix({type, credits, header_size, payload_size});
-  std::byte* out = slot;
-  std::memcpy(out, prefix.data(), prefix.size());
-  out += prefix.size();
+  EncodeFramePrefixInto({type, credits, header_size, payload_size}, slot);
+  std::byte* out = slot + kFramePrefixSize;
   if (!body.empty()) {
     std::memcpy(out, body.data(), body.size());
     out += body.size();
@@ -282,7 +282,7 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
   sge.addr = reinterpret_cast<uint64_t>(slot);
   sge.length = length;
   sge.lkey = lkey;  // Not checked for an inline send.
-  ibv_send_wr wr{};
+  ibv_send_wr& wr = send_wrs_.emplace_back();  // Zeroed in place.
   wr.wr_id = WrId(kSendTag, seq);
   wr.opcode = IBV_WR_SEND;
   wr.num_sge = 1;
@@ -291,7 +291,6 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
     Bump(stats_.inline_sends);
   }
   if (SignalNext()) wr.send_flags |= IBV_SEND_SIGNALED;
-  send_wrs_.push_back(wr);
   last_transmit_ = seq;
   --credits_;
   chained_credits_ += credits;

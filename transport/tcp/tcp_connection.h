@@ -132,6 +132,12 @@ class TcpConnection final : public Connection,
   // ConsumeStaged's prefix phase, on the `staged` bytes at `in`: false when
   // the loop stops (more to read, or the connection failed).
   bool TakePrefix(const std::byte* in, size_t staged);
+  // TakePrefix's path for every other prefix: a bulk frame's, one whose
+  // payload is over the limit, one refused (the connection fails).
+  bool TakeOtherPrefix(const std::byte* in);
+  static bool IsKeepalivePrefix(const FramePrefix& prefix);
+  // Sets up the body's phase for `prefix`, `keep` bytes of it to be kept.
+  void BeginBody(const FramePrefix& prefix, uint64_t keep);
   // TakePrefix's path for a frame whose payload is over max_payload_now_
   // (so either over max_payload_size, or not yet admitted).
   void TakeOverLimit(const DecodedPrefix& decoded);

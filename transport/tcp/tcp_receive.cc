@@ -32,12 +32,34 @@ using tunables::kTcpCopyOutLimit;
 using tunables::kTcpReceiveChunk;
 
 // Inlined into its one caller, on the call path: split out for reading only.
+// A plain RPC frame's or keepalive's prefix within the limits is taken here;
+// anything else (a bulk frame, a payload over the limit, a malformed prefix)
+// by TakeOtherPrefix.
 [[gnu::always_inline]] inline bool TcpConnection::TakePrefix(
     const std::byte* in, size_t staged) {
   if (staged < kFramePrefixSize) {
     ReadMore();
     return false;
   }
+  FramePrefix prefix;
+  if (!AcceptFramePrefix(in, max_payload_now_, &prefix) ||
+      prefix.credits != 0 ||
+      (prefix.type != FrameType::kRpc && !IsKeepalivePrefix(prefix)))
+      [[unlikely]] {
+    return TakeOtherPrefix(in);
+  }
+  rx_.discard_left = 0;
+  BeginBody(prefix, uint64_t{prefix.header_size} + prefix.payload_size);
+  return true;
+}
+
+// TCP's control frames are keepalive's, one byte of header, and bulk's.
+bool TcpConnection::IsKeepalivePrefix(const FramePrefix& prefix) {
+  return prefix.type == FrameType::kControl && prefix.header_size == 1 &&
+         prefix.payload_size == 0;
+}
+
+[[gnu::noinline]] bool TcpConnection::TakeOtherPrefix(const std::byte* in) {
   DecodedPrefix decoded =
       DecodeFramePrefix(std::span(in, kFramePrefixSize), max_payload_now_);
   if (decoded.verdict == PrefixVerdict::kMalformed) {
@@ -48,34 +70,35 @@ using tunables::kTcpReceiveChunk;
     RefuseOtherVersion(decoded.error);
     return false;
   }
-  // TCP's control frames are keepalive's, one byte of header, and bulk's.
-  const bool keepalive = decoded.prefix.type == FrameType::kControl &&
-                         decoded.prefix.header_size == 1 &&
-                         decoded.prefix.payload_size == 0;
-  if (((decoded.prefix.type != FrameType::kRpc && !keepalive) ||
+  if (((decoded.prefix.type != FrameType::kRpc &&
+        !IsKeepalivePrefix(decoded.prefix)) ||
        decoded.prefix.credits != 0) &&
-      !TakeBulkPrefix(decoded)) [[unlikely]] {
+      !TakeBulkPrefix(decoded)) {
     return false;
   }
-  staged_begin_ += kFramePrefixSize;
-  rx_.prefix = decoded.prefix;
-  rx_.filled = 0;
   rx_.discard_left = 0;
   uint64_t keep = decoded.prefix.header_size;
-  if (decoded.verdict == PrefixVerdict::kPayloadTooLarge) [[unlikely]] {
+  if (decoded.verdict == PrefixVerdict::kPayloadTooLarge) {
     TakeOverLimit(decoded);
   } else {
     keep += decoded.prefix.payload_size;
   }
+  BeginBody(decoded.prefix, keep);
+  return true;
+}
+
+[[gnu::always_inline]] inline void TcpConnection::BeginBody(
+    const FramePrefix& prefix, uint64_t keep) {
+  staged_begin_ += kFramePrefixSize;
+  rx_.prefix = prefix;
+  rx_.filled = 0;
   after_large_frame_ = keep > kTcpReceiveChunk;
   if (after_large_frame_) [[unlikely]] {
-    TakeLargeFrame(decoded.prefix.header_size,
-                   keep - decoded.prefix.header_size);
+    TakeLargeFrame(prefix.header_size, keep - prefix.header_size);
   } else if (keep < tunables::kTcpReceiveInPlaceMin || !ReceiveInPlace(keep)) {
     rx_.block = PooledBuffer(keep);
   }
   rx_.phase = RxState::Phase::kBody;
-  return true;
 }
 
 Buffer TcpConnection::LargeFrameBlock(uint64_t header_size,
