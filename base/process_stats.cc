@@ -1,5 +1,7 @@
 #include "base/process_stats.h"
 
+#include <sys/resource.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +39,15 @@ long long OpenFileCount(pid_t pid) {
   if (error) return -1;
   // Listing our own descriptors opens one more.
   return pid == 0 && count > 0 ? count - 1 : count;
+}
+
+CpuTime ProcessCpuTime() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
 }
 
 }  // namespace rdmarpc

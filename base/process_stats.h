@@ -19,6 +19,15 @@ long long ProcessStatusField(pid_t pid, std::string_view field);
 // one used to count them), or -1 when they cannot be listed.
 long long OpenFileCount(pid_t pid);
 
+// This process's CPU time in seconds so far (getrusage): user, and system,
+// where the kernel's work for it is counted (under Soft-RoCE, the emulated
+// device's too).
+struct CpuTime {
+  double user = 0, system = 0;
+  double total() const { return user + system; }
+};
+CpuTime ProcessCpuTime();
+
 }  // namespace rdmarpc
 
 #endif  // RDMARPC_BASE_PROCESS_STATS_H_

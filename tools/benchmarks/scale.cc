@@ -24,7 +24,9 @@
 //   --plot draws calls/s and p99 against the calls outstanding, one line
 //   per N: many clients, one server, under a rising offered load.)
 //
-// It exits non-zero when a call or a connection failed; with --check 1 also
+// The server's max_connections is N: one connection more must be refused
+// (RESOURCE_EXHAUSTED, the last column). It exits non-zero when a call or a
+// connection failed, or that one did not; with --check 1 also
 // when, at the largest N, the server holds more per connection than an idle
 // connection may cost (64 KiB pinned, 0.05 descriptors, no thread, one QP):
 // tools/test runs it so, with 1,000 connections, in the Soft-RoCE VM.
@@ -34,7 +36,6 @@
 // on "go" keeps its share of the load going for --seconds, then prints its
 // calls, errors and latency histogram.
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -110,6 +111,14 @@ void SetKeepalive(const rdmarpc::Flags& flags,
   options.keepalive_timeout = std::chrono::milliseconds(4 * ms);
 }
 
+// One Echo call on `channel`, waited for: its status.
+Status CallOnce(rpc::Channel& channel, const std::string& payload) {
+  std::promise<Status> done;
+  channel.Call(kEcho, Buffer::CopyOf(payload), {},
+               [&](const Status& status, Buffer) { done.set_value(status); });
+  return done.get_future().get();
+}
+
 // --- client process ----------------------------------------------------------
 
 int Client(const rdmarpc::Flags& flags) {
@@ -128,12 +137,7 @@ int Client(const rdmarpc::Flags& flags) {
   std::string payload(size, 'x');
   uint64_t failed_connects = 0;
   for (auto& channel : channels) {
-    std::promise<Status> done;
-    channel->Call(
-        kEcho, Buffer::CopyOf(payload), {},
-        [&](const Status& status, Buffer) { done.set_value(status); });
-    const Status status = done.get_future().get();
-    if (!status.ok()) {
+    if (const Status status = CallOnce(*channel, payload); !status.ok()) {
       if (failed_connects++ == 0) {
         std::fprintf(stderr, "scale client: %s\n", status.ToString().c_str());
       }
@@ -185,22 +189,12 @@ int Client(const rdmarpc::Flags& flags) {
   std::printf(" %llu\n", static_cast<unsigned long long>(
                              transport::rdma::CompletionWakeups() - wakeups0));
   std::fflush(stdout);
+  // Connected until told: the server counts over its open connections.
+  std::getline(std::cin, go);
   return 0;
 }
 
 // --- server process ----------------------------------------------------------
-
-// This process's CPU time: user, and system (where the kernel's work for
-// it is counted: under Soft-RoCE, the device's too).
-struct Cpu {
-  double user = 0, system = 0;
-};
-Cpu CpuSeconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return {usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
-          usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6};
-}
 
 struct Row {
   int connections = 0;
@@ -222,6 +216,8 @@ struct Row {
   double client_wakeups_per_call = 0;  // In all the client processes.
   double wakeups_per_call = 0, completions_per_call = 0, posts_per_call = 0,
          credits_per_call = 0;
+  // The server's cap is N (max_connections): one more connection's call.
+  StatusCode past_cap = StatusCode::kOk;
 };
 
 struct ServerCounts {
@@ -258,6 +254,7 @@ Row Measure(const rdmarpc::Flags& flags, const std::string& listen,
   const std::string poll = flags.Get("poll", "event");  // The server's.
   options.transport.poll_mode = PollModeOrExit(poll, "scale");
   SetKeepalive(flags, options.transport);
+  options.max_connections = static_cast<uint32_t>(connections);
   rpc::Server server(options);
   server.RegisterService(&service);
   const StatusOr<std::string> uri = server.Listen(listen);
@@ -306,7 +303,7 @@ Row Measure(const rdmarpc::Flags& flags, const std::string& listen,
   }
 
   const ServerCounts counts0 = CountServer(server);
-  const Cpu cpu0 = CpuSeconds();
+  const CpuTime cpu0 = ProcessCpuTime();
   for (ChildProcess& child : children) {
     std::fputs("go\n", child.in);
     std::fflush(child.in);
@@ -336,8 +333,19 @@ Row Measure(const rdmarpc::Flags& flags, const std::string& listen,
     row.errors += child_errors;
     elapsed = std::max(elapsed, child_elapsed);
   }
-  const Cpu cpu1 = CpuSeconds();
+  const CpuTime cpu1 = ProcessCpuTime();
   const ServerCounts counts1 = CountServer(server);
+  {  // With the N open (clients wait for "bye"), after the counts (a sum
+     // over open connections): one more is refused, or the row fails.
+    rpc::ChannelOptions one_more;
+    SetKeepalive(flags, one_more.transport);
+    rpc::Channel channel(*uri, one_more);
+    row.past_cap = CallOnce(channel, std::string(16, 'x')).code();
+  }
+  for (ChildProcess& child : children) {
+    std::fputs("bye\n", child.in);
+    std::fflush(child.in);
+  }
   const double user = cpu1.user - cpu0.user;
   const double cpu = user + cpu1.system - cpu0.system;
   for (ChildProcess& child : children) child.Reap();
@@ -433,7 +441,8 @@ void WriteJson(const std::string& path, const std::vector<Row>& rows) {
         << ",\"posts_per_call\":" << r.posts_per_call
         << ",\"credits_per_call\":" << r.credits_per_call
         << ",\"qps_per_conn\":" << r.qps_per_conn
-        << ",\"errors\":" << r.errors + r.failed_connects;
+        << ",\"errors\":" << r.errors + r.failed_connects << ",\"past_cap\":\""
+        << StatusCodeName(r.past_cap) << "\"";
     if (std::isfinite(r.grpc_calls_per_s)) {
       out << ",\"grpc_calls_per_s\":" << r.grpc_calls_per_s;
     }
@@ -465,11 +474,11 @@ int Main(int argc, char** argv) {
   std::printf("# scale: %s\n", title);
   std::printf(
       "%-11s %8s %10s %9s %8s %8s %8s %9s %9s %15s %8s %8s %8s %7s %9s %9s "
-      "%9s %10s\n",
+      "%9s %10s  %s\n",
       "connections", "outstdg", "calls/s", "calls/s/c", "p50 us", "p99 us",
       "p999 us", "cpu/call", "user/call", "pinned KiB/conn", "fds/conn",
       "thr/conn", "QPs/conn", "errors", "wake/call", "cqe/call", "post/call",
-      "cwake/call");
+      "cwake/call", "one past the cap");
   std::vector<Row> rows;
   const int processes = static_cast<int>(flags.GetInt("processes", 4));
   std::unique_ptr<GrpcClients> grpc;
@@ -513,14 +522,15 @@ int Main(int argc, char** argv) {
           row.cpu_us_per_call > 0 ? 1e6 / row.cpu_us_per_call : 0;
       std::printf(
           "%-11d %8d %10.0f %9.0f %8.1f %8.1f %8.1f %7.1fus %7.1fus %15.1f "
-          "%8.2f %8.2f %8s %7llu %9.3f %9.3f %9.3f %9.3f\n",
+          "%8.2f %8.2f %8s %7llu %9.3f %9.3f %9.3f %9.3f  %s\n",
           row.connections, row.outstanding, row.calls_per_s, per_core,
           row.p50_us, row.p99_us, row.p999_us, row.cpu_us_per_call,
           row.user_us_per_call, row.pinned_kib_per_conn, row.fds_per_conn,
           row.threads_per_conn, qps,
           static_cast<unsigned long long>(row.errors + row.failed_connects),
           row.wakeups_per_call, row.completions_per_call, row.posts_per_call,
-          row.client_wakeups_per_call);
+          row.client_wakeups_per_call,
+          std::string(StatusCodeName(row.past_cap)).c_str());
       if (row.raw) {
         std::printf(
             "%-11s %8s %10.0f %9.0f %8s %8s %8s %7.1fus   raw verbs, the same "
@@ -556,6 +566,7 @@ int Main(int argc, char** argv) {
   }
   for (const Row& r : rows) {
     if (r.errors + r.failed_connects > 0) return 1;
+    if (r.past_cap != StatusCode::kResourceExhausted) return 1;
   }
   if (raw_failed) return 1;
   if (flags.GetInt("check", 0) != 0 && !rows.empty()) {

@@ -10,7 +10,6 @@
 //               [--outstanding 256] [--seconds 5]
 #include <arpa/inet.h>
 #include <poll.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "base/flags.h"
+#include "base/process_stats.h"
 #include "tools/benchmarks/spawn.h"
 #include "tools/benchmarks/verbs_util.h"
 #include "transport/rdma/verbs.h"
@@ -222,13 +222,6 @@ int Client(const rdmarpc::Flags& flags) {
   std::_Exit(0);
 }
 
-double CpuSeconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
-         usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
-}
-
 int Server(const rdmarpc::Flags& flags) {
   const std::string ip = flags.Get("ip", "");
   const int n = static_cast<int>(flags.GetInt("connections", 8));
@@ -309,7 +302,7 @@ int Server(const rdmarpc::Flags& flags) {
   }
   std::atomic<bool> stop{false};
   uint64_t served = 0;
-  const double cpu0 = CpuSeconds();
+  const double cpu0 = ProcessCpuTime().total();
   std::thread loop([&] {
     while (!stop.load()) {
       end.Wait(100, [&](const ibv_wc& wc) {
@@ -338,7 +331,7 @@ int Server(const rdmarpc::Flags& flags) {
     calls += c;
     elapsed = std::max(elapsed, e);
   }
-  const double cpu = CpuSeconds() - cpu0;
+  const double cpu = ProcessCpuTime().total() - cpu0;
   stop = true;
   loop.join();
   for (ChildProcess& child : children) child.Reap();

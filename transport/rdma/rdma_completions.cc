@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/buffer_pool.h"
+#include "base/copy_bytes.h"
 #include "base/latency_trace.h"
 #include "base/log.h"
 #include "base/log_throttle.h"
@@ -34,7 +35,8 @@ void RdmaConnection::AfterBatch(bool woken) {
                            std::to_string(lent_) + " lent)"));
 }
 
-bool RdmaConnection::UseCredit(bool frame) {
+// Inlined into OnCompletion, its one caller.
+[[gnu::always_inline]] inline bool RdmaConnection::UseCredit(bool frame) {
   if (peer_holds_ == 0) [[unlikely]] {
     NoCreditLeft();
     return false;
@@ -222,11 +224,12 @@ void RdmaConnection::OnReceive(const std::byte* data, uint32_t bytes) {
   DeliverReceived(data, prefix, inbound->payload_too_large);
 }
 
-void RdmaConnection::DeliverReceived(const std::byte* data,
-                                     const FramePrefix& prefix, bool dropped) {
+// Inlined into OnReceive and OnOtherReceive.
+[[gnu::always_inline]] inline void RdmaConnection::DeliverReceived(
+    const std::byte* data, const FramePrefix& prefix, bool dropped) {
   const size_t keep = prefix.header_size + (dropped ? 0 : prefix.payload_size);
   Buffer block = PooledBuffer(keep);
-  if (keep > 0) std::memcpy(block.data(), data + kFramePrefixSize, keep);
+  CopyBytes(block.data(), data + kFramePrefixSize, keep);
   Bump(stats_.frames_received);
   InsideOnFrame guard(in_observer_);
   RDMARPC_TRACE(TraceSide(), "deliver");

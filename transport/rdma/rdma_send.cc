@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <cstring>
 
+#include "base/copy_bytes.h"
 #include "base/latency_trace.h"
 #include "base/pooled_handler.h"
 #include "transport/peer_budget.h"
@@ -269,11 +270,11 @@ bool RdmaConnection::PostSmall(const OutgoingFrame& frame, FrameType type,
     out += body.size();
   } else {
     if (!frame.header.empty()) {
-      std::memcpy(out, frame.header.data(), frame.header.size());
+      CopyBytes(out, frame.header.data(), frame.header.size());
       out += frame.header.size();
     }
     for (size_t i = 0; i < frame.payload_slices(); ++i) {
-      std::memcpy(out, frame.payload[i].data(), frame.payload[i].size());
+      CopyBytes(out, frame.payload[i].data(), frame.payload[i].size());
       out += frame.payload[i].size();
     }
   }

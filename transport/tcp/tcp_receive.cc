@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/buffer_pool.h"
+#include "base/copy_bytes.h"
 #include "base/large_block.h"
 #include "base/log.h"
 #include "base/log_throttle.h"
@@ -207,7 +208,7 @@ void TcpConnection::ConsumeStaged() {
         const size_t need = rx_.block.size() - rx_.filled;
         const size_t take = std::min(need, staged);
         if (take > 0) {
-          std::memcpy(rx_.block.data() + rx_.filled, in, take);
+          CopyBytes(rx_.block.data() + rx_.filled, in, take);
           Bump(stats_.received_bytes_copied, take);
         }
         rx_.filled += take;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/copy_bytes.h"
 #include "base/log.h"
 #include "base/pooled_handler.h"
 #include "transport/peer_budget.h"
@@ -170,7 +171,7 @@ bool TcpConnection::Coalesce(const EncodedPrefix& prefix,
   }
   std::byte* out = c.block.data() + c.size;
   ForEachPiece(prefix, frame, [&out](const void* data, size_t n) {
-    std::memcpy(out, data, n);
+    CopyBytes(out, data, n);
     out += n;
   });
   c.size += size;
