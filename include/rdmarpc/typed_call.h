@@ -230,12 +230,15 @@ template <typename Request, typename Response, typename F>
 MethodHandler MakeUnaryHandler(F handle) {
   return [handle = std::move(handle)](std::shared_ptr<ServerCall> raw) {
     using Call = TypedCall<Request, Response>;
-    auto call =
-        std::allocate_shared<Call>(internal::PerCallAllocator<Call>(), raw);
+    // `raw` moves into the TypedCall: no reference count taken and dropped.
+    auto call = std::allocate_shared<Call>(internal::PerCallAllocator<Call>(),
+                                           std::move(raw));
+    ServerCall& server_call = *call->call_;
     const Status parsed =
-        ParseMessage(raw->request(), call->messages_->request);
-    if (!parsed.ok()) return raw->Finish(parsed);
-    call->keep_ = raw->request().size() <= tunables::kTypedSpareMessageBytes;
+        ParseMessage(server_call.request(), call->messages_->request);
+    if (!parsed.ok()) return server_call.Finish(parsed);
+    call->keep_ =
+        server_call.request().size() <= tunables::kTypedSpareMessageBytes;
     handle(std::move(call));
   };
 }
