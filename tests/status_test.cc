@@ -27,7 +27,8 @@ TEST_CASE("Status: copies are deep, moves keep the code") {
   Status assigned;
   assigned = copy;
   CHECK(assigned == error);
-  assigned = assigned;  // Self-assignment keeps it.
+  const Status& same = assigned;
+  assigned = same;  // Assigned itself, it keeps its message.
   CHECK(assigned.message() == "peer went away");
 
   Status moved = std::move(copy);
