@@ -1,4 +1,4 @@
-// TcpConnection: setup and close.
+// TcpConnection: setup, keepalive and close.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -149,6 +149,52 @@ void TcpConnection::SendKeepalive(KeepaliveKind kind) {
   frame.header.Commit(1);
   // A full queue or a closing connection: nothing to add.
   (void)Send(std::move(frame));
+}
+
+// A keepalive frame received (DeliverFrame).
+void TcpConnection::OnKeepalive(KeepaliveKind kind) {
+  switch (kind) {
+    case KeepaliveKind::kPing: {
+      if (!keepalive_.PingReceived(tunables::kFramePrefixSize + 1,
+                                   std::chrono::steady_clock::now())) {
+        return TooManyPings();
+      }
+      // Owed unless the last PONG has not left yet (nor has what followed
+      // it): a peer that pings and never reads gets one PONG queued.
+      const bool sending =
+          queued_frames_.load(std::memory_order_relaxed) != 0 ||
+          flush_pending_.load(std::memory_order_relaxed);
+      if (pong_sent_ && sending) return;
+      pong_sent_ = true;
+      return SendKeepalive(KeepaliveKind::kPong);
+    }
+    case KeepaliveKind::kPong:
+      return;
+    case KeepaliveKind::kHello:
+      return ProtocolError(
+          Status(StatusCode::kInternal, "malformed frame: a second HELLO"));
+    case KeepaliveKind::kTooManyPings: {
+      const Status told = KeepaliveClock::ToldTooManyPings(peer_);
+      Log().warn("{}: {}", peer_, told.message());
+      return CloseNow(told);
+    }
+  }
+  ProtocolError(Status(StatusCode::kInternal,
+                       "malformed frame: unknown TCP control kind " +
+                           std::to_string(static_cast<int>(kind))));
+}
+
+void TcpConnection::TooManyPings() {
+  const Status status = keepalive_.TooManyPings(peer_);
+  Bump(stats_.pings_refused);
+  if (const auto held = ThrottleLog("too many pings", peer_)) {
+    Log().warn("{}: closing: {}{}", peer_, status.message(), HeldBack(*held));
+  }
+  receive_stopped_ = true;  // Nothing more is read or delivered.
+  // The peer learns why, unless it does not read: then the close waits at
+  // most kCloseFlushTimeout for it.
+  SendKeepalive(KeepaliveKind::kTooManyPings);
+  BeginClose(status);
 }
 
 void TcpConnection::Close(const Status& reason) {
