@@ -13,44 +13,38 @@
 
 namespace rdmarpc {
 
+namespace copy_bytes_internal {
+// The first and the last W bytes of [0, n), n >= W (they overlap as n
+// requires). W is a constant: each memcpy is one load or one store.
+template <size_t W>
+[[gnu::always_inline]] inline void CopyEnds(unsigned char* d,
+                                            const unsigned char* s, size_t n) {
+  unsigned char head[W], tail[W];
+  std::memcpy(head, s, W);
+  std::memcpy(tail, s + n - W, W);
+  std::memcpy(d, head, W);
+  std::memcpy(d + n - W, tail, W);
+}
+}  // namespace copy_bytes_internal
+
 // As std::memcpy(dst, src, n): the ranges must not overlap.
 [[gnu::always_inline]] inline void CopyBytes(void* dst, const void* src,
                                              size_t n) {
+  using copy_bytes_internal::CopyEnds;
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   if (n > 64) {
     std::memcpy(d, s, n);
-    return;
-  }
-  // Every load of a case comes before its stores; sizes are constants, so
-  // each memcpy below is one load or one store.
-  if (n >= 16) {
-    // 16 to 64: the first and last 16 bytes, and past 32 the 16 after the
-    // first and the 16 before the last (they overlap as n requires).
-    unsigned char head[16], tail[16];
-    std::memcpy(head, s, 16);
-    std::memcpy(tail, s + n - 16, 16);
-    if (n > 32) {
-      unsigned char second[16], third[16];
-      std::memcpy(second, s + 16, 16);
-      std::memcpy(third, s + n - 32, 16);
-      std::memcpy(d + 16, second, 16);
-      std::memcpy(d + n - 32, third, 16);
-    }
-    std::memcpy(d, head, 16);
-    std::memcpy(d + n - 16, tail, 16);
+  } else if (n >= 16) {
+    // Past 32, also the 16 after the first and the 16 before the last: the
+    // ends of [16, n - 16), which may be shorter than 16 (then they reach
+    // into the outer ends, with the same bytes).
+    if (n > 32) CopyEnds<16>(d + 16, s + 16, n - 32);
+    CopyEnds<16>(d, s, n);
   } else if (n >= 8) {
-    uint64_t head, tail;
-    std::memcpy(&head, s, 8);
-    std::memcpy(&tail, s + n - 8, 8);
-    std::memcpy(d, &head, 8);
-    std::memcpy(d + n - 8, &tail, 8);
+    CopyEnds<8>(d, s, n);
   } else if (n >= 4) {
-    uint32_t head, tail;
-    std::memcpy(&head, s, 4);
-    std::memcpy(&tail, s + n - 4, 4);
-    std::memcpy(d, &head, 4);
-    std::memcpy(d + n - 4, &tail, 4);
+    CopyEnds<4>(d, s, n);
   } else {
     for (size_t i = 0; i < n; ++i) d[i] = s[i];
   }

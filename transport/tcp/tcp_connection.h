@@ -135,7 +135,7 @@ class TcpConnection final : public Connection,
   // TakePrefix's path for every other prefix: a bulk frame's, one whose
   // payload is over the limit, one refused (the connection fails).
   bool TakeOtherPrefix(const std::byte* in);
-  static bool IsKeepalivePrefix(const FramePrefix& prefix);
+  static bool IsPlainPrefix(const FramePrefix& prefix);
   // Sets up the body's phase for `prefix`, `keep` bytes of it to be kept.
   void BeginBody(const FramePrefix& prefix, uint64_t keep);
   // TakePrefix's path for a frame whose payload is over max_payload_now_

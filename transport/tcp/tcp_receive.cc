@@ -44,9 +44,7 @@ using tunables::kTcpReceiveChunk;
   }
   FramePrefix prefix;
   if (!AcceptFramePrefix(in, max_payload_now_, &prefix) ||
-      prefix.credits != 0 ||
-      (prefix.type != FrameType::kRpc && !IsKeepalivePrefix(prefix)))
-      [[unlikely]] {
+      !IsPlainPrefix(prefix)) [[unlikely]] {
     return TakeOtherPrefix(in);
   }
   rx_.discard_left = 0;
@@ -54,10 +52,12 @@ using tunables::kTcpReceiveChunk;
   return true;
 }
 
-// TCP's control frames are keepalive's, one byte of header, and bulk's.
-bool TcpConnection::IsKeepalivePrefix(const FramePrefix& prefix) {
-  return prefix.type == FrameType::kControl && prefix.header_size == 1 &&
-         prefix.payload_size == 0;
+// An RPC frame's or keepalive's (one byte of header): TCP's other frames
+// are bulk's, and no TCP frame carries credits.
+bool TcpConnection::IsPlainPrefix(const FramePrefix& prefix) {
+  const bool keepalive = prefix.type == FrameType::kControl &&
+                         prefix.header_size == 1 && prefix.payload_size == 0;
+  return prefix.credits == 0 && (prefix.type == FrameType::kRpc || keepalive);
 }
 
 [[gnu::noinline]] bool TcpConnection::TakeOtherPrefix(const std::byte* in) {
@@ -71,10 +71,7 @@ bool TcpConnection::IsKeepalivePrefix(const FramePrefix& prefix) {
     RefuseOtherVersion(decoded.error);
     return false;
   }
-  if (((decoded.prefix.type != FrameType::kRpc &&
-        !IsKeepalivePrefix(decoded.prefix)) ||
-       decoded.prefix.credits != 0) &&
-      !TakeBulkPrefix(decoded)) {
+  if (!IsPlainPrefix(decoded.prefix) && !TakeBulkPrefix(decoded)) {
     return false;
   }
   rx_.discard_left = 0;
