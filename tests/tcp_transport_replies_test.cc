@@ -200,15 +200,23 @@ struct MixedAnswerer : ConnectionObserver {
       connection->Send(MakeFrame("l" + n, 4096)).IgnoreError();
       connection->Send(MakeFrame("t" + n, 16)).IgnoreError();
     }
+    answering.store(true);
   }
   void OnClose(const Status&) override {}
   std::weak_ptr<Connection> connection;
+  // Set once the first reply is sent (and, with frames staged behind it,
+  // the read's block begun).
+  std::atomic<bool> answering{false};
 };
 
 // Coalesced frames never overtake a frame the loop thread queued before
 // them (one too large to coalesce), nor get stranded by frames another
 // thread queues meanwhile: everything arrives, the loop thread's in the
-// order sent.
+// order sent. The other thread starts once the first reply is sent, so the
+// first read's replies begin a block (the server's frames are all in the
+// socket before the loop reads: both ends share it) and the other thread's
+// frames race the rest; had it started earlier, a flush it posted could
+// hold the writer's token through every read and nothing would coalesce.
 TEST_CASE("tcp: coalesced replies keep their order behind queued ones") {
   auto answerer = std::make_shared<MixedAnswerer>();
   Pair pair(answerer);
@@ -216,6 +224,7 @@ TEST_CASE("tcp: coalesced replies keep their order behind queued ones") {
   constexpr int kFrames = 300;
   constexpr int kOthers = 200;
   std::thread other([&] {
+    while (!answerer->answering.load()) std::this_thread::yield();
     for (int i = 0; i < kOthers; ++i) {
       pair.client->Send(MakeFrame("other", 16)).IgnoreError();
       if (i % 8 == 0) std::this_thread::yield();
