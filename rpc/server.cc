@@ -20,7 +20,7 @@
 namespace rdmarpc {
 namespace {
 
-// "tcp" or "rdma": the scheme of a connection's peer URI.
+// "tcp", "tls" or "rdma": the scheme of a connection's peer URI.
 std::string TransportOf(const transport::Connection& connection) {
   const std::string& peer = connection.peer();
   const size_t scheme = peer.find("://");

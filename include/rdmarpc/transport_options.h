@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "rdmarpc/tls_options.h"
 #include "rdmarpc/tunables.h"
 
 namespace rdmarpc {
@@ -110,6 +111,12 @@ struct TransportOptions {
   // traffic class on RoCE), 0 to 255; -1 leaves rdma_cm's default. URI:
   // ?tos=104.
   int rdma_tos = -1;
+  // TLS 1.3 (rdmarpc/tls_options.h). Set, every TCP connection is TLS,
+  // tcp:// as well as tls://, and rdma:// (auto:// where it picks RDMA) is
+  // refused: RDMA connections are not authenticated yet, and nothing falls
+  // back to plaintext. Unset, tls:// still means TLS with the defaults: a
+  // client trusts the system's CAs; a server, having no certificate, fails.
+  std::optional<TlsOptions> tls;
 };
 
 // Deprecated: the names these had before they moved to rdmarpc::; they go

@@ -120,6 +120,20 @@ static_assert(kTcpCoalesceFrameMax >= kFramePrefixSize + 64 &&
               "a coalescing block takes many small frames, and is a pooled "
               "block (base/buffer_pool.h: at most 32 KiB)");
 
+// TLS on TCP (transport/tcp/tcp_tls.cc). A batch's small pieces (prefixes,
+// headers, small payloads) are copied into records of kTlsRecordPlaintext
+// bytes, TLS's largest; ciphertext is made at most kTlsCipherAhead ahead of
+// what the socket has taken, and read kTlsReadChunk at a time.
+inline constexpr size_t kTlsRecordPlaintext = 16 << 10;
+inline constexpr size_t kTlsCipherAhead = 256 << 10;
+inline constexpr size_t kTlsReadChunk = 64 << 10;
+static_assert(kTlsRecordPlaintext == 16384,
+              "TLS 1.3 carries at most 2^14 bytes of plaintext a record");
+static_assert(kTlsCipherAhead >= 4 * kTlsRecordPlaintext &&
+                  kTlsReadChunk >= kTlsRecordPlaintext + 256,
+              "several records ahead; a read takes a whole record and its "
+              "overhead");
+
 // Bytes a connection queues for a peer that does not keep up, before Send
 // refuses more (TransportOptions::max_queued_bytes).
 inline constexpr uint64_t kDefaultMaxQueuedBytes = 256ull << 20;

@@ -19,7 +19,32 @@ namespace {
 Status UnknownScheme(const Uri& uri) {
   return Status(StatusCode::kInvalidArgument,
                 "unsupported transport '" + uri.scheme + "' in " +
-                    uri.ToString() + " (supported: tcp, rdma, auto)");
+                    uri.ToString() + " (supported: tcp, tls, rdma, auto)");
+}
+
+// tls:// is TCP with TLS (TransportOptions::tls, or its defaults). With TLS
+// configured, every TCP connection uses it and RDMA is refused: its
+// connections are not authenticated yet, and nothing falls back to
+// plaintext.
+StatusOr<TransportOptions> WithTls(const Uri& uri, TransportOptions options,
+                                   std::string_view asked) {
+  if (uri.scheme == "tls") {
+    if (!uri.params.empty()) {
+      return Status(
+          StatusCode::kInvalidArgument,
+          "bad option in " + uri.ToString() + ": tls:// takes no options");
+    }
+    if (!options.tls) options.tls = TlsOptions();
+    return options;
+  }
+  if (options.tls && uri.scheme == "rdma") {
+    return Status(StatusCode::kFailedPrecondition,
+                  std::string(asked) +
+                      ": TLS is configured (TransportOptions::tls), and "
+                      "RDMA connections cannot be authenticated yet; use "
+                      "tls://");
+  }
+  return options;
 }
 
 // auto:// becomes rdma:// when this host has a usable RDMA device, tcp://
@@ -162,9 +187,12 @@ StatusOr<std::unique_ptr<Listener>> Listen(
   if (!parsed.ok()) return parsed.status();
   const Uri uri = Resolve(*parsed);
   StatusOr<TransportOptions> applied =
-      WithUriOptions(uri, options, parsed->scheme == "auto");
+      uri.scheme == "tls"
+          ? WithTls(uri, options, text)
+          : WithUriOptions(uri, options, parsed->scheme == "auto");
+  if (applied.ok()) applied = WithTls(uri, *applied, text);
   if (!applied.ok()) return applied.status();
-  if (uri.scheme == "tcp") {
+  if (uri.scheme == "tcp" || uri.scheme == "tls") {
     return tcp::Listen(accept_context, uri.host, uri.port, *applied,
                        std::move(pick), std::move(on_accept));
   }
@@ -188,10 +216,13 @@ void Connect(boost::asio::io_context& context, std::string_view text,
   if (parsed.ok()) {
     const Uri uri = Resolve(*parsed);
     StatusOr<TransportOptions> applied =
-        WithUriOptions(uri, options, parsed->scheme == "auto");
+        uri.scheme == "tls"
+            ? WithTls(uri, options, text)
+            : WithUriOptions(uri, options, parsed->scheme == "auto");
+    if (applied.ok()) applied = WithTls(uri, *applied, text);
     if (!applied.ok()) {
       error = applied.status();
-    } else if (uri.scheme == "tcp") {
+    } else if (uri.scheme == "tcp" || uri.scheme == "tls") {
       return tcp::Connect(context, uri.host, uri.port, *applied,
                           std::move(done));
     } else if (uri.scheme == "rdma") {

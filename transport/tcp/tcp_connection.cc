@@ -20,38 +20,27 @@ using tunables::kTcpReceiveChunk;
 // Staging blocks handed to frames come back through the large-block cache.
 static_assert(kTcpReceiveChunk >= kLargeBlockMin);
 
-namespace {
-
-std::string PeerUri(const asio::ip::tcp::socket& socket) {
-  boost::system::error_code ec;
-  const auto endpoint = socket.remote_endpoint(ec);
-  if (ec) return "tcp://?";
-  const auto address = endpoint.address();
-  const std::string host =
-      address.is_v6() ? "[" + address.to_string() + "]" : address.to_string();
-  return "tcp://" + host + ":" + std::to_string(endpoint.port());
-}
-
-}  // namespace
-
 TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
-                             const TransportOptions& options, Role role)
+                             const TransportOptions& options, Role role,
+                             std::unique_ptr<tls::TlsSession> tls)
     : socket_(std::move(socket)),
       options_(options),
       max_payload_now_(options.max_payload_size),
-      peer_(PeerUri(socket_)),
+      peer_(PeerUri(socket_, tls != nullptr ? "tls" : "tcp")),
       close_timer_(socket_.get_executor()),
       keepalive_timer_(socket_.get_executor()),
       keepalive_(options.keepalive_interval, options.keepalive_timeout,
                  options.min_ping_interval, options.frame_timeout),
       pause_timer_(socket_.get_executor()),
-      staging_(PooledBuffer(kTcpReceiveChunk)) {
+      staging_(PooledBuffer(kTcpReceiveChunk)),
+      tls_(std::move(tls)) {
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
   if (ec) Log().warn("{}: cannot set TCP_NODELAY: {}", peer_, ec.message());
   // Flush writes directly and must never block the event loop.
   socket_.non_blocking(true, ec);
   direct_writes_ = !ec;
+  write_now_ = direct_writes_ && tls_ == nullptr;
   // (The executor is a copy: target() points into it, so keep it alive.)
   const auto executor = socket_.get_executor();
   if (const auto* loop = executor.target<asio::io_context::executor_type>()) {
@@ -63,8 +52,7 @@ TcpConnection::TcpConnection(asio::ip::tcp::socket socket,
     // At once, not at Start: the client's Connect waits for it. The socket
     // is fresh: its buffer takes these bytes whole.
     const auto hello = TcpControlFrame(KeepaliveKind::kHello);
-    ::send(socket_.native_handle(), hello.data(), hello.size(),
-           MSG_DONTWAIT | MSG_NOSIGNAL);
+    SendNow(hello);
     rx_.phase = RxState::Phase::kHello;
   }
 }

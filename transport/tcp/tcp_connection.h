@@ -28,6 +28,14 @@
 // sends while frames are staged behind the one it delivers are copied into
 // one block (tunables::kTcpCoalesceFrameMax) that leaves, with anything
 // queued, once the read's frames are delivered.
+//
+// TLS (tcp_tls.cc): given a TlsSession whose handshake is done, the same
+// frames travel inside it. Reads take ciphertext from the socket into the
+// session and decrypt into the staging area (or a large frame's block); a
+// batch's frames are copied into records of up to 16 KiB (larger pieces
+// encrypted where they are) and their ciphertext written. The write-now and
+// coalescing paths are plaintext's: under TLS every frame goes through the
+// queue, so a read's replies still leave together.
 #ifndef RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 #define RDMARPC_TRANSPORT_TCP_TCP_CONNECTION_H_
 
@@ -47,6 +55,7 @@
 
 #include "transport/connection.h"
 #include "transport/keepalive.h"
+#include "transport/tls/tls.h"
 
 namespace rdmarpc::transport::tcp {
 
@@ -59,9 +68,11 @@ class TcpConnection final : public Connection,
   // kServer: accepted; the HELLOs are still to be exchanged. kClient: the
   // HELLOs were exchanged already (Connect).
   enum class Role { kClient, kServer };
-  // `socket` is connected; TCP_NODELAY is set here.
+  // `socket` is connected; TCP_NODELAY is set here. With `tls`, whose
+  // handshake is done, frames travel inside it.
   TcpConnection(boost::asio::ip::tcp::socket socket,
-                const TransportOptions& options, Role role = Role::kClient);
+                const TransportOptions& options, Role role = Role::kClient,
+                std::unique_ptr<tls::TlsSession> tls = nullptr);
   ~TcpConnection() override;
 
   void Start(std::shared_ptr<ConnectionObserver> observer) override;
@@ -194,6 +205,27 @@ class TcpConnection final : public Connection,
   void TooManyPings();
   void OnReadError(const boost::system::error_code& error);
 
+  // TLS (tcp_tls.cc, executor only). One non-blocking read's worth into
+  // `into`: decrypted bytes already in the session, else ciphertext from
+  // the socket, decrypted; kWouldBlock when neither gave any. *got is 0 when
+  // the connection failed (it is closing then).
+  ReadOutcome ReadTls(std::byte* into, size_t space, size_t* got);
+  // ReadStaged under TLS: ReadTls into the staging area, then OnRead.
+  [[gnu::noinline]] ReadOutcome ReadStagedTls(size_t space);
+  // ReadMore's wait under TLS: decrypted bytes that wait in the session,
+  // not the socket, get no readiness, so a read is posted instead (true).
+  [[gnu::noinline]] bool PostTlsReadable();
+  // ReadBody's read under TLS, as recv answers: > 0 bytes; -1 with errno
+  // EAGAIN when nothing came; 0 when the connection failed (closing).
+  ssize_t ReadBodyTls(std::byte* into, size_t space);
+  // ContinueBatch under TLS: encrypts the batch's pieces into records a
+  // little ahead of the socket and writes their ciphertext.
+  bool ContinueTlsBatch();
+  // Encrypts the batch's next pieces into one record of up to 16 KiB.
+  bool EncryptGather();
+  // A control frame at once, best effort (HELLO, version announcement).
+  void SendNow(std::span<const std::byte> bytes);
+
   // Send path (executor only).
   // Writes one frame at once, from the loop thread mid-delivery, when no
   // write is in flight or posted (Send has taken the token, flush_pending_);
@@ -218,6 +250,8 @@ class TcpConnection final : public Connection,
   bool ContinueBatch();
   void AdvanceGather(size_t n);  // n more bytes of the batch have left.
   void PostFlush();              // Flush later, on the loop.
+  // The socket is full: ContinueBatch once it has room.
+  void WaitWritable();
   // Posts `handler` to the socket's loop, through loop_ when there is one.
   template <typename Handler>
   void PostToLoop(Handler handler);
@@ -347,6 +381,10 @@ class TcpConnection final : public Connection,
   size_t gather_written_ = 0;   // the bytes of the batch sent,
   size_t gather_total_ = 0;     // and all of its bytes.
   bool direct_writes_ = false;  // The socket is non-blocking: Flush writes.
+  // Send may write a reply at once or coalesce it: direct_writes_ without
+  // TLS.
+  bool write_now_ = false;
+  std::unique_ptr<tls::TlsSession> tls_;
   bool flush_after_delivery_ = false;  // Loop thread only.
   // Mid-delivery: more received bytes are staged behind the frame being
   // delivered, so replies to it wait to leave with the others' (loop thread).

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <string>
 
 #include "transport/tcp/tcp_connection.h"
+#include "transport/tls/tls.h"
 
 namespace rdmarpc::transport::tcp {
 
@@ -37,6 +39,19 @@ inline ssize_t SendMsg(int fd, const msghdr* message) {
   return syscall(SYS_sendmsg, fd, message, MSG_NOSIGNAL);
 }
 #endif
+
+// "tcp://host:port" (or another scheme's) for the socket's peer.
+inline std::string PeerUri(const boost::asio::ip::tcp::socket& socket,
+                           const char* scheme) {
+  boost::system::error_code ec;
+  const auto endpoint = socket.remote_endpoint(ec);
+  if (ec) return std::string(scheme) + "://?";
+  const auto address = endpoint.address();
+  const std::string host =
+      address.is_v6() ? "[" + address.to_string() + "]" : address.to_string();
+  return std::string(scheme) + "://" + host + ":" +
+         std::to_string(endpoint.port());
+}
 
 // The connection whose received frames this thread is delivering. Frames
 // sent meanwhile are written without a trip through the event loop: at once

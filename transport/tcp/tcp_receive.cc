@@ -214,7 +214,7 @@ void TcpConnection::ConsumeStaged() {
           // Everything staged is consumed. A large remainder goes straight
           // into the block; a small one through the staging area.
           if (need - take >= kTcpCopyOutLimit && direct_writes_ &&
-              options_.poll_mode == PollMode::kEvent) {
+              (options_.poll_mode == PollMode::kEvent || tls_ != nullptr)) {
             staged_begin_ = staged_end_ = 0;
             if (!ReadBody()) return;  // The rest comes with readability.
           } else if (need - take >= kTcpCopyOutLimit) {  // Polling, blocking.
@@ -264,8 +264,7 @@ void TcpConnection::RefuseOtherVersion(const Status& error) {
   // socket's buffer is empty or nearly so (a peer of another version gets no
   // frame of ours), so this never blocks.
   const EncodedPrefix announcement = VersionAnnouncement();
-  ::send(socket_.native_handle(), announcement.data(), announcement.size(),
-         MSG_DONTWAIT | MSG_NOSIGNAL);
+  SendNow(announcement);
   ProtocolError(error);
 }
 
@@ -306,9 +305,11 @@ bool TcpConnection::ReadBody() {
   // (about 64 KiB on loopback), each a posted handler and a poll of the
   // reactor, twice the system calls of a plain read loop.
   while (!torn_down_ && rx_.filled < rx_.block.size()) {
-    const ssize_t n =
-        Recv(socket_.native_handle(), rx_.block.data() + rx_.filled,
-             rx_.block.size() - rx_.filled);
+    std::byte* const into = rx_.block.data() + rx_.filled;
+    const size_t space = rx_.block.size() - rx_.filled;
+    const ssize_t n = tls_ != nullptr
+                          ? ReadBodyTls(into, space)
+                          : Recv(socket_.native_handle(), into, space);
     if (n > 0) {
       Bump(stats_.read_calls);
       Bump(stats_.bytes_received, static_cast<uint64_t>(n));
@@ -320,7 +321,7 @@ bool TcpConnection::ReadBody() {
       WaitReadable(&TcpConnection::OnBodyReadable);
       return false;
     }
-    OnReadError(RecvFailure(n));
+    if (tls_ == nullptr) OnReadError(RecvFailure(n));  // TLS's has closed.
     return false;
   }
   return !torn_down_;
@@ -411,6 +412,8 @@ void TcpConnection::ReadMore() {
     if (ReadStaged() != ReadOutcome::kWouldBlock) return;
   }
   read_again_ = false;
+  if (tls_ != nullptr && PostTlsReadable()) [[unlikely]]
+    return;
   WaitReadable(&TcpConnection::OnStagingReadable);
 }
 
@@ -475,6 +478,8 @@ TcpConnection::ReadOutcome TcpConnection::ReadStaged() {
     OnRead(0);
     return ReadOutcome::kHandled;
   }
+  if (tls_ != nullptr) [[unlikely]]
+    return ReadStagedTls(space);
   ssize_t n;
   do {
     n = Recv(socket_.native_handle(), staging_.data() + staged_end_, space);

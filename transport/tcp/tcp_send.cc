@@ -63,7 +63,7 @@ Status TcpConnection::Send(OutgoingFrame&& frame) {
   // passing through the queue: every reply, and every next request of a
   // closed loop. With more staged behind (or small frames of this read's
   // already coalesced), a small frame is copied to leave with the others.
-  if (delivering == this && direct_writes_ && !torn_down_) {
+  if (delivering == this && write_now_ && !torn_down_) {
     // Without mu_: a reply must not wait on another thread's Send.
     if (closing_) return ClosedError(peer_);
     if (more_staged_ || coalesced_.coalescing) {
@@ -260,6 +260,9 @@ void TcpConnection::AdvanceGather(size_t n) {
 }
 
 bool TcpConnection::ContinueBatch() {
+  if (tls_ != nullptr) [[unlikely]] {
+    return ContinueTlsBatch();
+  }
   // Write now: on a socket with room (the usual case) the whole batch
   // leaves at once and no asynchronous operation is started. One sendmsg
   // takes up to IOV_MAX buffers and any number of bytes: write until
@@ -308,9 +311,14 @@ bool TcpConnection::ContinueBatch() {
         }));
     return false;
   }
-  // The socket is full: wait for room, then write all it takes again. (Not
-  // asio::async_write: it writes at most 64 KiB per system call, each a
-  // posted handler, and waits in the reactor between them.)
+  WaitWritable();
+  return false;
+}
+
+void TcpConnection::WaitWritable() {
+  // Wait for room, then write all it takes again. (Not asio::async_write:
+  // it writes at most 64 KiB per system call, each a posted handler, and
+  // waits in the reactor between them.)
   Bump(stats_.write_waits);
   socket_.async_wait(asio::ip::tcp::socket::wait_write,
                      Pooled([self = shared_from_this()](
@@ -320,7 +328,6 @@ bool TcpConnection::ContinueBatch() {
                          return self->OnWritten(error, self->gather_written_);
                        if (self->ContinueBatch()) self->Flush();
                      }));
-  return false;
 }
 
 void TcpConnection::FinishWrite(size_t bytes) {

@@ -11,7 +11,9 @@
 #include <span>
 
 #include "base/log.h"
-#include "transport/tcp/tcp_connection.h"
+#include "base/log_throttle.h"
+#include "transport/tcp/tcp_connection_internal.h"
+#include "transport/tcp/tcp_tls.h"
 
 namespace rdmarpc::transport::tcp {
 
@@ -47,6 +49,7 @@ class TcpListener final : public Listener {
     tcp::acceptor acceptor;
     asio::steady_timer retry;
     TransportOptions options;
+    std::shared_ptr<tls::TlsContext> tls;  // TLS listeners only.
     ContextPicker pick;
     AcceptHandler on_accept;
     std::string uri;
@@ -85,6 +88,8 @@ class TcpListener final : public Listener {
                   if (!e && state->acceptor.is_open()) AcceptNext(state);
                 });
             return;
+          } else if (state->tls != nullptr) {
+            AcceptTls(state, std::move(socket));
           } else {
             state->on_accept(std::make_shared<TcpConnection>(
                 std::move(socket), state->options,
@@ -94,7 +99,55 @@ class TcpListener final : public Listener {
         });
   }
 
+  // An accepted socket's TLS handshake, on its own loop, within
+  // connect_timeout; then the connection is handed over from there.
+  static void AcceptTls(const std::shared_ptr<State>& state,
+                        tcp::socket socket) {
+    auto session = state->tls->NewSession();
+    if (!session.ok()) {
+      Log().warn("{}: {}", state->uri, session.status().message());
+      return;
+    }
+    auto pending =
+        std::make_shared<PendingTls>(std::move(socket), std::move(*session));
+    asio::post(pending->socket.get_executor(), [state, pending] {
+      pending->timer.expires_after(state->options.connect_timeout);
+      pending->timer.async_wait(
+          [pending](const boost::system::error_code& error) {
+            boost::system::error_code ignored;
+            if (!error) pending->socket.close(ignored);
+          });
+      HandshakeTls(
+          pending->socket, *pending->session,
+          [state, pending](const Status& done) {
+            pending->timer.cancel();
+            if (!done.ok()) {
+              const std::string peer = PeerUri(pending->socket, "tls");
+              if (const auto held = ThrottleLog("tls refused", peer)) {
+                Log().warn("{}: refused: {}{}", peer, done.message(),
+                           HeldBack(*held));
+              }
+              boost::system::error_code ignored;
+              pending->socket.close(ignored);
+              return;
+            }
+            state->on_accept(std::make_shared<TcpConnection>(
+                std::move(pending->socket), state->options,
+                TcpConnection::Role::kServer, std::move(pending->session)));
+          });
+    });
+  }
+
  private:
+  struct PendingTls {
+    PendingTls(tcp::socket s, std::unique_ptr<tls::TlsSession> t)
+        : socket(std::move(s)),
+          session(std::move(t)),
+          timer(socket.get_executor()) {}
+    tcp::socket socket;
+    std::unique_ptr<tls::TlsSession> session;
+    asio::steady_timer timer;
+  };
   std::shared_ptr<State> state_;
 };
 
@@ -117,6 +170,12 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
                   "tcp listen address '" + host + "' is not an IP address");
   }
   auto state = std::make_shared<TcpListener::State>(accept_context);
+  if (options.tls) {
+    auto context =
+        tls::TlsContext::Shared(*options.tls, tls::TlsContext::Role::kServer);
+    if (!context.ok()) return context.status();
+    state->tls = std::move(*context);
+  }
   const tcp::endpoint endpoint(address, port);
   const std::string where = "listen on " + endpoint.address().to_string() +
                             ":" + std::to_string(port);
@@ -132,7 +191,8 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
   const std::string bound_host = bound.address().is_v6()
                                      ? "[" + bound.address().to_string() + "]"
                                      : bound.address().to_string();
-  state->uri = "tcp://" + bound_host + ":" + std::to_string(bound.port());
+  state->uri = (state->tls ? "tls://" : "tcp://") + bound_host + ":" +
+               std::to_string(bound.port());
   state->options = options;
   state->pick = std::move(pick);
   state->on_accept = std::move(on_accept);
@@ -145,6 +205,12 @@ namespace {
 // What the server's first bytes, `got` of them, say: OK for a HELLO;
 // UNIMPLEMENTED for another version; UNAVAILABLE for anything else.
 Status ServerHello(std::span<const std::byte> got, const std::string& target) {
+  if (LooksLikeTls(got)) {
+    return Status(StatusCode::kUnavailable,
+                  target +
+                      " speaks TLS: connect with tls:// (or "
+                      "TransportOptions::tls)");
+  }
   Status hello = CheckHello(got);
   if (hello.ok()) return hello;
   if (hello.code() == StatusCode::kUnimplemented) {
@@ -169,6 +235,10 @@ struct Attempt {
   bool finished = false;
   bool connected = false;  // Waiting for the server's HELLO.
   std::array<std::byte, kTcpControlFrameSize> hello{};
+  // TLS connections: the credentials, and once connected the session.
+  std::shared_ptr<tls::TlsContext> tls_context;
+  std::unique_ptr<tls::TlsSession> tls;
+  std::string host;
   // What the timer, once it fires, says was waited for.
   std::string waited_for = "connect_timeout";
   std::chrono::milliseconds wait{};
@@ -206,8 +276,35 @@ struct Attempt {
                   what + " " + target + ": " + e.message()));
   }
 };
-// Connected: sends this side's HELLO and waits for the server's (the
-// timer still runs), then hands over the connection.
+// ExchangeHellos over TLS: the HELLOs travel inside the session.
+void ExchangeTlsHellos(const std::shared_ptr<Attempt>& attempt) {
+  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+  if (!WriteTlsNow(attempt->socket, *attempt->tls, hello)) {
+    return attempt->Fail("cannot greet", asio::error::broken_pipe);
+  }
+  ReadTlsExactly(
+      attempt->socket, *attempt->tls, attempt->hello,
+      [attempt](const Status& read) {
+        if (attempt->finished) return;
+        Status hello =
+            read.ok()
+                ? ServerHello(attempt->hello, attempt->target)
+                : Status(read.code(), attempt->target + ": " + read.message());
+        if (!hello.ok()) {
+          boost::system::error_code ignored;
+          attempt->socket.close(ignored);
+          return attempt->Finish(std::move(hello));
+        }
+        attempt->Finish(
+            std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
+                std::move(attempt->socket), attempt->options,
+                TcpConnection::Role::kClient, std::move(attempt->tls))));
+      });
+}
+
+// Connected (and with TLS, the handshake done): sends this side's HELLO and
+// waits for the server's (the timer still runs), then hands over the
+// connection.
 void ExchangeHellos(const std::shared_ptr<Attempt>& attempt) {
   attempt->connected = true;
   // A peer connected and silent for keepalive_timeout is taken for dead,
@@ -220,6 +317,7 @@ void ExchangeHellos(const std::shared_ptr<Attempt>& attempt) {
     attempt->Arm(attempt, silence);
   }
   const auto hello = TcpControlFrame(KeepaliveKind::kHello);
+  if (attempt->tls != nullptr) return ExchangeTlsHellos(attempt);
   boost::system::error_code error;
   asio::write(attempt->socket, asio::buffer(hello), error);  // Fits.
   if (error) return attempt->Fail("cannot greet", error);
@@ -227,9 +325,9 @@ void ExchangeHellos(const std::shared_ptr<Attempt>& attempt) {
       attempt->socket, asio::buffer(attempt->hello),
       [attempt](const boost::system::error_code& error, size_t bytes) {
         if (attempt->finished) return;
-        Status hello = ServerHello(std::span(attempt->hello).first(bytes),
-                                   attempt->target);
-        if (!hello.ok() && error &&
+        const auto got = std::span(attempt->hello).first(bytes);
+        Status hello = ServerHello(got, attempt->target);
+        if (!hello.ok() && error && !LooksLikeTls(got) &&
             hello.code() != StatusCode::kUnimplemented) {
           return attempt->Fail("lost the connection to", error);
         }
@@ -251,7 +349,20 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
   auto attempt = std::make_shared<Attempt>(context);
   attempt->done = std::move(done);
   attempt->options = options;
-  attempt->target = "tcp://" + host + ":" + std::to_string(port);
+  attempt->host = host;
+  attempt->target =
+      (options.tls ? "tls://" : "tcp://") + host + ":" + std::to_string(port);
+  if (options.tls) {
+    auto credentials =
+        tls::TlsContext::Shared(*options.tls, tls::TlsContext::Role::kClient);
+    if (!credentials.ok()) {
+      Status error(credentials.status().code(),
+                   attempt->target + ": " + credentials.status().message());
+      asio::post(context, [attempt, error] { attempt->Finish(error); });
+      return;
+    }
+    attempt->tls_context = std::move(*credentials);
+  }
   attempt->Arm(attempt, options.connect_timeout);
   attempt->resolver.async_resolve(
       host, std::to_string(port),
@@ -273,7 +384,28 @@ void Connect(asio::io_context& context, const std::string& host, uint16_t port,
                                      rewatch_error);
               }
               attempt->socket = std::move(socket);
-              ExchangeHellos(attempt);
+              if (attempt->tls_context == nullptr) {
+                return ExchangeHellos(attempt);
+              }
+              auto session = attempt->tls_context->NewSession(attempt->host);
+              if (!session.ok()) {
+                return attempt->Finish(Status(
+                    session.status().code(),
+                    attempt->target + ": " + session.status().message()));
+              }
+              attempt->tls = std::move(*session);
+              HandshakeTls(attempt->socket, *attempt->tls,
+                           [attempt](const Status& shaken) {
+                             if (attempt->finished) return;
+                             if (!shaken.ok()) {
+                               boost::system::error_code ignored;
+                               attempt->socket.close(ignored);
+                               return attempt->Finish(Status(
+                                   shaken.code(),
+                                   attempt->target + ": " + shaken.message()));
+                             }
+                             ExchangeHellos(attempt);
+                           });
             });
       });
 }

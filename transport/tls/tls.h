@@ -46,12 +46,17 @@ class ByteQueue {
     return {bytes_.data() + head_, bytes_.size() - head_};
   }
   void Consume(size_t n);
+  // Room for up to n more bytes at the back, to be filled in place; then
+  // Commit(k) keeps the first k of them.
+  std::span<std::byte> Reserve(size_t n);
+  void Commit(size_t n);
   size_t size() const { return bytes_.size() - head_; }
   bool empty() const { return size() == 0; }
 
  private:
   std::vector<std::byte> bytes_;
   size_t head_ = 0;
+  size_t reserved_ = 0;  // Of bytes_' tail, by Reserve.
 };
 
 // One connection's TLS. Not thread-safe: its connection's loop drives it.
@@ -63,8 +68,14 @@ class TlsSession {
   TlsSession(const TlsSession&) = delete;
   TlsSession& operator=(const TlsSession&) = delete;
 
-  // Ciphertext from the peer, in whatever pieces it arrived.
+  // Ciphertext from the peer, in whatever pieces it arrived: copied in, or
+  // read in place into InputSpace(n), then InputFilled(k) for k bytes.
   void Receive(std::span<const std::byte> ciphertext);
+  std::span<std::byte> InputSpace(size_t n) { return in_.Reserve(n); }
+  void InputFilled(size_t n) { in_.Commit(n); }
+  // Read() has something to return without more input: decrypted bytes
+  // not yet read, or a whole record received. (Not: part of a record.)
+  bool HasReadable() const;
 
   // Advances the handshake with what was received: kDone once both sides
   // are authenticated as configured (peer() is then set), kWantInput while
@@ -134,6 +145,11 @@ class TlsContext {
   // certificate names `host` (options.server_name wins if set). Reads the
   // files again first when they changed (reload_check_interval).
   StatusOr<std::unique_ptr<TlsSession>> NewSession(std::string_view host = {});
+
+  // One context per distinct options and role in the process, shared by
+  // every listener and channel that asks for it while any holds it.
+  static StatusOr<std::shared_ptr<TlsContext>> Shared(const TlsOptions& options,
+                                                      Role role);
 
   // Reads the files again now. New sessions use them; sessions running go
   // on with what they began with. On failure the loaded ones stay.

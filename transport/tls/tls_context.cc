@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "base/log.h"
 #include "transport/tls/tls.h"
@@ -82,6 +83,32 @@ StatusOr<std::shared_ptr<TlsContext>> TlsContext::Create(
   context->loads_ = 1;
   context->last_check_ = std::chrono::steady_clock::now();
   return context;
+}
+
+StatusOr<std::shared_ptr<TlsContext>> TlsContext::Shared(
+    const TlsOptions& options, Role role) {
+  static std::mutex mu;
+  static auto* const contexts =
+      new std::map<std::string, std::weak_ptr<TlsContext>>();
+  std::string key = std::to_string(static_cast<int>(role));
+  for (const std::string* field :
+       {&options.cert_file, &options.key_file, &options.ca_file,
+        &options.server_name, &options.ciphersuites, &options.cipher_list}) {
+    key += '\0' + *field;
+  }
+  key += '\0' + std::to_string(options.require_client_cert) + '/' +
+         std::to_string(static_cast<int>(options.min_version)) + '/' +
+         std::to_string(options.reload_check_interval.count());
+  std::lock_guard lock(mu);
+  for (auto it = contexts->begin(); it != contexts->end();) {
+    it = it->second.expired() ? contexts->erase(it) : std::next(it);
+  }
+  if (auto found = contexts->find(key); found != contexts->end()) {
+    if (auto context = found->second.lock()) return context;
+  }
+  auto made = Create(options, role);
+  if (made.ok()) (*contexts)[key] = *made;
+  return made;
 }
 
 StatusOr<SslCtxPtr> TlsContext::Load() const {

@@ -36,6 +36,21 @@ void ByteQueue::Consume(size_t n) {
   }
 }
 
+std::span<std::byte> ByteQueue::Reserve(size_t n) {
+  if (head_ != 0 && head_ == bytes_.size()) {
+    bytes_.clear();
+    head_ = 0;
+  }
+  reserved_ = n;
+  bytes_.resize(bytes_.size() + n);
+  return {bytes_.data() + bytes_.size() - n, n};
+}
+
+void ByteQueue::Commit(size_t n) {
+  bytes_.resize(bytes_.size() - reserved_ + std::min(n, reserved_));
+  reserved_ = 0;
+}
+
 std::string TakeOpenSslErrors() {
   std::string out;
   while (const unsigned long error = ERR_get_error()) {
@@ -120,6 +135,17 @@ TlsSession::~TlsSession() = default;
 
 void TlsSession::Receive(std::span<const std::byte> ciphertext) {
   in_.Append(ciphertext);
+}
+
+bool TlsSession::HasReadable() const {
+  if (SSL_pending(ssl_.get()) > 0) return true;
+  // A TLS record: type, version (2 bytes), length (2 bytes), then length
+  // bytes.
+  const auto in = in_.View();
+  if (in.size() < 5) return false;
+  const size_t length =
+      (static_cast<size_t>(in[3]) << 8) | static_cast<size_t>(in[4]);
+  return in.size() >= 5 + length;
 }
 
 namespace {
