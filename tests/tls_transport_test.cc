@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "rdmarpc/authorization.h"
 #include "rdmarpc/channel.h"
 #include "rdmarpc/server.h"
 #include "rpc/common/event_loop.h"
@@ -316,6 +317,67 @@ TEST_CASE("tls: an RPC server and channel over tls://") {
   CHECK_FALSE(refused.status.ok());
   CHECK_THAT(std::string(refused.status.message()),
              ContainsSubstring("certificate"));
+}
+
+// Answers with the common name and the alternative names its handler sees.
+struct WhoService : rpc::Service {
+  WhoService() : rpc::Service("auth.Who") {
+    auto me = [](std::shared_ptr<ServerCall> call) {
+      const PeerIdentity& peer = call->peer_identity();
+      std::string answer = peer.common_name;
+      for (const std::string& name : peer.alt_names) answer += " " + name;
+      call->Finish(Status(), Buffer::CopyOf(std::string_view(answer)));
+    };
+    AddMethod("Me", me);
+    AddMethod("Secret", me);
+  }
+};
+
+TEST_CASE(
+    "tls: handlers see the peer's identity, and a policy decides "
+    "who calls what") {
+  Certs certs;
+  const IssuedCert admin =
+      certs.pki.Issue("admin", {"URI:spiffe://test/admin"}, "admin");
+  WhoService who;
+  auto policy = std::make_shared<AllowListPolicy>();
+  policy->Allow("auth.Who/Me", "URI:spiffe://test/c")
+      .Allow("auth.Who", "CN=admin");
+  rpc::ServerOptions server_options;
+  server_options.transport = certs.Server();
+  server_options.transport.tls->ca_file = certs.pki.ca_file();  // Optional.
+  server_options.interceptors.push_back(policy);
+  rpc::Server server(server_options);
+  server.RegisterService(&who);
+  auto bound = server.Listen("tls://127.0.0.1:0");
+  REQUIRE(bound.ok());
+  auto call = [&](const TransportOptions& transport, std::string_view method) {
+    ChannelOptions options;
+    options.transport = transport;
+    rpc::Channel channel(*bound, options);
+    return rdmarpc::testing::CallSync(channel, method, "", {}, "auth.Who");
+  };
+  // The client's certificate: its own method only.
+  auto me = call(certs.Client(/*with_cert=*/true), "Me");
+  INFO(me.status.ToString());
+  REQUIRE(me.status.ok());
+  CHECK(me.response == "client URI:spiffe://test/c");
+  auto secret = call(certs.Client(/*with_cert=*/true), "Secret");
+  CHECK(secret.status.code() == StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(secret.status.message()),
+             ContainsSubstring("auth.Who/Secret"));
+  // The admin's: the whole service.
+  TransportOptions as_admin = certs.Client();
+  as_admin.tls->cert_file = admin.cert_file;
+  as_admin.tls->key_file = admin.key_file;
+  auto admin_secret = call(as_admin, "Secret");
+  INFO(admin_secret.status.ToString());
+  CHECK(admin_secret.status.ok());
+  CHECK(admin_secret.response == "admin URI:spiffe://test/admin");
+  // No certificate: connected (the server does not require one), but not
+  // authenticated, so refused before the handler.
+  auto anonymous = call(certs.Client(), "Me");
+  CHECK(anonymous.status.code() == StatusCode::kUnauthenticated);
 }
 
 }  // namespace

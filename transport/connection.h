@@ -32,6 +32,7 @@
 
 #include "rdmarpc/buffer.h"
 #include "rdmarpc/connection_stats.h"
+#include "rdmarpc/peer_identity.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/transport_options.h"
 #include "rdmarpc/tunables.h"
@@ -225,6 +226,8 @@ class Connection {
   virtual boost::asio::any_io_executor executor() const = 0;
   // The peer as a URI: "tcp://127.0.0.1:40001".
   virtual const std::string& peer() const = 0;
+  // Who the peer proved to be (TLS); null when it proved nothing.
+  virtual const PeerIdentity* peer_identity() const { return nullptr; }
   virtual const ConnectionStats& stats() const = 0;
   // What frames queued and not yet handed to the socket or the send queue
   // (waiting for room, or on RDMA for credits) cost now: on TCP their bytes

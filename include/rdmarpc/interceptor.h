@@ -25,8 +25,9 @@
 //   channel_options.interceptors.push_back(
 //       std::make_shared<rdmarpc::TokenClientInterceptor>("s3cret"));
 //
-// A token travels in the clear: on tcp:// (no TLS yet) it protects only a
-// trusted network (docs/security.md).
+// A token travels in the clear on tcp:// and rdma://: there it protects only
+// a trusted network; over TLS (tls://) it is encrypted (docs/security.md).
+// Who a TLS peer is, and which methods it may call: rdmarpc/authorization.h.
 #ifndef RDMARPC_INTERCEPTOR_H_
 #define RDMARPC_INTERCEPTOR_H_
 
@@ -38,6 +39,7 @@
 
 #include "rdmarpc/call_options.h"
 #include "rdmarpc/metadata.h"
+#include "rdmarpc/peer_identity.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/stream.h"
 
@@ -60,13 +62,15 @@ struct AdmissionInfo {
   std::string_view service;  // Empty if the call names its method by an id
   std::string_view method;   // that is no method of this server.
   const Metadata& request_metadata;
+  // Who the peer proved to be over TLS; not authenticated() otherwise.
+  const PeerIdentity& peer_identity;
 };
 
 class ServerInterceptor {
  public:
   virtual ~ServerInterceptor() = default;
   // Admission: an interceptor that decides who may call at all (a token,
-  // later a TLS identity) says so with admission() and decides in Admit.
+  // a TLS identity) says so with admission() and decides in Admit.
   // With one configured, a connection's calls are admitted on their method
   // and headers before their payloads are read, until one passes: until
   // then the server holds at most ServerOptions::max_unadmitted_frame_bytes

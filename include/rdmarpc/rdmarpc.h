@@ -17,6 +17,7 @@
 #define RDMARPC_RDMARPC_H_
 
 #include "rdmarpc/admin.h"          // IWYU pragma: export
+#include "rdmarpc/authorization.h"  // IWYU pragma: export
 #include "rdmarpc/buffer.h"         // IWYU pragma: export
 #include "rdmarpc/channel.h"        // IWYU pragma: export
 #include "rdmarpc/health.h"         // IWYU pragma: export

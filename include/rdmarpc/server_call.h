@@ -34,6 +34,7 @@
 #include "rdmarpc/call_options.h"
 #include "rdmarpc/metadata.h"
 #include "rdmarpc/payload.h"
+#include "rdmarpc/peer_identity.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/stream.h"
 #include "rdmarpc/unique_function.h"
@@ -74,6 +75,9 @@ class ServerCall {
   uint64_t request_size() const { return request_size_; }
   // When the client stops waiting, if it set a deadline.
   std::optional<Clock::time_point> deadline() const { return deadline_; }
+  // Who the peer proved to be over TLS (rdmarpc/peer_identity.h); not
+  // authenticated() on a connection without TLS.
+  const PeerIdentity& peer_identity() const;
   // The event loop of the call's connection: where a coroutine handler
   // runs (SpawnHandler, include/rdmarpc/awaitable.h).
   boost::asio::any_io_executor executor() const;

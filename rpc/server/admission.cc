@@ -42,7 +42,10 @@ Status ServerSession::RunAdmission(const CallHeader& header) const {
       method = *entry->method;
     }
   }
-  const AdmissionInfo info{connection_->peer(), service, method, metadata};
+  static const PeerIdentity kNobody;
+  const PeerIdentity* identity = connection_->peer_identity();
+  const AdmissionInfo info{connection_->peer(), service, method, metadata,
+                           identity != nullptr ? *identity : kNobody};
   for (ServerInterceptor* admitter : core_->admitters) {
     if (Status verdict = admitter->Admit(info); !verdict.ok()) return verdict;
   }

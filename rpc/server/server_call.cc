@@ -247,6 +247,12 @@ boost::asio::any_io_executor ServerCall::executor() const {
   return session_->connection().executor();
 }
 
+const PeerIdentity& ServerCall::peer_identity() const {
+  static const PeerIdentity kNobody;
+  const PeerIdentity* identity = session_->connection().peer_identity();
+  return identity != nullptr ? *identity : kNobody;
+}
+
 void ServerCall::Post(UniqueFunction<void()> task) {
   session_->Post(std::move(task));
 }

@@ -80,6 +80,10 @@ class TcpConnection final : public Connection,
   void Close(const Status& reason) override;
   boost::asio::any_io_executor executor() const override;
   const std::string& peer() const override { return peer_; }
+  const PeerIdentity* peer_identity() const override {
+    return tls_ != nullptr && tls_->peer().authenticated() ? &tls_->peer()
+                                                           : nullptr;
+  }
   const ConnectionStats& stats() const override { return stats_; }
   uint64_t queued_bytes() const override {
     std::lock_guard lock(mu_);
