@@ -67,7 +67,9 @@ int Usage() {
                "       rpc stats URI\n"
                "       rpc devices\n"
                "options: --timeout MS (default 30000), -H 'KEY: VALUE' "
-               "(a header on every call; repeatable)\n");
+               "(a header on every call; repeatable),\n"
+               "         --tls-ca FILE, --tls-cert FILE, --tls-key FILE, "
+               "--tls-server-name NAME (tls://)\n");
   return kUsage;
 }
 
@@ -79,8 +81,8 @@ int Fail(const Status& status) {
 class Client {
  public:
   Client(const std::string& uri, std::chrono::milliseconds timeout,
-         rpc::Metadata headers)
-      : channel_(std::make_shared<rpc::Channel>(uri)),
+         rpc::Metadata headers, const rpc::ChannelOptions& channel_options)
+      : channel_(std::make_shared<rpc::Channel>(uri, channel_options)),
         stub_(channel_),
         options_(rpc::CallOptions::WithTimeout(timeout)) {
     options_.metadata = std::move(headers);
@@ -509,9 +511,22 @@ int Main(int argc, char** argv) {
   if (args.size() == 1 && args[0] == "devices") return Devices();
   if (args.size() < 2) return Usage();
   const std::string& command = args[0];
+  rpc::ChannelOptions channel_options;
+  const std::string tls_cert = flags.Get("tls-cert", "");
+  const std::string tls_key = flags.Get("tls-key", "");
+  const std::string tls_ca = flags.Get("tls-ca", "");
+  const std::string tls_name = flags.Get("tls-server-name", "");
+  if (!tls_cert.empty() || !tls_key.empty() || !tls_ca.empty() ||
+      !tls_name.empty()) {
+    TlsOptions& tls = channel_options.transport.tls.emplace();
+    tls.cert_file = tls_cert;
+    tls.key_file = tls_key;
+    tls.ca_file = tls_ca;
+    tls.server_name = tls_name;
+  }
   Client client(args[1],
                 std::chrono::milliseconds(flags.GetInt("timeout", 30000)),
-                std::move(headers));
+                std::move(headers), channel_options);
   if (command == "list" && args.size() == 2) return List(client);
   if (command == "describe" && args.size() == 3) {
     return Describe(client, args[2]);

@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "rdmarpc/tls_options.h"
 
 namespace rdmarpc::examples {
 
@@ -33,6 +36,27 @@ class Flags {
     return it == values_.end() ? fallback : std::atoll(it->second.c_str());
   }
   const std::vector<std::string>& positional() const { return positional_; }
+
+  // TLS from --tls-cert FILE, --tls-key FILE, --tls-ca FILE and
+  // --tls-server-name NAME (a client's check of the server's name), if any
+  // is given. A server given --tls-ca requires client certificates from
+  // that CA (mutual TLS).
+  std::optional<TlsOptions> Tls(bool server) const {
+    const std::string cert = Get("tls-cert", "");
+    const std::string key = Get("tls-key", "");
+    const std::string ca = Get("tls-ca", "");
+    const std::string name = Get("tls-server-name", "");
+    if (cert.empty() && key.empty() && ca.empty() && name.empty()) {
+      return std::nullopt;
+    }
+    TlsOptions tls;
+    tls.cert_file = cert;
+    tls.key_file = key;
+    tls.ca_file = ca;
+    tls.server_name = name;
+    tls.require_client_cert = server && !ca.empty();
+    return tls;
+  }
 
   // A secret, never from the command line (where `ps` shows it): the file
   // named by --NAME-file (its first line), else the environment variable

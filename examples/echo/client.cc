@@ -1,5 +1,6 @@
 // The echo client: //examples/echo:client --uri URI --count N --size BYTES
 //                   [--attachment 1] [--wire 1]
+//                   [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
 // Sends N echo calls of BYTES each (one at a time), checks every reply and
 // prints latency percentiles. The bytes go in the request's `payload` field,
 // or with --attachment 1 beside it as an attachment
@@ -26,7 +27,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "echo client: --count must be >= 1, --size >= 0\n");
     return 2;
   }
-  auto channel = std::make_shared<rpc::Channel>(uri);
+  rpc::ChannelOptions options;
+  options.transport.tls = flags.Tls(/*server=*/false);
+  auto channel = std::make_shared<rpc::Channel>(uri, options);
   examples::Echo::Stub stub(channel);
 
   const bool attach = flags.GetInt("attachment", 0) != 0;

@@ -24,7 +24,9 @@
 // and a session then also takes `endpoints`, `wait-endpoints N` and
 // `lookup KEY` (a get for which an absent key is no failure).
 // With a token (the first line of --token-file FILE, or $KV_TOKEN), every
-// call carries "authorization: Bearer TOKEN" (the server's token). --timing 1
+// call carries "authorization: Bearer TOKEN" (the server's token). Over
+// tls:// --tls-ca FILE checks the server (--tls-cert and --tls-key prove the
+// client's identity; --tls-server-name the name to check). --timing 1
 // prints each call's latency on stderr. A failed call prints its status on
 // stderr and exits non-zero (1; 2 for bad usage).
 #include <boost/asio/use_future.hpp>
@@ -68,6 +70,7 @@ class Cli {
       : flags_(flags), timing_(flags.GetInt("timing", 0) != 0) {
     rpc::ChannelOptions options;
     options.transport.max_payload_size = kMaxMessageSize;
+    options.transport.tls = flags.Tls(/*server=*/false);
     options.max_request_size = kMaxMessageSize;
     if (const std::string token = flags.Secret("token", "KV_TOKEN");
         !token.empty()) {

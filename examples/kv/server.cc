@@ -10,7 +10,8 @@
 // "authorization: Bearer TOKEN" (the client's token); --log-calls 1 logs
 // each call's end. Both are interceptors (rdmarpc/server.h,
 // include/rdmarpc/interceptor.h). A token crosses tcp:// in the clear: use
-// it on a trusted network only.
+// it on a trusted network only, or over TLS: --tls-cert FILE --tls-key FILE
+// (and --tls-ca FILE to require client certificates from that CA).
 #include <chrono>
 #include <memory>
 
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   KeyValueImpl kv(static_cast<uint64_t>(flags.GetInt("capacity", 1ll << 30)));
   rpc::ServerOptions options;
   options.transport.max_payload_size = kMaxMessageSize;
+  options.transport.tls = flags.Tls(/*server=*/true);
   options.max_response_size = kMaxMessageSize;
   // The token check first: the log then shows only calls it let through.
   if (const std::string token = flags.Secret("token", "KV_TOKEN");
