@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -50,6 +51,8 @@ class TcpListener final : public Listener {
     asio::steady_timer retry;
     TransportOptions options;
     std::shared_ptr<tls::TlsContext> tls;  // TLS listeners only.
+    // Set by Close: handshakes still under way hand over nothing.
+    std::atomic<bool> closed{false};
     ContextPicker pick;
     AcceptHandler on_accept;
     std::string uri;
@@ -61,6 +64,7 @@ class TcpListener final : public Listener {
 
   const std::string& uri() const override { return state_->uri; }
   void Close() override {
+    state_->closed = true;
     asio::post(state_->acceptor.get_executor(), [state = state_] {
       boost::system::error_code ignored;
       state->acceptor.close(ignored);
@@ -121,6 +125,11 @@ class TcpListener final : public Listener {
           pending->socket, *pending->session,
           [state, pending](const Status& done) {
             pending->timer.cancel();
+            if (done.ok() && state->closed) {
+              boost::system::error_code ignored;
+              pending->socket.close(ignored);
+              return;
+            }
             if (!done.ok()) {
               const std::string peer = PeerUri(pending->socket, "tls");
               if (const auto held = ThrottleLog("tls refused", peer)) {
