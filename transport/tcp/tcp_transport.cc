@@ -278,6 +278,18 @@ struct Attempt {
     resolver.cancel();
     done(std::move(result));
   }
+  // The server's HELLO (or why there is none): hands over the connection,
+  // with its TLS session if it has one, or fails with `hello`.
+  void Greeted(Status hello) {
+    if (!hello.ok()) {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      return Finish(std::move(hello));
+    }
+    Finish(std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
+        std::move(socket), options, TcpConnection::Role::kClient,
+        std::move(tls))));
+  }
   void Fail(const std::string& what, const boost::system::error_code& e) {
     boost::system::error_code ignored;
     socket.close(ignored);
@@ -291,24 +303,15 @@ void ExchangeTlsHellos(const std::shared_ptr<Attempt>& attempt) {
   if (!WriteTlsNow(attempt->socket, *attempt->tls, hello)) {
     return attempt->Fail("cannot greet", asio::error::broken_pipe);
   }
-  ReadTlsExactly(
-      attempt->socket, *attempt->tls, attempt->hello,
-      [attempt](const Status& read) {
-        if (attempt->finished) return;
-        Status hello =
-            read.ok()
-                ? ServerHello(attempt->hello, attempt->target)
-                : Status(read.code(), attempt->target + ": " + read.message());
-        if (!hello.ok()) {
-          boost::system::error_code ignored;
-          attempt->socket.close(ignored);
-          return attempt->Finish(std::move(hello));
-        }
-        attempt->Finish(
-            std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
-                std::move(attempt->socket), attempt->options,
-                TcpConnection::Role::kClient, std::move(attempt->tls))));
-      });
+  ReadTlsExactly(attempt->socket, *attempt->tls, attempt->hello,
+                 [attempt](const Status& read) {
+                   if (attempt->finished) return;
+                   Status hello =
+                       read.ok() ? ServerHello(attempt->hello, attempt->target)
+                                 : Status(read.code(), attempt->target + ": " +
+                                                           read.message());
+                   attempt->Greeted(std::move(hello));
+                 });
 }
 
 // Connected (and with TLS, the handshake done): sends this side's HELLO and
@@ -325,8 +328,8 @@ void ExchangeHellos(const std::shared_ptr<Attempt>& attempt) {
     attempt->waited_for = "keepalive_timeout";
     attempt->Arm(attempt, silence);
   }
-  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
   if (attempt->tls != nullptr) return ExchangeTlsHellos(attempt);
+  const auto hello = TcpControlFrame(KeepaliveKind::kHello);
   boost::system::error_code error;
   asio::write(attempt->socket, asio::buffer(hello), error);  // Fits.
   if (error) return attempt->Fail("cannot greet", error);
@@ -340,14 +343,7 @@ void ExchangeHellos(const std::shared_ptr<Attempt>& attempt) {
             hello.code() != StatusCode::kUnimplemented) {
           return attempt->Fail("lost the connection to", error);
         }
-        if (!hello.ok()) {
-          boost::system::error_code ignored;
-          attempt->socket.close(ignored);
-          return attempt->Finish(std::move(hello));
-        }
-        attempt->Finish(
-            std::shared_ptr<Connection>(std::make_shared<TcpConnection>(
-                std::move(attempt->socket), attempt->options)));
+        attempt->Greeted(std::move(hello));
       });
 }
 
