@@ -280,5 +280,52 @@ TEST_CASE("inbound check: only a HEADER carries bytes after its message") {
   CHECK(CheckInbound(message(ControlKind::kPing, 0, 0), kMaxPayload).ok());
 }
 
+TEST_CASE(
+    "auth check: before authenticating only CREDIT and AUTH, within the "
+    "limit; VERIFIED only to a client done with its handshake") {
+  auto inbound = [](std::optional<ControlKind> kind, uint16_t flags,
+                    uint32_t length) {
+    InboundMessage message;
+    message.prefix.type = kind ? FrameType::kControl : FrameType::kRpc;
+    if (kind) {
+      ControlMessage control;
+      control.kind = *kind;
+      control.flags = flags;
+      control.length = length;
+      message.control = control;
+    }
+    return message;
+  };
+  const auto bytes = inbound(ControlKind::kAuth, 0, 100);
+  auto checked = CheckBeforeAuth(bytes, /*server=*/true, false, 0);
+  REQUIRE(checked.ok());
+  CHECK(*checked == AuthInbound::kBytes);
+  CHECK(*CheckBeforeAuth(inbound(ControlKind::kCredit, 0, 0), true, false, 0) ==
+        AuthInbound::kCredit);
+  // Past the limit.
+  const auto over =
+      CheckBeforeAuth(bytes, true, false, tunables::kRdmaAuthMaxBytes - 99);
+  CHECK(over.status().code() == StatusCode::kResourceExhausted);
+  // A frame, an RTS, a PING: the peer has not authenticated.
+  for (const auto& message :
+       {inbound(std::nullopt, 0, 0), inbound(ControlKind::kRts, 0, 0),
+        inbound(ControlKind::kPing, 0, 0),
+        inbound(ControlKind::kHeader, 0, 4)}) {
+    const auto refused = CheckBeforeAuth(message, true, false, 0);
+    CHECK(refused.status().code() == StatusCode::kUnauthenticated);
+  }
+  // VERIFIED: to a client whose handshake is done, and never from one.
+  const auto verified = inbound(ControlKind::kAuth, kAuthVerified, 0);
+  CHECK(*CheckBeforeAuth(verified, /*server=*/false, /*done=*/true, 0) ==
+        AuthInbound::kVerified);
+  CHECK_FALSE(CheckBeforeAuth(verified, false, /*done=*/false, 0).ok());
+  CHECK_FALSE(CheckBeforeAuth(verified, /*server=*/true, true, 0).ok());
+  // An empty AUTH, unknown flags.
+  CHECK_FALSE(
+      CheckBeforeAuth(inbound(ControlKind::kAuth, 0, 0), true, false, 0).ok());
+  CHECK_FALSE(
+      CheckBeforeAuth(inbound(ControlKind::kAuth, 4, 10), true, false, 0).ok());
+}
+
 }  // namespace
 }  // namespace rdmarpc::transport::rdma

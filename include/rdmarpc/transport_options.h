@@ -112,10 +112,12 @@ struct TransportOptions {
   // ?tos=104.
   int rdma_tos = -1;
   // TLS 1.3 (rdmarpc/tls_options.h). Set, every TCP connection is TLS,
-  // tcp:// as well as tls://, and rdma:// (auto:// where it picks RDMA) is
-  // refused: RDMA connections are not authenticated yet, and nothing falls
-  // back to plaintext. Unset, tls:// still means TLS with the defaults: a
-  // client trusts the system's CAs; a server, having no certificate, fails.
+  // tcp:// as well as tls://, and every RDMA connection is authenticated
+  // with the same certificates before it is used (its data path is not
+  // encrypted: docs/security.md); nothing falls back to plaintext, and a
+  // peer without TLS is refused. Unset, tls:// still means TLS with the
+  // defaults: a client trusts the system's CAs; a server, having no
+  // certificate, fails.
   std::optional<TlsOptions> tls;
 };
 

@@ -276,6 +276,10 @@ inline constexpr std::chrono::milliseconds kRdmaSlowTeardown{100};
 // A listener whose device was removed tries this often to listen again on
 // the same address and port (a device that comes back is used again).
 inline constexpr std::chrono::milliseconds kRdmaRelistenInterval{1000};
+// The most TLS handshake bytes an RDMA peer may send before it is
+// authenticated (transport/rdma/protocol.h, Authentication): a certificate
+// chain of a few certificates is 2 to 8 KiB.
+inline constexpr uint64_t kRdmaAuthMaxBytes = uint64_t{64} << 10;
 // Largest gather list: a header and every payload slice.
 inline constexpr uint32_t kRdmaMaxSendSge = 1 + kMaxPayloadSlices;
 // Inline data asked of the device per send (it may grant less, or none).

@@ -13,6 +13,8 @@
 // out, and the peer's standing grants to us come in turn, a few at most,
 // each no larger than a pool block. Admission: a header is asked for once,
 // with no key, and a refusal ends only a transfer whose header was sent.
+// Authentication: before it, a SEND is taken only as a CREDIT, handshake
+// bytes within kRdmaAuthMaxBytes, or a client's VERIFIED.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -96,6 +98,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         credits += inbound->prefix.credits;
         FUZZ_CHECK(credits <= depth);
+        {
+          // The same message from a peer not yet authenticated: only a
+          // CREDIT, handshake bytes within the limit, or VERIFIED to a
+          // client whose handshake is done.
+          const auto flags = in.Take<uint8_t>();
+          const bool server = flags & 1;
+          const bool done = flags & 2;
+          const uint64_t before = in.Take<uint16_t>();
+          auto auth = CheckBeforeAuth(*inbound, server, done, before);
+          if (auth.ok()) {
+            FUZZ_CHECK(inbound->control.has_value());
+            const ControlMessage& control = *inbound->control;
+            if (*auth == AuthInbound::kCredit) {
+              FUZZ_CHECK(control.kind == ControlKind::kCredit);
+            } else if (*auth == AuthInbound::kVerified) {
+              FUZZ_CHECK(control.kind == ControlKind::kAuth && !server &&
+                         done && inbound->attached.empty());
+            } else {
+              FUZZ_CHECK(control.kind == ControlKind::kAuth &&
+                         control.flags == 0);
+              FUZZ_CHECK(!inbound->attached.empty() &&
+                         inbound->attached.size() == control.length);
+              FUZZ_CHECK(before + control.length <=
+                         rdmarpc::tunables::kRdmaAuthMaxBytes);
+            }
+          }
+        }
         if (!inbound->control) {
           FUZZ_CHECK(inbound->prefix.type == FrameType::kRpc);
           FUZZ_CHECK(inbound->payload_too_large ==

@@ -256,6 +256,10 @@ class HostilePeer {
     name_ = "raw listener";
   }
 
+  // ConnParams::flags this peer announces (kConnTls: it will authenticate),
+  // set before Connect or Accept.
+  void set_conn_flags(uint16_t flags) { conn_flags_ = flags; }
+
   // The server's name for this connection in its logs.
   const std::string& name() const { return name_; }
   const ConnParams& server_params() const { return server_params_; }
@@ -459,6 +463,17 @@ class HostilePeer {
     return frames;
   }
   int64_t credits() const { return credits_; }
+  // Every message received so far but CREDITs and standing grants.
+  std::vector<Received> TakeAll() {
+    Poll();
+    std::vector<Received> out;
+    while (!messages_.empty()) {
+      if (std::optional<Received> message = TakeMessage()) {
+        out.push_back(std::move(*message));
+      }
+    }
+    return out;
+  }
 
   // RDMA WRITE of `data` to the server's addr/rkey; its completion.
   std::string Write(uint64_t addr, uint32_t rkey,
@@ -509,6 +524,7 @@ class HostilePeer {
 
  private:
   static constexpr uint32_t kSendDepth = 128;
+  uint16_t conn_flags_ = 0;
   static constexpr uint64_t kRecvFlag = uint64_t{1} << 63;
 
   // Once rdma_connect or rdma_accept (`call`) is answered: the connection
@@ -551,8 +567,9 @@ class HostilePeer {
     for (uint32_t slot = 0; slot < kReceiveDepth; ++slot) PostReceive(slot);
   }
 
-  static ConnParams LocalParams() {
+  ConnParams LocalParams() const {
     ConnParams local;
+    local.flags = conn_flags_;
     local.receive_depth = kReceiveDepth;
     local.initial_credits = kReceiveDepth;  // Every receive is posted.
     local.receive_buffer_size = kBufferSize;

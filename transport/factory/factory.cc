@@ -23,8 +23,8 @@ Status UnknownScheme(const Uri& uri) {
 }
 
 // tls:// is TCP with TLS (TransportOptions::tls, or its defaults). With TLS
-// configured, every TCP connection uses it and RDMA is refused: its
-// connections are not authenticated yet, and nothing falls back to
+// configured, every connection uses it: TCP is encrypted, RDMA
+// authenticated (transport/rdma/protocol.h), and nothing falls back to
 // plaintext.
 StatusOr<TransportOptions> WithTls(const Uri& uri, TransportOptions options,
                                    std::string_view asked) {
@@ -37,13 +37,7 @@ StatusOr<TransportOptions> WithTls(const Uri& uri, TransportOptions options,
     if (!options.tls) options.tls = TlsOptions();
     return options;
   }
-  if (options.tls && uri.scheme == "rdma") {
-    return Status(StatusCode::kFailedPrecondition,
-                  std::string(asked) +
-                      ": TLS is configured (TransportOptions::tls), and "
-                      "RDMA connections cannot be authenticated yet; use "
-                      "tls://");
-  }
+  (void)asked;
   return options;
 }
 

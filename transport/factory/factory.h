@@ -3,7 +3,7 @@
 //   tls://host:port    TCP with TLS 1.3 (TransportOptions::tls, or its
 //                      defaults); with TransportOptions::tls set, tcp://
 //                      is TLS too, and rdma:// (or auto:// where it
-//                      picks RDMA) is refused
+//                      picks RDMA) authenticated (rdma/protocol.h)
 //   rdma://host:port   RDMA (librdmacm + verbs); fails at once, naming the
 //                      cause, when this host has no usable RDMA device
 //   auto://host:port   rdma when a usable device exists, else tcp

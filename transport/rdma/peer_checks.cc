@@ -55,6 +55,7 @@ StatusOr<ConnParams> CheckConnParams(std::span<const std::byte> private_data) {
   }
   if (params.rail >= tunables::kMaxRails ||
       (params.rail_flags & ~kRailPrimary) != 0 || params.reserved != 0 ||
+      (params.flags & ~kConnTls) != 0 ||
       (!params.is_rail() && (params.rail != 0 || params.rail_flags != 0 ||
                              params.rail_epoch != 0))) {
     return Status(StatusCode::kUnavailable,
@@ -90,9 +91,11 @@ StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
   if (prefix.type == FrameType::kControl) {
     inbound.control = DecodeControl(
         message.subspan(tunables::kFramePrefixSize, prefix.header_size));
-    // Only a HEADER carries a payload: the frame header it is for.
+    // Only a HEADER (the frame header it is for) and an AUTH (handshake
+    // bytes) carry a payload.
     const bool attaches =
-        inbound.control && inbound.control->kind == ControlKind::kHeader;
+        inbound.control && (inbound.control->kind == ControlKind::kHeader ||
+                            inbound.control->kind == ControlKind::kAuth);
     if (!inbound.control ||
         (attaches ? prefix.payload_size != inbound.control->length
                   : prefix.payload_size != 0)) {
@@ -105,6 +108,40 @@ StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
   inbound.payload_too_large =
       decoded.verdict == PrefixVerdict::kPayloadTooLarge;
   return inbound;
+}
+
+StatusOr<AuthInbound> CheckBeforeAuth(const InboundMessage& inbound,
+                                      bool server, bool handshake_done,
+                                      uint64_t received_before) {
+  if (!inbound.control) {
+    return Status(StatusCode::kUnauthenticated,
+                  "peer sent a frame before authenticating");
+  }
+  const ControlMessage& message = *inbound.control;
+  if (message.kind == ControlKind::kCredit) return AuthInbound::kCredit;
+  if (message.kind != ControlKind::kAuth) {
+    return Status(StatusCode::kUnauthenticated,
+                  "peer sent a control message of kind " +
+                      std::to_string(static_cast<int>(message.kind)) +
+                      " before authenticating");
+  }
+  if (message.flags == kAuthVerified) {
+    if (server || !handshake_done || message.length != 0) {
+      return Violation(server ? "a client may not send VERIFIED"
+                              : "VERIFIED before the handshake was done");
+    }
+    return AuthInbound::kVerified;
+  }
+  if (message.flags != 0 || message.length == 0) {
+    return Violation("bad AUTH message");
+  }
+  if (received_before + message.length > tunables::kRdmaAuthMaxBytes) {
+    return Status(StatusCode::kResourceExhausted,
+                  "peer sent more than " +
+                      std::to_string(tunables::kRdmaAuthMaxBytes) +
+                      " bytes of TLS handshake");
+  }
+  return AuthInbound::kBytes;
 }
 
 Status CreditReturnViolation(uint32_t held, uint16_t returned,

@@ -31,7 +31,8 @@ struct InboundMessage {
   bool payload_too_large = false;
   // Set when prefix.type is kControl.
   std::optional<ControlMessage> control;
-  // A HEADER's payload: the frame header it carries.
+  // A HEADER's payload (the frame header it carries), an AUTH's (TLS
+  // handshake bytes).
   std::span<const std::byte> attached;
 };
 
@@ -39,6 +40,18 @@ struct InboundMessage {
 // lengths must account for every byte of it.
 StatusOr<InboundMessage> CheckInbound(std::span<const std::byte> message,
                                       uint64_t max_payload_size);
+
+// A message (CheckInbound's) from a peer that has not authenticated yet
+// (protocol.h, Authentication): a CREDIT; an AUTH's handshake bytes, while
+// the peer's bytes so far, `received_before`, and these stay within
+// kRdmaAuthMaxBytes; or, to a client whose handshake is done, VERIFIED.
+// Anything else: UNAUTHENTICATED for a frame or another control message
+// (the connection closes), RESOURCE_EXHAUSTED past the limit, INTERNAL for
+// a malformed AUTH.
+enum class AuthInbound { kCredit, kBytes, kVerified };
+StatusOr<AuthInbound> CheckBeforeAuth(const InboundMessage& inbound,
+                                      bool server, bool handshake_done,
+                                      uint64_t received_before);
 
 // CheckCreditReturn's error, out of line.
 Status CreditReturnViolation(uint32_t held, uint16_t returned,

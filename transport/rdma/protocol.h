@@ -108,6 +108,31 @@
 // RTS, or a RELEASE, that names no standing grant of the receiver's, or
 // not the oldest, is a protocol error.
 //
+// Authentication (TransportOptions::tls on both sides; both announce
+// kConnTls in ConnParams::flags, and a listener rejects a request whose
+// kConnTls differs from its own, answering with its ConnParams so the
+// connecting side can say which of them lacks TLS): once rdma_cm has
+// established the connection, and before anything else, the two run a TLS
+// 1.3 handshake (transport/tls, the same certificates and checks as
+// tls://) over the QP. Its records travel as AUTH messages {length = bytes
+// attached}, each a SEND of at most one receive buffer: a certificate
+// flight larger than that is split, and waits for credits like any
+// message. Until the server has verified the client, each side lends the
+// other only its initial credits (kRdmaInitialCredits receive buffers):
+// used credits come back (CREDIT, or the prefix of an AUTH), no more are
+// lent, and the only messages either accepts are AUTH and CREDIT. An RPC
+// frame, an RTS (so no GRANT and no key), a HEADER, a PING or anything
+// else before then is a protocol error that closes the connection, as is
+// more than kRdmaAuthMaxBytes of handshake. The server, once it has
+// verified the client's Finished (and certificate, when it requires one),
+// sends an AUTH with kAuthVerified and no bytes; the client hands the
+// connection over when that arrives (two round trips in all: ClientHello
+// and the server's flight, the client's flight and VERIFIED). A side that
+// refuses the other's certificate sends its TLS alert in an AUTH and
+// closes; the peer reads the alert and fails naming it. A handshake not
+// done within connect_timeout closes the connection. The RDMA path is not
+// encrypted: frames, WRITEs and READs stay in the clear (docs/security.md).
+//
 // Order: control messages may go at any time, but frames (SENDs and WRITE
 // WITH IMMEDIATEs) are posted in the order the sender queued them, so a
 // small frame behind a large one waits until that one's last WRITE is
@@ -137,7 +162,8 @@ inline constexpr uint32_t kConnMagic = 0x52524443;  // "RRDC"
 // 8: admission: kGrantHeaderFirst, kHeader, kGrantRefused, kHeaderTooLarge.
 // 9: rails: ConnParams names a session and rail; bulk descriptors of
 //    format 2 (include/rdmarpc/bulk.h).
-inline constexpr uint16_t kConnVersion = 9;
+// 10: authentication: ConnParams::flags (kConnTls), kAuth.
+inline constexpr uint16_t kConnVersion = 10;
 
 // Carried in rdma_cm private data (at most 56 bytes for RC accept).
 struct ConnParams {
@@ -163,7 +189,9 @@ struct ConnParams {
   uint8_t rail = 0;
   uint8_t rail_flags = 0;
   uint16_t rail_epoch = 0;
-  uint32_t reserved = 0;
+  // kConnTls: this side authenticates with TLS before anything else.
+  uint16_t flags = 0;
+  uint16_t reserved = 0;
 
   bool is_rail() const {
     for (uint8_t b : session) {
@@ -173,6 +201,7 @@ struct ConnParams {
   }
 };
 inline constexpr uint8_t kRailPrimary = 1;
+inline constexpr uint16_t kConnTls = 1;  // ConnParams::flags.
 // What a connecting side says of the rail it opens (ConnParams' fields).
 struct RailHello {
   std::array<uint8_t, 16> session{};  // All zero: not a rail.
@@ -187,9 +216,10 @@ static_assert(sizeof(ConnParams) == 40);  // rdma_cm REQ private data: 56.
 static_assert(offsetof(ConnParams, session) == 16);
 static_assert(offsetof(ConnParams, version) == 4);
 
-// This side's parameters, as it announces them.
-inline ConnParams LocalConnParams() {
+// This side's parameters, as it announces them; `tls`: it authenticates.
+inline ConnParams LocalConnParams(bool tls = false) {
   ConnParams params;
+  params.flags = tls ? kConnTls : 0;
   params.receive_depth = tunables::kRdmaReceiveDepth;
   params.initial_credits = tunables::kRdmaInitialCredits;
   params.receive_buffer_size = tunables::kRdmaReceiveBufferSize;
@@ -233,7 +263,12 @@ enum class ControlKind : uint8_t {
   // The last message before this side closes the connection of a peer not
   // yet admitted whose call header (`length` bytes) is over kMaxHeaderFirst.
   kHeaderTooLarge = 10,
+  // Authentication (see above): TLS handshake bytes, `length` of them
+  // attached; with kAuthVerified, none: the server verified the client.
+  kAuth = 11,
 };
+// ControlMessage::flags of an AUTH.
+inline constexpr uint16_t kAuthVerified = 1;
 
 // ControlMessage::flags of a GRANT.
 inline constexpr uint16_t kGrantSegment = 1;   // Covers a segment only.
@@ -257,7 +292,7 @@ struct ControlMessage {
   uint32_t rkey = 0;          // GRANT; RTS with kRtsStanding.
   // GRANT: bytes the sender may write (kGrantHeaderFirst: the header's
   // size). GIVE_BACK: credits given back. RELEASE: standing grants given
-  // back. HEADER: the header's size.
+  // back. HEADER: the header's size. AUTH: the handshake bytes attached.
   uint32_t length = 0;
 };
 static_assert(sizeof(ControlMessage) == 32);
@@ -274,7 +309,7 @@ inline std::optional<ControlMessage> DecodeControl(
   ControlMessage message;
   std::memcpy(&message, bytes.data(), sizeof(message));
   if (message.kind < ControlKind::kCredit ||
-      message.kind > ControlKind::kHeaderTooLarge) {
+      message.kind > ControlKind::kAuth) {
     return std::nullopt;
   }
   return message;

@@ -123,6 +123,10 @@ void RdmaConnection::OnCompletion(const ibv_wc& wc) {
            data[5] != std::byte{static_cast<uint8_t>(FrameType::kControl)});
       if (!UseCredit(frame)) return;
       if (!started_ || !invalidating_.empty()) {
+        // Before the connection is handed over, while it authenticates.
+        if (auth_) [[unlikely]] {
+          return OnAuthReceive(wc, data);
+        }
         // Kept, with a copy of the message, for Start or for the end of
         // the hold (ReplayHeld).
         Buffer copy = PooledBuffer(write ? 0 : wc.byte_len);

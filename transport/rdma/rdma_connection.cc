@@ -199,7 +199,7 @@ std::shared_ptr<RdmaConnection> RdmaConnection::Accept(
       status = self->CreateResources();
     }
     if (status.ok()) {
-      ConnParams local = LocalConnParams();
+      ConnParams local = LocalConnParams(self->options_.tls.has_value());
       local.receive_buffer_size = self->group_->receive_buffer_size();
       rdma_conn_param param =
           ConnParam(local, self->options_.rdma_retry_count,
@@ -356,7 +356,7 @@ void RdmaConnection::OnRouteResolved() {
   }
   Status created = CreateResources();
   if (!created.ok()) return Established(created);
-  ConnParams local = LocalConnParams();
+  ConnParams local = LocalConnParams(options_.tls.has_value());
   local.receive_buffer_size = group_->receive_buffer_size();
   local.session = rail_.session;
   if (local.is_rail()) {
@@ -413,7 +413,8 @@ void RdmaConnection::OnEstablished(
     return Established(path);
   }
   established_ = true;
-  close_timer_.cancel();  // AwaitAccept's.
+  close_timer_.cancel();                 // AwaitAccept's.
+  if (options_.tls) return StartAuth();  // Handed over once authenticated.
   Established(Status());
 }
 
@@ -437,6 +438,18 @@ void RdmaConnection::OnCmFailure(
                "connect to " + peer_ +
                    " refused: the server cannot register memory for another "
                    "connection (its log names the limit)"));
+  }
+  const uint16_t tls = options_.tls ? kConnTls : 0;
+  if (!established_ && params && params->ok() &&
+      ((**params).flags & kConnTls) != tls) {
+    // Rejected for TLS on one side only (the listener's flags say which).
+    return Established(Status(
+        StatusCode::kUnavailable,
+        "connect to " + peer_ + " refused: " +
+            (tls ? std::string("the server does not use TLS, and this side "
+                               "requires it (TransportOptions::tls)")
+                 : std::string("the server requires TLS: configure "
+                               "TransportOptions::tls (--tls-ca)"))));
   }
   if (!established_ && params &&
       params->status().code() == StatusCode::kUnimplemented) {

@@ -23,7 +23,8 @@
 // chunks when it does not.
 //
 // The implementation is split by concern: rdma_connection.cc (setup and the
-// rdma_cm handshake), rdma_completions.cc (completion polling, receives),
+// rdma_cm handshake), rdma_auth.cc (the TLS handshake over the QP, when
+// configured), rdma_completions.cc (completion polling, receives),
 // rdma_send.cc (the send path and credits), rdma_rendezvous.cc (large
 // transfers received: RTS, GRANT, landing), rdma_writes.cc (large transfers
 // sent: the WRITEs, the bounce pool), rdma_standing.cc (standing grants),
@@ -61,6 +62,7 @@
 #include "transport/rdma/registration_cache.h"
 #include "transport/rdma/transfers.h"
 #include "transport/rdma/verbs.h"
+#include "transport/tls/tls.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -126,6 +128,11 @@ class RdmaConnection final
   // apply: the peer may SEND only what its initial credits' receives hold.
   void RequireAdmission(uint64_t max_payload) override;
   void Admit() override { admitted_ = true; }
+  // Who the peer proved to be, when the connection is authenticated
+  // (TransportOptions::tls); set before it is handed over.
+  const PeerIdentity* peer_identity() const override {
+    return identity_ ? &*identity_ : nullptr;
+  }
 
   // Bulk (rdma_bulk.cc, docs/protocol.md "Bulk over RDMA"). A loan is a
   // type 2 memory window bound to this QP over the lent bytes; a pull or
@@ -423,6 +430,29 @@ class RdmaConnection final
   uint32_t max_inline_ = 0;
   static uint64_t NextId();
   const uint64_t id_in_group_ = NextId();  // Unique (Attach, Detach).
+  // Authentication (rdma_auth.cc; protocol.h, Authentication): with
+  // options_.tls, the TLS handshake over the QP once established, before
+  // the connection is handed over, while auth_ is set. StartAuth begins
+  // it; OnAuthReceive takes each message the peer sends meanwhile;
+  // AdvanceAuth feeds the session; SendAuth posts its records (and the
+  // server's VERIFIED) as credits allow, and hands the connection over once
+  // the server has sent VERIFIED; AuthFailed sends the alert and closes;
+  // Authenticated hands the connection over.
+  struct AuthState {
+    std::unique_ptr<tls::TlsSession> session;
+    bool server = false;
+    uint64_t received = 0;  // Handshake bytes from the peer so far.
+    bool verified_sent = false;
+    bool failed = false;  // Closing: what still arrives is dropped.
+  };
+  void StartAuth();
+  void OnAuthReceive(const ibv_wc& wc, const std::byte* data);
+  void AdvanceAuth();
+  void SendAuth();
+  void AuthFailed(const Status& why);
+  void Authenticated();
+  std::unique_ptr<AuthState> auth_;
+  std::optional<PeerIdentity> identity_;
   // Receive completions that came before Start, or while a landed frame's
   // window is invalidated, with a copy of their data (ReplayHeld).
   bool started_ = false;

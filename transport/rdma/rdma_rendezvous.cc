@@ -59,6 +59,11 @@ void RdmaConnection::OnControl(const ControlMessage& message) {
     }
     case ControlKind::kHeader:  // OnReceive takes it, with its bytes.
       return;
+    case ControlKind::kAuth:  // Only before the connection is handed over.
+      return ProtocolError(Status(
+          StatusCode::kInternal,
+          "malformed frame: an AUTH message after authentication (or on a "
+          "connection without it)"));
     case ControlKind::kHeaderTooLarge: {
       const Status told(
           StatusCode::kResourceExhausted,

@@ -13,6 +13,7 @@
 #include "transport/rdma/device_info.h"
 #include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/verbs.h"
+#include "transport/tls/tls.h"
 
 namespace rdmarpc::transport::rdma {
 
@@ -45,7 +46,8 @@ class RdmaListener final : public Listener {
     TransportOptions options;
     ContextPicker pick;
     AcceptHandler on_accept;
-    sockaddr_in address{};  // The port once bound.
+    std::shared_ptr<tls::TlsContext> tls;  // With options.tls.
+    sockaddr_in address{};                 // The port once bound.
     std::string uri;
     bool closed = false;
   };
@@ -184,6 +186,14 @@ class RdmaListener final : public Listener {
         std::span(static_cast<const std::byte*>(event->param.conn.private_data),
                   event->param.conn.private_data_len));
     rdma_ack_cm_event(event);
+    const bool tls = state->options.tls.has_value();
+    if (peer.ok() && ((peer->flags & kConnTls) != 0) != tls) {
+      peer = Status(StatusCode::kUnauthenticated,
+                    tls ? "the peer does not use TLS, and this listener "
+                          "requires it"
+                        : "the peer uses TLS, and this listener has none "
+                          "configured");
+    }
     if (!peer.ok()) {
       // Anyone can send these at will: once per interval for the listener.
       if (const auto held =
@@ -193,7 +203,7 @@ class RdmaListener final : public Listener {
       }
       // Our own parameters go back with the reject: a peer of another
       // version names ours in its error.
-      const ConnParams local = LocalConnParams();
+      const ConnParams local = LocalConnParams(tls);
       rdma_reject(child, &local, sizeof(local));
       rdma_destroy_id(child);
       return;
@@ -266,6 +276,13 @@ StatusOr<std::unique_ptr<Listener>> Listen(asio::io_context& accept_context,
     inet_pton(AF_INET, gid->address.c_str(), &state->address.sin_addr);
   }
   state->options = options;
+  if (options.tls) {
+    // Its files are checked now, and its context kept for the connections.
+    auto context =
+        tls::TlsContext::Shared(*options.tls, tls::TlsContext::Role::kServer);
+    if (!context.ok()) return context.status();
+    state->tls = std::move(*context);
+  }
   status = RdmaListener::BindAndListen(state);
   if (!status.ok()) return status;
   state->pick = std::move(pick);
