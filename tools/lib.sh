@@ -49,3 +49,23 @@ bazel_fuzz() {
   esac
   (cd "$ROOT" && bazel --output_base="$FUZZ_OUTPUT_BASE" "$command" "$@")
 }
+
+# make_test_certs DIR [SAN]: a throwaway CA (DIR/ca.pem) and a server
+# certificate for SAN (default IP:127.0.0.1,DNS:localhost), DIR/server.pem
+# and DIR/server.key (0600), EC P-256, valid one day; for benchmarks over
+# TLS (tools/bench --tls, tools/bench-cpu --tls). Never for production.
+make_test_certs() {
+  local dir=$1 san=${2:-IP:127.0.0.1,DNS:localhost}
+  local ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
+  (
+    umask 077
+    cd "$dir" &&
+      openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.pem -days 1 \
+        -subj "/CN=bench CA" 2>/dev/null &&
+      openssl req "${ec[@]}" -keyout server.key -out server.csr \
+        -subj "/CN=bench server" 2>/dev/null &&
+      printf 'subjectAltName=%s\n' "$san" >server.ext &&
+      openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key \
+        -CAcreateserial -out server.pem -days 1 -extfile server.ext 2>/dev/null
+  ) || { echo "make_test_certs: openssl failed in $dir" >&2; return 1; }
+}

@@ -82,9 +82,11 @@
 namespace rdmarpc::bench {
 namespace {
 
-int Serve(const std::string& uri, transport::PollMode poll) {
+int Serve(const std::string& uri, transport::PollMode poll,
+          const Options::TlsFiles& tls) {
   rpc::ServerOptions server_options;
   server_options.workers = 1;
+  server_options.transport.tls = ServerTls(tls);
   server_options.transport.poll_mode = poll;
   server_options.transport.max_payload_size = 1ull << 30;
   server_options.transport.max_queued_bytes = 1ull << 30;
@@ -169,6 +171,7 @@ bool ParseOptions(const rdmarpc::Flags& flags, Options* options,
   options->pooled_grants = flags.GetInt("pooled-grants", 1) != 0;
   options->by_name = flags.GetInt("by-name", 0) != 0;
   options->lend = static_cast<uint64_t>(flags.GetInt("lend", 0));
+  options->tls = TlsFromFlags(flags);
   options->json = flags.Get("json", "");
   options->plot = flags.Get("plot", "");
   options->stats = flags.GetInt("stats", 0) != 0;
@@ -238,6 +241,7 @@ StatusOr<std::unique_ptr<rpc::Server>> StartServer(Options& options,
   // 128 responses of 4 MiB in flight (the grid) fit its send queue.
   server_options.transport.max_queued_bytes = 1ull << 30;
   server_options.max_response_size = 1ull << 30;
+  server_options.transport.tls = ServerTls(options.tls);
   server = std::make_unique<rpc::Server>(server_options);
   server->RegisterService(&service);
   auto bound = server->Listen(options.uri);
@@ -411,7 +415,8 @@ int Run(int argc, char** argv) {
   }
   if (flags.Get("serve", "") != "") {
     return Serve(flags.Get("serve", ""),
-                 PollModeOrExit(flags.Get("poll", "event"), "bench"));
+                 PollModeOrExit(flags.Get("poll", "event"), "bench"),
+                 TlsFromFlags(flags));
   }
   if (flags.Get("cpu-window", "") != "") return CpuWindow(flags);
   Options options;

@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -85,6 +86,13 @@ struct Options {
   // The channel's request window (ChannelOptions::
   // max_request_bytes_in_flight; 0: none).
   uint64_t window = tunables::kDefaultMaxRequestBytesInFlight;
+  // TLS (--tls-cert, --tls-key, --tls-ca; tools/bench --tls makes them):
+  // the server's certificate and key, the CA its clients trust. All empty:
+  // none. With them a tcp:// run is TLS 1.3, an rdma:// run authenticated.
+  struct TlsFiles {
+    std::string cert, key, ca;
+    bool empty() const { return cert.empty() && ca.empty(); }
+  } tls;
   // Throughput mode: each call also lends this many bytes of registered
   // memory (include/rdmarpc/bulk.h), unused by the handler: what a loan's
   // bind and invalidation cost a call.
@@ -268,7 +276,14 @@ class PeerEcho {
 // or if it cannot start.
 // (tools/benchmarks/grpc_clients.h starts its server, pinned to CPU 1 when
 // the sides are pinned).
-std::unique_ptr<PeerEcho> StartPeer(const std::string& name);
+// With `tls`, over TLS (the same certificate and CA as rdmarpc's).
+std::unique_ptr<PeerEcho> StartPeer(const std::string& name,
+                                    const Options::TlsFiles& tls);
+// Options::tls from the flags.
+Options::TlsFiles TlsFromFlags(const rdmarpc::Flags& flags);
+// The server's and the client's TLS options for `tls` (nullopt if empty).
+std::optional<TlsOptions> ServerTls(const Options::TlsFiles& tls);
+std::optional<TlsOptions> ClientTls(const Options::TlsFiles& tls);
 
 // ---- The report (report.cc).
 

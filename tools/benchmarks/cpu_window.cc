@@ -58,6 +58,7 @@ int CpuWindow(const rdmarpc::Flags& flags) {
   Options options;
   options.uri = flags.Get("uri", "");
   options.poll = PollModeOrExit(flags.Get("poll", "event"), "bench");
+  options.tls = TlsFromFlags(flags);
   auto channel =
       std::make_shared<rpc::Channel>(options.uri, ChannelOptionsFor(options));
   const auto control = [](const char* word) {

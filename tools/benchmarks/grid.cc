@@ -182,7 +182,7 @@ int RunGrid(const Options& options, const GridOptions& grid,
   }
   std::unique_ptr<PeerEcho> peer;
   if (!grid.peer.empty()) {
-    peer = StartPeer(grid.peer);
+    peer = StartPeer(grid.peer, options.tls);
     if (!peer) return 1;
   }
   uint64_t errors = 0;

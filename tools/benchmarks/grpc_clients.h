@@ -26,7 +26,12 @@ class GrpcClients {
  public:
   // Starts the gRPC echo server, pinned to `cpu` (-1: not pinned); nullptr,
   // having said why, if it cannot.
-  static std::unique_ptr<GrpcClients> Start(int cpu = -1) {
+  // With `cert`, `key` and `ca`, over TLS: the server's certificate and
+  // key, the CA its clients trust.
+  static std::unique_ptr<GrpcClients> Start(int cpu = -1,
+                                            const std::string& cert = "",
+                                            const std::string& key = "",
+                                            const std::string& ca = "") {
     auto peer = std::unique_ptr<GrpcClients>(new GrpcClients);
     peer->binary_ =
         (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
@@ -37,16 +42,20 @@ class GrpcClients {
                    peer->binary_.c_str());
       return nullptr;
     }
-    peer->server_ =
-        Spawn(peer->binary_, {peer->binary_, "--serve", "127.0.0.1:0", "--cpu",
-                              std::to_string(cpu)});
+    std::vector<std::string> args = {peer->binary_, "--serve", "127.0.0.1:0",
+                                     "--cpu", std::to_string(cpu)};
+    if (!cert.empty()) {
+      args.insert(args.end(), {"--tls-cert", cert, "--tls-key", key});
+      peer->client_tls_args_ = {"--tls-ca", ca};
+    }
+    peer->server_ = Spawn(peer->binary_, args);
     const std::string said = ReadLine(peer->server_.out);
-    const std::string key = "listening on port ";
-    if (said.rfind(key, 0) != 0) {
+    const std::string prefix = "listening on port ";
+    if (said.rfind(prefix, 0) != 0) {
       std::fprintf(stderr, "the gRPC echo server said '%s'\n", said.c_str());
       return nullptr;  // The destructor stops it.
     }
-    peer->target_ = "127.0.0.1:" + said.substr(key.size());
+    peer->target_ = "127.0.0.1:" + said.substr(prefix.size());
     return peer;
   }
   ~GrpcClients() {
@@ -56,6 +65,10 @@ class GrpcClients {
 
   const std::string& binary() const { return binary_; }  // grpc_echo
   const std::string& target() const { return target_; }  // HOST:PORT
+  // What a client process adds to its arguments: TLS, if the server has it.
+  const std::vector<std::string>& client_tls_args() const {
+    return client_tls_args_;
+  }
 
   // `connections` over min(connections, processes) client processes, with
   // `outstanding` calls of `size` bytes in all, spread as the scale
@@ -69,10 +82,22 @@ class GrpcClients {
       const int share = connections / processes + (p < connections % processes);
       const int load =
           std::max(outstanding / processes + (p < outstanding % processes), 1);
-      clients.push_back(
-          Spawn(binary_, {binary_, "--target", target_, "--size", size,
-                          "--outstanding", std::to_string(load), "--channels",
-                          std::to_string(share), "--seconds", seconds}));
+      clients.push_back(Spawn(binary_, [&] {
+        std::vector<std::string> args = {binary_,
+                                         "--target",
+                                         target_,
+                                         "--size",
+                                         size,
+                                         "--outstanding",
+                                         std::to_string(load),
+                                         "--channels",
+                                         std::to_string(share),
+                                         "--seconds",
+                                         seconds};
+        args.insert(args.end(), client_tls_args_.begin(),
+                    client_tls_args_.end());
+        return args;
+      }()));
     }
     double total = 0;
     for (ChildProcess& client : clients) {
@@ -89,6 +114,7 @@ class GrpcClients {
   GrpcClients() = default;
   std::string binary_;
   ChildProcess server_;
+  std::vector<std::string> client_tls_args_;
   std::string target_;
 };
 

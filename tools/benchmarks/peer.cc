@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "tools/benchmarks/bench.h"
 #include "tools/benchmarks/grpc_clients.h"
@@ -35,11 +36,23 @@ class GrpcPeer : public PeerEcho {
       : grpc_(std::move(grpc)) {}
   Result Load(size_t size, int k, double warmup, double seconds) override {
     const std::string& binary = grpc_->binary();
-    ChildProcess client = Spawn(
-        binary, {binary, "--target", grpc_->target(), "--size",
-                 std::to_string(size), "--outstanding", std::to_string(k),
-                 "--warmup", std::to_string(warmup), "--seconds",
-                 std::to_string(seconds), "--cpu", pin_sides ? "0" : "-1"});
+    std::vector<std::string> args = {binary,
+                                     "--target",
+                                     grpc_->target(),
+                                     "--size",
+                                     std::to_string(size),
+                                     "--outstanding",
+                                     std::to_string(k),
+                                     "--warmup",
+                                     std::to_string(warmup),
+                                     "--seconds",
+                                     std::to_string(seconds),
+                                     "--cpu",
+                                     pin_sides ? "0" : "-1"};
+    for (const std::string& arg : grpc_->client_tls_args()) {
+      args.push_back(arg);
+    }
+    ChildProcess client = Spawn(binary, args);
     Result result;
     const std::string rate = LineAfter(client, "calls/s ");
     if (!rate.empty()) result.calls_per_s = std::stod(rate);
@@ -56,12 +69,14 @@ class GrpcPeer : public PeerEcho {
 
 }  // namespace
 
-std::unique_ptr<PeerEcho> StartPeer(const std::string& name) {
+std::unique_ptr<PeerEcho> StartPeer(const std::string& name,
+                                    const Options::TlsFiles& tls) {
   if (name != "grpc") {
     std::fprintf(stderr, "bench: --peer grpc is the one peer there is\n");
     return nullptr;
   }
-  std::unique_ptr<GrpcClients> grpc = GrpcClients::Start(pin_sides ? 1 : -1);
+  std::unique_ptr<GrpcClients> grpc =
+      GrpcClients::Start(pin_sides ? 1 : -1, tls.cert, tls.key, tls.ca);
   if (!grpc) return nullptr;
   return std::make_unique<GrpcPeer>(std::move(grpc));
 }

@@ -22,7 +22,28 @@ rpc::ChannelOptions ChannelOptionsFor(const Options& options) {
   channel.max_request_size = 1ull << 30;
   channel.callback_threads = options.callback_threads;
   channel.max_request_bytes_in_flight = options.window;
+  channel.transport.tls = ClientTls(options.tls);
   return channel;
+}
+
+Options::TlsFiles TlsFromFlags(const rdmarpc::Flags& flags) {
+  return {flags.Get("tls-cert", ""), flags.Get("tls-key", ""),
+          flags.Get("tls-ca", "")};
+}
+
+std::optional<TlsOptions> ServerTls(const Options::TlsFiles& tls) {
+  if (tls.empty()) return std::nullopt;
+  TlsOptions options;
+  options.cert_file = tls.cert;
+  options.key_file = tls.key;
+  return options;
+}
+
+std::optional<TlsOptions> ClientTls(const Options::TlsFiles& tls) {
+  if (tls.empty()) return std::nullopt;
+  TlsOptions options;
+  options.ca_file = tls.ca;
+  return options;
 }
 
 // Closed loop on the channel's own thread: each completion starts the next

@@ -24,16 +24,20 @@ TcpConnection::ReadOutcome TcpConnection::ReadTls(std::byte* into, size_t space,
                                                   size_t* got) {
   *got = 0;
   for (;;) {
-    auto n = tls_->Read(std::span(into, space));
-    if (!n.ok()) {
-      Log().info("{}: {}", peer_, n.status().message());
-      CloseNow(Status(n.status().code(),
-                      "connection to " + peer_ + ": " + n.status().message()));
-      return ReadOutcome::kHandled;
-    }
-    if (*n > 0) {
-      *got = *n;
-      return ReadOutcome::kHandled;
+    // OpenSSL only when a whole record is in (an SSL_read that finds none
+    // costs about 3,000 instructions).
+    if (tls_->HasReadable()) {
+      auto n = tls_->Read(std::span(into, space));
+      if (!n.ok()) {
+        Log().info("{}: {}", peer_, n.status().message());
+        CloseNow(Status(n.status().code(), "connection to " + peer_ + ": " +
+                                               n.status().message()));
+        return ReadOutcome::kHandled;
+      }
+      if (*n > 0) {
+        *got = *n;
+        return ReadOutcome::kHandled;
+      }
     }
     const ssize_t received = ReceiveCiphertext(socket_.native_handle(), *tls_);
     if (received > 0) continue;

@@ -1,10 +1,12 @@
 // gRPC C++'s echo, for `tools/bench --mode grid --peer grpc`: the mainstream
 // peer measured in the same run and the same pinning as rdmarpc.
 //
-//   grpc_echo --serve 127.0.0.1:0 [--cpu 1]
-//       an echo server; prints "listening on port N", runs until SIGTERM
+//   grpc_echo --serve 127.0.0.1:0 [--cpu 1] [--tls-cert F --tls-key F]
+//       an echo server (over TLS with a certificate and key); prints
+//       "listening on port N", runs until SIGTERM
 //   grpc_echo --target HOST:PORT --size B --outstanding K
 //             [--channels N] [--warmup S] [--seconds S] [--cpu 0]
+//             [--tls-ca F] (TLS, trusting that CA)
 //       K calls of B bytes outstanding, spread over N channels (1), each its
 //       own connection, for S seconds after the warm-up; prints
 //       "calls/s N" (exit 1 if any call failed), and with K = 1 then
@@ -26,10 +28,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,7 +72,32 @@ class EchoService : public grpc::CallbackGenericService {
   }
 };
 
-int Serve(const std::string& address) {
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// TLS with --tls-cert and --tls-key (server) or --tls-ca (client); else
+// insecure.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
+    const std::string& cert, const std::string& key) {
+  if (cert.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({ReadFile(key), ReadFile(cert)});
+  return grpc::SslServerCredentials(options);
+}
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
+    const std::string& ca) {
+  if (ca.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadFile(ca);
+  return grpc::SslCredentials(options);
+}
+
+int Serve(const std::string& address,
+          std::shared_ptr<grpc::ServerCredentials> credentials) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -77,7 +106,7 @@ int Serve(const std::string& address) {
   EchoService service;
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, credentials, &port);
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterCallbackGenericService(&service);
@@ -95,7 +124,8 @@ int Serve(const std::string& address) {
 }
 
 int Load(const std::string& target, size_t size, int outstanding, int channels,
-         double warmup, double seconds) {
+         double warmup, double seconds,
+         const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
@@ -104,9 +134,8 @@ int Load(const std::string& target, size_t size, int outstanding, int channels,
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
   for (int c = 0; c < std::max(channels, 1); ++c) {
-    stubs.push_back(
-        std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
-            target, grpc::InsecureChannelCredentials(), args)));
+    stubs.push_back(std::make_unique<grpc::GenericStub>(
+        grpc::CreateCustomChannel(target, credentials, args)));
   }
   const std::string bytes(size, 'x');
   grpc::Slice slice(bytes);
@@ -191,7 +220,10 @@ int main(int argc, char** argv) {
     return found == flags.end() ? std::string(fallback) : found->second;
   };
   PinProcess(std::stoi(get("cpu", "-1")));
-  if (flags.count("serve")) return Serve(flags["serve"]);
+  if (flags.count("serve")) {
+    return Serve(flags["serve"],
+                 ServerCredentials(get("tls-cert", ""), get("tls-key", "")));
+  }
   if (!flags.count("target")) {
     std::fprintf(stderr, "usage: grpc_echo --serve ADDRESS | --target ...\n");
     return 64;
@@ -199,5 +231,6 @@ int main(int argc, char** argv) {
   return Load(flags["target"], std::stoull(get("size", "16")),
               std::stoi(get("outstanding", "1")),
               std::stoi(get("channels", "1")), std::stod(get("warmup", "0.3")),
-              std::stod(get("seconds", "1")));
+              std::stod(get("seconds", "1")),
+              ChannelCredentials(get("tls-ca", "")));
 }
