@@ -2,10 +2,12 @@
 // size through the session, each refusal with its reason on the connecting
 // side, plaintext and TLS peers told apart, and an RPC server and channel
 // over tls:// with certificates the test makes.
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
@@ -26,6 +28,7 @@ using Catch::Matchers::ContainsSubstring;
 using rdmarpc::testing::IssuedCert;
 using rdmarpc::testing::TempDir;
 using rdmarpc::testing::TestPki;
+using rdmarpc::testing::WaitFor;
 
 struct Certs {
   TempDir dir;
@@ -253,6 +256,89 @@ TEST_CASE("tls: plaintext and TLS peers are told apart") {
     REQUIRE(client.ok());
     CHECK((*client)->peer().starts_with("tls://"));
   }
+}
+
+// The common name of the certificate a server at `uri` presents to a new
+// connection; empty if the connect fails.
+std::string ServerName(const std::string& uri,
+                       const TransportOptions& options) {
+  rpc::EventLoop loop;
+  std::promise<std::string> named;
+  transport::Connect(loop.context(), uri, options,
+                     [&](StatusOr<std::shared_ptr<Connection>> c) {
+                       std::string name;
+                       if (c.ok() && (*c)->peer_identity() != nullptr) {
+                         name = (*c)->peer_identity()->common_name;
+                       }
+                       if (c.ok()) (*c)->Close(Status());
+                       named.set_value(name);
+                     });
+  std::string name = named.get_future().get();
+  loop.Stop();
+  return name;
+}
+
+TEST_CASE(
+    "tls: certificates replaced under load are used by new connections; no "
+    "call fails") {
+  Certs certs;
+  // The files the server is configured with, replaced by renames below.
+  const std::string cert = certs.dir.path() + "/live.pem";
+  const std::string key = certs.dir.path() + "/live-key.pem";
+  std::filesystem::copy_file(certs.server.cert_file, cert);
+  std::filesystem::copy_file(certs.server.key_file, key);
+  rdmarpc::testing::TestService service;
+  rpc::ServerOptions server_options;
+  server_options.transport = certs.Server();
+  server_options.transport.tls->cert_file = cert;
+  server_options.transport.tls->key_file = key;
+  server_options.transport.tls->reload_check_interval =
+      std::chrono::milliseconds(20);
+  rpc::Server server(server_options);
+  server.RegisterService(&service);
+  auto bound = server.Listen("tls://127.0.0.1:0");
+  REQUIRE(bound.ok());
+  REQUIRE(ServerName(*bound, certs.Client()) == "server");
+  // Load: calls on one connection, and calls each on a connection of its own.
+  std::atomic<bool> stop{false};
+  std::atomic<int> calls{0}, failures{0};
+  std::string first_failure;
+  std::mutex mu;
+  auto count = [&](const rdmarpc::testing::CallResult& result) {
+    ++calls;
+    if (result.status.ok() && result.response == "x") return;
+    std::lock_guard lock(mu);
+    if (failures++ == 0) first_failure = result.status.ToString();
+  };
+  ChannelOptions channel_options;
+  channel_options.transport = certs.Client();
+  std::thread steady([&] {
+    rpc::Channel channel(*bound, channel_options);
+    while (!stop) count(rdmarpc::testing::CallSync(channel, "Echo", "x"));
+  });
+  std::thread fresh([&] {
+    while (!stop) {
+      rpc::Channel channel(*bound, channel_options);
+      count(rdmarpc::testing::CallSync(channel, "Echo", "x"));
+    }
+  });
+  REQUIRE(WaitFor([&] { return calls > 50; }, std::chrono::seconds(20)));
+  // Key and certificate replaced, each by a rename (a reload that meets the
+  // new key with the old certificate fails, and keeps what it had).
+  const IssuedCert next = certs.pki.Issue(
+      "server-2", {"DNS:localhost", "IP:127.0.0.1"}, "server-2");
+  std::filesystem::rename(next.key_file, key);
+  std::filesystem::rename(next.cert_file, cert);
+  CHECK(
+      WaitFor([&] { return ServerName(*bound, certs.Client()) == "server-2"; },
+              std::chrono::seconds(10)));
+  const int before = calls;
+  CHECK(WaitFor([&] { return calls > before + 50; }, std::chrono::seconds(20)));
+  stop = true;
+  steady.join();
+  fresh.join();
+  INFO(first_failure);
+  CHECK(failures == 0);
 }
 
 // Runs `command` with a shell; its exit status, and its output in `out`.

@@ -131,7 +131,7 @@ class RdmaConnection final
   // Who the peer proved to be, when the connection is authenticated
   // (TransportOptions::tls); set before it is handed over.
   const PeerIdentity* peer_identity() const override {
-    return identity_ ? &*identity_ : nullptr;
+    return identity_ && identity_->authenticated() ? &*identity_ : nullptr;
   }
 
   // Bulk (rdma_bulk.cc, docs/protocol.md "Bulk over RDMA"). A loan is a
