@@ -13,6 +13,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -50,12 +51,16 @@ tcp::endpoint EndpointOf(const std::string& uri) {
 
 // One request on a connection of its own.
 Reply Get(const std::string& uri, const std::string& target,
-          http::verb verb = http::verb::get) {
+          http::verb verb = http::verb::get,
+          const std::string& authorization = "") {
   asio::io_context context;
   beast::tcp_stream stream(context);
   stream.connect(EndpointOf(uri));
   http::request<http::string_body> request{verb, target, 11};
   request.set(http::field::host, "localhost");
+  if (!authorization.empty()) {
+    request.set(http::field::authorization, authorization);
+  }
   http::write(stream, request);
   beast::flat_buffer buffer;
   http::response<http::string_body> response;
@@ -485,6 +490,43 @@ TEST_CASE(
   auto remote = rpc::ClientAdmin::Start("http://0.0.0.0:0?remote=1");
   REQUIRE(remote.ok());
   CHECK((*remote)->uri().rfind("http://0.0.0.0:", 0) == 0);
+}
+
+TEST_CASE(
+    "admin: with a token_file every page but /healthz asks for the token") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") +
+                           "/admin-token-" + std::to_string(::getpid());
+  {
+    std::ofstream out(path);
+    out << "  s3cret-admin \n";
+  }
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_write);
+  rpc::Server server;
+  TestService service;
+  server.RegisterService(&service);
+  rpc::EnableAdmin(server, "http://127.0.0.1:0?token_file=" + path);
+  REQUIRE(server.Listen(ListenUri()).ok());
+  const std::string admin = server.admin_uri();
+  CHECK(Get(admin, "/metrics").status == 401);
+  CHECK(Get(admin, "/", http::verb::get, "Bearer s3cret-admiN").status == 401);
+  CHECK(Get(admin, "/", http::verb::get, "Bearer s3cret").status == 401);
+  CHECK(Get(admin, "/", http::verb::get, "s3cret-admin").status == 401);
+  const Reply metrics =
+      Get(admin, "/metrics", http::verb::get, "Bearer s3cret-admin");
+  CHECK(metrics.status == 200);
+  CHECK(metrics.body.find("rdmarpc_") != std::string::npos);
+  CHECK(Get(admin, "/healthz").status == 200);  // Probes carry no secret.
+  // A token others may read is refused, naming the file.
+  std::filesystem::permissions(path, std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  auto refused =
+      rpc::ClientAdmin::Start("http://127.0.0.1:0?token_file=" + path);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(refused.status().message().find(path) != std::string::npos);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("admin: ServerOptions::admin_listen opens the same endpoint") {

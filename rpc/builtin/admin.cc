@@ -1,11 +1,16 @@
 // rpc/builtin/admin.h: the admin endpoint's HTTP server, on Boost.Beast.
 #include "rpc/builtin/admin.h"
 
+#include <sys/stat.h>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -31,6 +36,9 @@ struct AdminEndpoint::State {
   std::mutex mu;  // Held while a page is made, so none outlives Stop.
   bool stopped = false;
   Pages pages;
+  // With ?token_file=: what every request but /healthz must carry, as
+  // "Authorization: Bearer <token>".
+  std::string token;
   tcp::acceptor acceptor;  // The loop's thread only.
   // The open connections' sockets, to close on stop (the loop's thread).
   std::list<std::weak_ptr<beast::tcp_stream>> streams;
@@ -88,6 +96,15 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     std::string_view target(request.target().data(), request.target().size());
     target = target.substr(0, target.find('?'));
+    if (!state_->token.empty() && target != "/healthz" && !Authorized([&] {
+          const auto value = request[http::field::authorization];
+          return std::string_view(value.data(), value.size());
+        }())) {
+      return Reply(http::status::unauthorized,
+                   "unauthorized: this endpoint takes \"Authorization: Bearer "
+                   "<token>\" (its token_file)\n",
+                   request.keep_alive());
+    }
     std::string body;
     const char* type = "text/plain; charset=utf-8";
     http::status status = http::status::ok;
@@ -112,12 +129,29 @@ class Session : public std::enable_shared_from_this<Session> {
     Reply(status, std::move(body), request.keep_alive(), type, head);
   }
 
+  // Whether `header` is "Bearer <the token>", compared in constant time.
+  bool Authorized(std::string_view header) const {
+    constexpr std::string_view kScheme = "Bearer ";
+    if (!header.starts_with(kScheme)) return false;
+    const std::string_view given = header.substr(kScheme.size());
+    const std::string& token = state_->token;
+    unsigned char differ = given.size() == token.size() ? 0 : 1;
+    for (size_t i = 0; i < token.size(); ++i) {
+      differ |= static_cast<unsigned char>(
+          token[i] ^ (i < given.size() ? given[i] : '\0'));
+    }
+    return differ == 0;
+  }
+
   void Reply(http::status status, std::string body, bool keep_alive,
              const char* type = "text/plain; charset=utf-8",
              bool head = false) {
     response_ = {status, 11};
     response_.set(http::field::server, "rdmarpc-admin");
     response_.set(http::field::content_type, type);
+    if (status == http::status::unauthorized) {
+      response_.set(http::field::www_authenticate, "Bearer realm=\"rdmarpc\"");
+    }
     response_.body() = std::move(body);
     response_.keep_alive(keep_alive);
     response_.prepare_payload();
@@ -159,6 +193,32 @@ void Accept(const std::shared_ptr<AdminEndpoint::State>& state) {
   });
 }
 
+// The token in `path`: its first line, without surrounding blanks. A file
+// others may read is refused (the token is a secret), as is an empty one.
+StatusOr<std::string> ReadToken(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "admin endpoint: cannot read token_file " + path + ": " +
+                      std::strerror(errno));
+  }
+  if ((info.st_mode & S_IRWXO) != 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "admin endpoint: token_file " + path +
+                      " may be read or written by others: chmod o-rwx it");
+  }
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  const auto first = line.find_first_not_of(" \t\r");
+  const auto last = line.find_last_not_of(" \t\r");
+  if (first == std::string::npos) {
+    return Status(StatusCode::kInvalidArgument,
+                  "admin endpoint: token_file " + path + " holds no token");
+  }
+  return line.substr(first, last - first + 1);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
@@ -179,15 +239,20 @@ StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
   // It shows every method, limit and client address, unauthenticated: on
   // loopback unless the URI says otherwise (?remote=1).
   bool remote = false;
+  std::string token;
   for (const auto& [name, value] : parsed->params) {
     if (name == "remote" && (value == "1" || value == "0")) {
       remote = value == "1";
+    } else if (name == "token_file") {
+      StatusOr<std::string> read = ReadToken(value);
+      if (!read.ok()) return read.status();
+      token = std::move(*read);
     } else {
       std::string why = "admin endpoint: unknown parameter \"";
       why += name;
       why += '=';
       why += value;
-      why += "\" (the only one is remote=1)";
+      why += "\" (it takes remote=1 and token_file=PATH)";
       return Status(StatusCode::kInvalidArgument, std::move(why));
     }
   }
@@ -202,6 +267,7 @@ StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
   endpoint->state_ = std::make_shared<State>(loop);
   State& state = *endpoint->state_;
   state.pages = std::move(pages);
+  state.token = std::move(token);
   const tcp::endpoint where(address, parsed->port);
   state.acceptor.open(where.protocol(), error);
   if (!error) state.acceptor.set_option(tcp::acceptor::reuse_address(true));
