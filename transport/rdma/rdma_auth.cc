@@ -11,8 +11,21 @@
 
 #include "base/log.h"
 #include "transport/rdma/rdma_connection.h"
+#include "transport/tls/tls.h"
 
 namespace rdmarpc::transport::rdma {
+
+struct RdmaConnection::AuthState {
+  std::unique_ptr<tls::TlsSession> session;
+  bool server = false;
+  uint64_t received = 0;  // Handshake bytes from the peer so far.
+  bool verified_sent = false;
+  bool failed = false;  // Closing: what still arrives is dropped.
+};
+
+void RdmaConnection::AuthStateDelete::operator()(AuthState* state) const {
+  delete state;
+}
 
 void RdmaConnection::StartAuth() {
   const bool server = host_.empty();
@@ -22,7 +35,7 @@ void RdmaConnection::StartAuth() {
   if (!context.ok()) return Established(context.status());
   auto session = (*context)->NewSession(host_);
   if (!session.ok()) return Established(session.status());
-  auth_ = std::make_unique<AuthState>();
+  auth_.reset(new AuthState);
   auth_->server = server;
   auth_->session = std::move(*session);
   close_timer_.expires_after(options_.connect_timeout);

@@ -59,24 +59,12 @@
 #include "transport/rdma/grant_memory.h"
 #include "transport/rdma/peer_checks.h"
 #include "transport/rdma/protocol.h"
+#include "transport/rdma/read_depth.h"
 #include "transport/rdma/registration_cache.h"
 #include "transport/rdma/transfers.h"
 #include "transport/rdma/verbs.h"
-#include "transport/tls/tls.h"
 
 namespace rdmarpc::transport::rdma {
-
-// A connection's RDMA READ depth (tunables::kRdmaMaxReadDepth), as
-// rdma_conn_param carries it: READs this side may issue, and the peer's it
-// serves.
-struct ReadDepth {
-  uint8_t initiator = 1;
-  uint8_t responder = 1;
-};
-// What a connector offers: the cap, or its device's limits if lower.
-ReadDepth OfferedReadDepth(ibv_context* device);
-// What a listener accepts, given a request's depths in its own view.
-ReadDepth AcceptedReadDepth(ibv_context* device, ReadDepth requested);
 
 class RdmaConnection final
     : public Connection,
@@ -128,8 +116,7 @@ class RdmaConnection final
   // apply: the peer may SEND only what its initial credits' receives hold.
   void RequireAdmission(uint64_t max_payload) override;
   void Admit() override { admitted_ = true; }
-  // Who the peer proved to be, when the connection is authenticated
-  // (TransportOptions::tls); set before it is handed over.
+  // Who the peer proved to be (TransportOptions::tls), before hand-over.
   const PeerIdentity* peer_identity() const override {
     return identity_ && identity_->authenticated() ? &*identity_ : nullptr;
   }
@@ -430,20 +417,12 @@ class RdmaConnection final
   uint32_t max_inline_ = 0;
   static uint64_t NextId();
   const uint64_t id_in_group_ = NextId();  // Unique (Attach, Detach).
-  // Authentication (rdma_auth.cc; protocol.h, Authentication): with
-  // options_.tls, the TLS handshake over the QP once established, before
-  // the connection is handed over, while auth_ is set. StartAuth begins
-  // it; OnAuthReceive takes each message the peer sends meanwhile;
-  // AdvanceAuth feeds the session; SendAuth posts its records (and the
-  // server's VERIFIED) as credits allow, and hands the connection over once
-  // the server has sent VERIFIED; AuthFailed sends the alert and closes;
-  // Authenticated hands the connection over.
-  struct AuthState {
-    std::unique_ptr<tls::TlsSession> session;
-    bool server = false;
-    uint64_t received = 0;  // Handshake bytes from the peer so far.
-    bool verified_sent = false;
-    bool failed = false;  // Closing: what still arrives is dropped.
+  // Authentication (rdma_auth.cc; protocol.h): with options_.tls, the TLS
+  // handshake over the QP once established, while auth_ is set. SendAuth
+  // posts its records as credits allow; Authenticated hands it over.
+  struct AuthState;
+  struct AuthStateDelete {
+    void operator()(AuthState* state) const;
   };
   void StartAuth();
   void OnAuthReceive(const ibv_wc& wc, const std::byte* data);
@@ -451,7 +430,7 @@ class RdmaConnection final
   void SendAuth();
   void AuthFailed(const Status& why);
   void Authenticated();
-  std::unique_ptr<AuthState> auth_;
+  std::unique_ptr<AuthState, AuthStateDelete> auth_;
   std::optional<PeerIdentity> identity_;
   // Receive completions that came before Start, or while a landed frame's
   // window is invalidated, with a copy of their data (ReplayHeld).
