@@ -12,6 +12,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "rdmarpc/channel.h"
 #include "rdmarpc/server.h"
 #include "rpc/builtin/prometheus.h"
+#include "tests/support/test_pki.h"
 #include "tests/support/test_support.h"
 #include "transport/rdma/device_info.h"
 #include "transport/uri.h"
@@ -527,6 +529,70 @@ TEST_CASE(
   CHECK(refused.status().code() == StatusCode::kFailedPrecondition);
   CHECK(refused.status().message().find(path) != std::string::npos);
   std::filesystem::remove(path);
+}
+
+// GET `target` over HTTPS, trusting `ca_file`: the status, or -1 if the
+// TLS handshake fails (an untrusted certificate).
+int HttpsGet(const std::string& uri, const std::string& target,
+             const std::string& ca_file, const std::string& authorization) {
+  asio::io_context context;
+  asio::ssl::context tls(asio::ssl::context::tls_client);
+  tls.load_verify_file(ca_file);
+  tls.set_verify_mode(asio::ssl::verify_peer);
+  beast::ssl_stream<beast::tcp_stream> stream(context, tls);
+  beast::get_lowest_layer(stream).connect(EndpointOf(uri));
+  beast::error_code error;
+  stream.handshake(asio::ssl::stream_base::client, error);
+  if (error) return -1;
+  http::request<http::string_body> request{http::verb::get, target, 11};
+  request.set(http::field::host, "localhost");
+  if (!authorization.empty()) {
+    request.set(http::field::authorization, authorization);
+  }
+  http::write(stream, request);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  http::read(stream, buffer, response);
+  return static_cast<int>(response.result_int());
+}
+
+TEST_CASE("admin: https:// serves the pages over TLS, with the token") {
+  testing::TempDir dir;
+  testing::TestPki pki(dir.path());
+  const testing::IssuedCert cert =
+      pki.Issue("admin", {"IP:127.0.0.1"}, "admin");
+  const std::string token = dir.path() + "/token";
+  {
+    std::ofstream out(token);
+    out << "t0ken\n";
+  }
+  std::filesystem::permissions(token, std::filesystem::perms::owner_read);
+  auto admin = rpc::ClientAdmin::Start(
+      "https://127.0.0.1:0?cert_file=" + cert.cert_file +
+      "&key_file=" + cert.key_file + "&token_file=" + token);
+  INFO(admin.status().ToString());
+  REQUIRE(admin.ok());
+  const std::string uri = (*admin)->uri();
+  REQUIRE(uri.rfind("https://127.0.0.1:", 0) == 0);
+  CHECK(HttpsGet(uri, "/metrics", pki.ca_file(), "Bearer t0ken") == 200);
+  CHECK(HttpsGet(uri, "/metrics", pki.ca_file(), "") == 401);
+  CHECK(HttpsGet(uri, "/healthz", pki.ca_file(), "") == 200);
+  // Plain HTTP to it is not served; a client of another CA is refused.
+  CHECK(RawStatus(uri, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") == -1);
+  testing::TestPki other(dir.path(), "other");
+  CHECK(HttpsGet(uri, "/healthz", other.ca_file(), "") == -1);
+  // Without a key, or with one others may read: refused, naming why.
+  CHECK(
+      rpc::ClientAdmin::Start("https://127.0.0.1:0?cert_file=" + cert.cert_file)
+          .status()
+          .code() == StatusCode::kInvalidArgument);
+  std::filesystem::permissions(cert.key_file,
+                               std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  auto readable = rpc::ClientAdmin::Start(
+      "https://127.0.0.1:0?cert_file=" + cert.cert_file +
+      "&key_file=" + cert.key_file);
+  CHECK(readable.status().code() == StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("admin: ServerOptions::admin_listen opens the same endpoint") {

@@ -14,9 +14,12 @@
 // device counters), /healthz (200 while serving, 503 from the start of
 // Shutdown) and a status page. Port 0 picks one. It shows every metric to
 // whoever connects, so it listens on loopback only, unless the URI ends in
-// ?remote=1 (a management network; never where clients reach). A URI it
-// cannot listen on fails that Listen (INVALID_ARGUMENT for another scheme,
-// a bad address, or one beyond loopback without remote=1).
+// ?remote=1 (a management network; never where clients reach). With
+// token_file=PATH every page but /healthz asks for "Authorization: Bearer
+// <token>" (the file's first line); https://HOST:PORT?cert_file=PATH&
+// key_file=PATH serves over TLS. A URI it cannot listen on fails that
+// Listen (INVALID_ARGUMENT for another scheme, a bad address, or one beyond
+// loopback without remote=1).
 // ServerOptions::admin_listen does the same from the server's options.
 //
 // An admin endpoint for a process that is only a client (brpc's "dummy

@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 
 #include "base/log.h"
 #include "transport/uri.h"
@@ -40,32 +42,63 @@ struct AdminEndpoint::State {
   // "Authorization: Bearer <token>".
   std::string token;
   tcp::acceptor acceptor;  // The loop's thread only.
+  // https://: the certificate and key every connection's TLS uses.
+  std::unique_ptr<asio::ssl::context> tls;
   // The open connections' sockets, to close on stop (the loop's thread).
   std::list<std::weak_ptr<beast::tcp_stream>> streams;
 };
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+// One connection: plain HTTP on a beast::tcp_stream, or HTTPS on a
+// beast::ssl_stream over one (its TLS handshake first).
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
  public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
   Session(std::shared_ptr<AdminEndpoint::State> state, tcp::socket socket)
-      : state_(std::move(state)),
-        stream_(std::make_shared<beast::tcp_stream>(std::move(socket))) {}
+      : state_(std::move(state)), stream_(MakeStream(std::move(socket))) {}
 
   void Start() {
-    state_->streams.push_back(stream_);
-    Read();
+    // The socket, shared with the stream: closed on stop.
+    state_->streams.push_back(std::shared_ptr<beast::tcp_stream>(
+        stream_, &beast::get_lowest_layer(*stream_)));
+    if constexpr (kTls) {
+      Lowest().expires_after(kIdleTimeout);
+      stream_->async_handshake(
+          asio::ssl::stream_base::server,
+          [self = this->shared_from_this()](beast::error_code error) {
+            if (error) {
+              Log().debug("admin endpoint: TLS handshake failed: {}",
+                          error.message());
+              return self->Close();
+            }
+            self->Read();
+          });
+    } else {
+      Read();
+    }
   }
 
  private:
+  std::shared_ptr<Stream> MakeStream(tcp::socket socket) {
+    if constexpr (kTls) {
+      return std::make_shared<Stream>(std::move(socket), *state_->tls);
+    } else {
+      return std::make_shared<Stream>(std::move(socket));
+    }
+  }
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(*stream_); }
+
   void Read() {
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(kBodyLimit);
-    stream_->expires_after(kIdleTimeout);
+    Lowest().expires_after(kIdleTimeout);
     http::async_read(
         *stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code error, size_t) {
+        [self = this->shared_from_this()](beast::error_code error, size_t) {
           self->OnRead(error);
         });
   }
@@ -158,7 +191,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (head) response_.body().clear();  // Content-Length stays.
     http::async_write(
         *stream_, response_,
-        [self = shared_from_this()](beast::error_code error, size_t) {
+        [self = this->shared_from_this()](beast::error_code error, size_t) {
           if (error || !self->response_.keep_alive()) {
             return self->Close();
           }
@@ -168,12 +201,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Close() {
     beast::error_code ignored;
-    stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_->close();
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest().close();
   }
 
   std::shared_ptr<AdminEndpoint::State> state_;
-  std::shared_ptr<beast::tcp_stream> stream_;
+  std::shared_ptr<Stream> stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::empty_body>> parser_;
   http::response<http::string_body> response_;
@@ -187,7 +220,14 @@ void Accept(const std::shared_ptr<AdminEndpoint::State>& state) {
     if (!error) {
       std::erase_if(state->streams,
                     [](const auto& stream) { return stream.expired(); });
-      std::make_shared<Session>(state, std::move(socket))->Start();
+      if (state->tls) {
+        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+            state, std::move(socket))
+            ->Start();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(state, std::move(socket))
+            ->Start();
+      }
     }
     Accept(state);
   });
@@ -219,16 +259,48 @@ StatusOr<std::string> ReadToken(const std::string& path) {
   return line.substr(first, last - first + 1);
 }
 
+// https://'s TLS: the certificate chain and key (a key others may use is
+// refused, as the RPC transports refuse one), TLS 1.2 or later.
+StatusOr<std::unique_ptr<asio::ssl::context>> TlsContext(
+    const std::string& cert_file, const std::string& key_file) {
+  if (cert_file.empty() || key_file.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "admin endpoint: https:// needs cert_file=PATH and "
+                  "key_file=PATH");
+  }
+  struct stat info {};
+  if (::stat(key_file.c_str(), &info) == 0 && (info.st_mode & S_IRWXO) != 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "admin endpoint: key_file " + key_file +
+                      " may be used by others: chmod o-rwx it");
+  }
+  auto tls =
+      std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+  SSL_CTX_set_min_proto_version(tls->native_handle(), TLS1_2_VERSION);
+  beast::error_code error;
+  tls->use_certificate_chain_file(cert_file, error);
+  if (!error)
+    tls->use_private_key_file(key_file, asio::ssl::context::pem, error);
+  if (error) {
+    return Status(StatusCode::kInvalidArgument,
+                  "admin endpoint: cannot load " + cert_file + " and " +
+                      key_file + ": " + error.message());
+  }
+  return tls;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
     asio::io_context& loop, std::string_view uri, Pages pages) {
   StatusOr<transport::Uri> parsed = transport::ParseUri(uri);
-  if (!parsed.ok() || parsed->scheme != "http") {
+  if (!parsed.ok() || (parsed->scheme != "http" && parsed->scheme != "https")) {
     return Status(StatusCode::kInvalidArgument,
-                  "admin endpoint: expected http://HOST:PORT, got \"" +
+                  "admin endpoint: expected http://HOST:PORT or "
+                  "https://HOST:PORT?cert_file=...&key_file=..., got \"" +
                       std::string(uri) + "\"");
   }
+  const bool https = parsed->scheme == "https";
   beast::error_code error;
   const auto address = asio::ip::make_address(parsed->host, error);
   if (error) {
@@ -239,10 +311,14 @@ StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
   // It shows every method, limit and client address, unauthenticated: on
   // loopback unless the URI says otherwise (?remote=1).
   bool remote = false;
-  std::string token;
+  std::string token, cert_file, key_file;
   for (const auto& [name, value] : parsed->params) {
     if (name == "remote" && (value == "1" || value == "0")) {
       remote = value == "1";
+    } else if (https && name == "cert_file") {
+      cert_file = value;
+    } else if (https && name == "key_file") {
+      key_file = value;
     } else if (name == "token_file") {
       StatusOr<std::string> read = ReadToken(value);
       if (!read.ok()) return read.status();
@@ -252,7 +328,9 @@ StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
       why += name;
       why += '=';
       why += value;
-      why += "\" (it takes remote=1 and token_file=PATH)";
+      why +=
+          "\" (it takes remote=1, token_file=PATH and, with https://, "
+          "cert_file=PATH and key_file=PATH)";
       return Status(StatusCode::kInvalidArgument, std::move(why));
     }
   }
@@ -268,6 +346,11 @@ StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
   State& state = *endpoint->state_;
   state.pages = std::move(pages);
   state.token = std::move(token);
+  if (https) {
+    auto tls = TlsContext(cert_file, key_file);
+    if (!tls.ok()) return tls.status();
+    state.tls = std::move(*tls);
+  }
   const tcp::endpoint where(address, parsed->port);
   state.acceptor.open(where.protocol(), error);
   if (!error) state.acceptor.set_option(tcp::acceptor::reuse_address(true));
@@ -283,7 +366,8 @@ StatusOr<std::unique_ptr<AdminEndpoint>> AdminEndpoint::Start(
   const std::string host = bound.address().is_v6()
                                ? "[" + bound.address().to_string() + "]"
                                : bound.address().to_string();
-  endpoint->uri_ = "http://" + host + ":" + std::to_string(bound.port());
+  endpoint->uri_ = (https ? "https://" : "http://") + host + ":" +
+                   std::to_string(bound.port());
   asio::post(loop, [state = endpoint->state_] { Accept(state); });
   Log().info("admin endpoint on {}", endpoint->uri_);
   return endpoint;

@@ -10,8 +10,9 @@
 // ("http://127.0.0.1:9464"; port 0 picks one; Server::admin_uri() says which).
 // With ?token_file=PATH in its URI, every request but /healthz must carry
 // "Authorization: Bearer <token>", the file's first line (a file others may
-// read is refused); without it the answer is 401. Anything else gets a 4xx
-// and the connection's close: a request that is not
+// read is refused); without it the answer is 401. https://HOST:PORT?
+// cert_file=PATH&key_file=PATH serves over TLS (Boost.Beast's ssl_stream).
+// Anything else gets a 4xx and the connection's close: a request that is not
 // HTTP (400), a header over 8 KiB (431), a body (413), a method other than
 // GET or HEAD (405), a path it does not serve (404). A client that sends
 // nothing for 10 s is cut off. Nothing it does reaches the RPC side: the
