@@ -1,30 +1,20 @@
 // EtcdClient (naming/etcd_client.h): one HTTP/1.1 POST per request over
-// Boost.Beast, a new TCP connection each (requests are rare: a lease
-// renewed every few seconds, a list on a watch's restart), failing over
-// from member to member; a watch is one POST whose response never ends.
+// Boost.Beast, a new TCP (or TLS) connection each (requests are rare: a
+// lease renewed every few seconds, a list on a watch's restart), failing
+// over from member to member; a watch is one POST whose response never
+// ends. With a user, a token from /v3/auth/authenticate goes with each.
 #include "naming/etcd_client.h"
-
-#include <google/protobuf/util/json_util.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <limits>
-#include <optional>
 
+#include "naming/etcd_exchange.h"
+#include "transport/tls/tls.h"
 #include "transport/uri.h"
 
 namespace rdmarpc::naming {
 
 namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using asio::ip::tcp;
 
 std::string PrefixRangeEnd(std::string_view prefix) {
   std::string end(prefix);
@@ -41,262 +31,28 @@ std::string PrefixRangeEnd(std::string_view prefix) {
 
 namespace {
 
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  std::string json;
-  // Printing a message of ours cannot fail.
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
-}
-
-Status FromJson(std::string_view json, google::protobuf::Message* message) {
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  const auto parsed =
-      google::protobuf::util::JsonStringToMessage(json, message, options);
-  if (parsed.ok()) return Status();
-  return Status(StatusCode::kInternal,
-                "etcd sent a " + message->GetDescriptor()->name() +
-                    " that does not parse: " + std::string(parsed.message()));
-}
-
-// An HTTP error's body is the gateway's {"error", "message", "code"}.
-Status GatewayStatus(unsigned http_status, std::string_view body) {
-  etcd::GatewayError error;
-  if (FromJson(body, &error).ok() && error.code() > 0 && error.code() <= 16) {
-    return Status(
-        static_cast<StatusCode>(error.code()),
-        "etcd: " + (error.message().empty() ? error.error() : error.message()));
-  }
-  return Status(StatusCode::kInternal,
-                "etcd answered HTTP " + std::to_string(http_status));
-}
-
-// A watch's connection can stay silent for minutes: TCP keepalive notices
-// a member that is gone without a FIN (a host that died) in seconds.
-void EnableKeepalive(tcp::socket& socket) {
-  boost::system::error_code ignored;
-  socket.set_option(asio::socket_base::keep_alive(true), ignored);
-  const int fd = socket.native_handle();
-  const int idle = 5, interval = 1, count = 3;
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-}
-
-}  // namespace
-
-// One POST: to each member in turn until one answers. A streaming exchange
-// (a watch) hands over each line of the body as it comes, and never ends
-// by itself.
-struct EtcdClient::Exchange : std::enable_shared_from_this<Exchange> {
-  Exchange(asio::any_io_executor executor, const EtcdClient& client)
-      : executor(executor),
-        endpoints(client.endpoints_),
-        options(client.options_),
-        preferred(client.preferred_),
-        first(preferred->load(std::memory_order_relaxed)),
-        resolver(executor),
-        stream(executor) {}
-
-  void Start() {
-    asio::dispatch(executor, [self = shared_from_this()] { self->TryNext(); });
-  }
-
-  void Cancel() {
-    cancelled.store(true);
-    asio::dispatch(executor, [self = shared_from_this()] {
-      self->resolver.cancel();
-      beast::error_code ignored;
-      self->stream.socket().close(ignored);
-    });
-  }
-
-  void TryNext() {
-    if (cancelled.load()) return;
-    if (attempt == endpoints.size()) {
-      return Finish(Status(
-          StatusCode::kUnavailable,
-          "no etcd member answered " + path + ": " + last_error.message()));
-    }
-    index = (first + attempt++) % endpoints.size();
-    const std::string& endpoint = endpoints[index];
-    const auto colon = endpoint.rfind(':');
-    std::string host = endpoint.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[') {
-      host = host.substr(1, host.size() - 2);
-    }
-    beast::error_code ignored;
-    stream.socket().close(ignored);
-    buffer.clear();
-    parser.emplace();
-    parser->body_limit(std::numeric_limits<uint64_t>::max());  // Ours: below.
-    body.clear();
-    request = {http::verb::post, path, 11};
-    request.set(http::field::host, endpoint);
-    request.set(http::field::content_type, "application/json");
-    request.body() = request_body;
-    request.prepare_payload();
-    resolver.async_resolve(
-        host, endpoint.substr(colon + 1),
-        [self = shared_from_this()](
-            beast::error_code error,
-            const tcp::resolver::results_type& results) {
-          if (self->Failed(error, "resolve")) return;
-          self->stream.expires_after(self->options.request_timeout);
-          self->stream.async_connect(
-              results, [self](beast::error_code error, const auto&) {
-                if (self->Failed(error, "connect")) return;
-                if (self->on_line) EnableKeepalive(self->stream.socket());
-                http::async_write(self->stream, self->request,
-                                  [self](beast::error_code error, size_t) {
-                                    if (self->Failed(error, "send")) return;
-                                    self->ReadHeader();
-                                  });
-              });
-        });
-  }
-
-  void ReadHeader() {
-    http::async_read_header(
-        stream, buffer, *parser,
-        [self = shared_from_this()](beast::error_code error, size_t) {
-          if (self->Failed(error, "read")) return;
-          self->status = self->parser->get().result_int();
-          if (self->on_line && self->status == 200) {
-            // A watch: answered, and now open for as long as it lasts.
-            self->preferred->store(self->index, std::memory_order_relaxed);
-            self->stream.expires_never();
-          }
-          self->ReadBody();
-        });
-  }
-
-  void ReadBody() {
-    if (parser->is_done()) return BodyDone();
-    parser->get().body().data = chunk;
-    parser->get().body().size = sizeof chunk;
-    http::async_read_some(
-        stream, buffer, *parser,
-        [self = shared_from_this()](beast::error_code error, size_t) {
-          if (self->cancelled.load()) return;
-          if (error == http::error::need_buffer) error = {};
-          if (error) {
-            return self->Finish(Status(
-                StatusCode::kUnavailable,
-                "etcd " + self->endpoints[self->index] + " " + self->path +
-                    ": connection lost: " + error.message()));
-          }
-          const size_t got =
-              sizeof self->chunk - self->parser->get().body().size;
-          self->body.append(self->chunk, got);
-          if (self->body.size() > self->options.max_response_bytes) {
-            return self->Finish(
-                Status(StatusCode::kResourceExhausted,
-                       "etcd's answer to " + self->path + " exceeds " +
-                           std::to_string(self->options.max_response_bytes) +
-                           " bytes"));
-          }
-          if (self->on_line && self->status == 200 && !self->DeliverLines()) {
-            return;
-          }
-          self->ReadBody();
-        });
-  }
-
-  // A streamed body: one JSON object per line. False once the receiver has
-  // ended the exchange.
-  bool DeliverLines() {
-    size_t start = 0;
-    for (size_t end; (end = body.find('\n', start)) != std::string::npos;
-         start = end + 1) {
-      const std::string_view line(body.data() + start, end - start);
-      if (line.find_first_not_of(" \r\t") == std::string_view::npos) continue;
-      if (!on_line(line)) return Stop();
-      if (cancelled.load()) return false;
-    }
-    body.erase(0, start);
-    return true;
-  }
-
-  void BodyDone() {
-    if (status != 200) return Finish(GatewayStatus(status, body));
-    preferred->store(index, std::memory_order_relaxed);
-    if (on_line) {
-      if (!DeliverLines()) return;
-      if (!body.empty() && !on_line(body)) return (void)Stop();
-      return Finish(
-          Status(StatusCode::kUnavailable, "etcd ended the stream of " + path));
-    }
-    Finish(std::move(body));
-  }
-
-  // The receiver ended a stream: nothing more is delivered.
-  bool Stop() {
-    cancelled.store(true);
-    beast::error_code ignored;
-    stream.socket().close(ignored);
-    return false;
-  }
-
-  // A failure before the member answered moves on to the next member.
-  bool Failed(const beast::error_code& error, const char* step) {
-    if (cancelled.load()) return true;
-    if (!error) return false;
-    last_error =
-        Status(StatusCode::kUnavailable,
-               endpoints[index] + ": " + step + ": " +
-                   (error == beast::error::timeout ? std::string("timed out")
-                                                   : error.message()));
-    TryNext();
-    return true;
-  }
-
-  void Finish(StatusOr<std::string> result) {
-    beast::error_code ignored;
-    stream.socket().close(ignored);
-    if (cancelled.exchange(true)) return;
-    if (done) done(std::move(result));
-  }
-
-  asio::any_io_executor executor;
-  const std::vector<std::string>& endpoints;  // The client's: it outlives us.
-  const EtcdOptions options;
-  std::shared_ptr<std::atomic<size_t>> preferred;
-  const size_t first;
-  std::string path;
-  std::string request_body;
-  // A streaming exchange's receiver of each line; false ends the exchange.
-  std::function<bool(std::string_view)> on_line;
-  // The body of a 200 (a stream: why it ended), or the error.
-  UniqueFunction<void(StatusOr<std::string>)> done;
-
-  std::atomic<bool> cancelled{false};
-  size_t attempt = 0;
-  size_t index = 0;
-  Status last_error;
-  tcp::resolver resolver;
-  beast::tcp_stream stream;
-  beast::flat_buffer buffer;
-  http::request<http::string_body> request;
-  std::optional<http::response_parser<http::buffer_body>> parser;
-  char chunk[8192];
-  std::string body;
-  unsigned status = 0;
+struct Endpoints {
+  std::vector<std::string> hosts;  // "host:port" each.
+  bool http = false;               // One was written "http://".
+  bool https = false;              // One was written "https://".
 };
 
-namespace {
-
 // Splits "h1:p1,http://h2:p2" into "h1:p1", "h2:p2", checking each.
-StatusOr<std::vector<std::string>> ParseEndpoints(std::string_view list) {
-  std::vector<std::string> out;
+StatusOr<Endpoints> ParseEndpoints(std::string_view list) {
+  Endpoints endpoints;
+  std::vector<std::string>& out = endpoints.hosts;
   while (!list.empty()) {
     const auto comma = list.find(',');
     std::string_view item = list.substr(0, comma);
     list = comma == std::string_view::npos ? std::string_view()
                                            : list.substr(comma + 1);
-    if (item.starts_with("http://")) item.remove_prefix(7);
+    if (item.starts_with("http://")) {
+      item.remove_prefix(7);
+      endpoints.http = true;
+    } else if (item.starts_with("https://")) {
+      item.remove_prefix(8);
+      endpoints.https = true;
+    }
     StatusOr<transport::Uri> uri =
         transport::ParseUri("tcp://" + std::string(item));
     if (!uri.ok() || uri->port == 0 || !uri->params.empty()) {
@@ -309,36 +65,132 @@ StatusOr<std::vector<std::string>> ParseEndpoints(std::string_view list) {
   if (out.empty()) {
     return Status(StatusCode::kInvalidArgument, "no etcd endpoint given");
   }
-  return out;
+  return endpoints;
 }
 
 }  // namespace
 
 EtcdClient::EtcdClient(asio::any_io_executor executor,
-                       std::vector<std::string> endpoints, EtcdOptions options)
+                       std::vector<std::string> endpoints, EtcdOptions options,
+                       std::shared_ptr<transport::tls::TlsContext> tls)
     : executor_(std::move(executor)),
       endpoints_(std::move(endpoints)),
-      options_(options),
+      options_(std::move(options)),
+      tls_(std::move(tls)),
       preferred_(std::make_shared<std::atomic<size_t>>(0)) {}
+
+EtcdClient::~EtcdClient() = default;
 
 StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Create(
     asio::any_io_executor executor, std::string_view endpoints,
     EtcdOptions options) {
-  StatusOr<std::vector<std::string>> parsed = ParseEndpoints(endpoints);
+  StatusOr<Endpoints> parsed = ParseEndpoints(endpoints);
   if (!parsed.ok()) return parsed.status();
-  return std::make_shared<EtcdClient>(std::move(executor), std::move(*parsed),
-                                      options);
+  std::shared_ptr<transport::tls::TlsContext> tls;
+  if (parsed->https || !options.tls.ca_file.empty()) {
+    if (parsed->http) {
+      return Status(StatusCode::kInvalidArgument,
+                    "etcd endpoints \"" + std::string(endpoints) +
+                        "\" mix http:// with TLS: none is reached in "
+                        "plaintext once TLS is configured");
+    }
+    if (options.tls.ca_file.empty()) {
+      return Status(StatusCode::kInvalidArgument,
+                    "etcd over https:// needs EtcdOptions::tls.ca_file, the "
+                    "CA its members' certificates end in");
+    }
+    StatusOr<std::shared_ptr<transport::tls::TlsContext>> context =
+        transport::tls::TlsContext::Shared(
+            options.tls, transport::tls::TlsContext::Role::kClient);
+    if (!context.ok()) return context.status();
+    tls = std::move(*context);
+  }
+  if (options.user.empty() && !options.password.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "EtcdOptions::password is set without a user");
+  }
+  return std::make_shared<EtcdClient>(std::move(executor),
+                                      std::move(parsed->hosts),
+                                      std::move(options), std::move(tls));
 }
 
-void EtcdClient::Post(std::string path, std::string body,
+void EtcdClient::Send(std::string path, std::string body, std::string token,
                       UniqueFunction<void(StatusOr<std::string>)> done) {
   auto exchange = std::make_shared<Exchange>(executor_, *this);
   exchange->path = std::move(path);
   exchange->request_body = std::move(body);
+  exchange->token = std::move(token);
   // The exchange holds the client: its endpoints must outlive it.
   exchange->done = [client = shared_from_this(), done = std::move(done)](
                        StatusOr<std::string> r) mutable { done(std::move(r)); };
   exchange->Start();
+}
+
+void EtcdClient::Post(std::string path, std::string body,
+                      UniqueFunction<void(StatusOr<std::string>)> done,
+                      bool may_renew_token) {
+  if (options_.user.empty()) {
+    return Send(std::move(path), std::move(body), {}, std::move(done));
+  }
+  WithToken([self = shared_from_this(), path = std::move(path),
+             body = std::move(body), done = std::move(done),
+             may_renew_token](StatusOr<std::string> token) mutable {
+    if (!token.ok()) return done(token.status());
+    std::string used = *token;
+    self->Send(
+        path, body, std::move(*token),
+        [self, path, body, done = std::move(done), may_renew_token,
+         used = std::move(used)](StatusOr<std::string> r) mutable {
+          // A token etcd no longer takes (it expired, or etcd
+          // restarted): a new one, once.
+          if (!r.ok() && r.status().code() == StatusCode::kUnauthenticated) {
+            self->ForgetToken(used);
+            if (may_renew_token) {
+              return self->Post(std::move(path), std::move(body),
+                                std::move(done), false);
+            }
+          }
+          done(std::move(r));
+        });
+  });
+}
+
+void EtcdClient::WithToken(UniqueFunction<void(StatusOr<std::string>)> then) {
+  {
+    std::unique_lock lock(token_mu_);
+    if (!token_.empty()) {
+      std::string token = token_;
+      lock.unlock();
+      return then(std::move(token));
+    }
+  }
+  etcd::AuthenticateRequest request;
+  request.set_name(options_.user);
+  request.set_password(options_.password);
+  Send("/v3/auth/authenticate", ToJson(request), {},
+       [self = shared_from_this(),
+        then = std::move(then)](StatusOr<std::string> body) mutable {
+         etcd::AuthenticateResponse response;
+         Status status = body.ok() ? FromJson(*body, &response) : body.status();
+         if (status.ok() && response.token().empty()) {
+           status = Status(StatusCode::kInternal, "etcd sent no token");
+         }
+         if (!status.ok()) {
+           return then(Status(status.code(), "etcd did not authenticate \"" +
+                                                 self->options_.user +
+                                                 "\": " + status.message()));
+         }
+         {
+           std::lock_guard lock(self->token_mu_);
+           self->token_ = response.token();
+         }
+         then(std::move(*response.mutable_token()));
+       });
+}
+
+void EtcdClient::ForgetToken(const std::string& token) {
+  std::lock_guard lock(token_mu_);
+  if (token_ == token) token_.clear();
 }
 
 template <typename Response, typename Request>
@@ -436,13 +288,21 @@ std::unique_ptr<EtcdClient::Watch> EtcdClient::WatchPrefix(
   auto exchange = std::make_shared<Exchange>(executor_, *this);
   exchange->path = "/v3/watch";
   exchange->request_body = ToJson(request);
-  exchange->on_line = [on_response](std::string_view text) {
+  // The token the watch was created with, set before it starts: one etcd
+  // refuses is forgotten, so that the watch made next gets a new one.
+  auto token = std::make_shared<std::string>();
+  exchange->on_line = [on_response, token,
+                       client = weak_from_this()](std::string_view text) {
     etcd::WatchStreamLine line;
     Status parsed = FromJson(text, &line);
     if (parsed.ok() && line.has_error()) {
       parsed = GatewayStatus(200, ToJson(line.error()));
     }
     if (!parsed.ok()) {
+      if (auto self = client.lock();
+          self && parsed.code() == StatusCode::kUnauthenticated) {
+        self->ForgetToken(*token);
+      }
       on_response(parsed);
       return false;
     }
@@ -450,12 +310,24 @@ std::unique_ptr<EtcdClient::Watch> EtcdClient::WatchPrefix(
     on_response(std::move(*line.mutable_result()));
     return !canceled;
   };
-  exchange->done = [client = shared_from_this(),
-                    on_response](const StatusOr<std::string>& end) {
+  exchange->done = [client = shared_from_this(), on_response,
+                    token](const StatusOr<std::string>& end) {
+    if (!end.ok() && end.status().code() == StatusCode::kUnauthenticated) {
+      client->ForgetToken(*token);
+    }
     on_response(end.ok() ? Status(StatusCode::kUnavailable, "watch ended")
                          : end.status());
   };
-  exchange->Start();
+  if (options_.user.empty()) {
+    exchange->Start();
+  } else {
+    WithToken([exchange, token](StatusOr<std::string> got) {
+      if (!got.ok()) return exchange->Fail(got.status());
+      *token = *got;
+      exchange->token = std::move(*got);
+      exchange->Start();
+    });
+  }
   return std::make_unique<WatchHandle>(std::move(exchange));
 }
 

@@ -14,6 +14,10 @@
 // found, say) is not retried: it comes back with etcd's gRPC code, which
 // is rdmarpc's (include/rdmarpc/status.h).
 //
+// With EtcdOptions::tls (or "https://" endpoints) every member is reached
+// over TLS, its certificate checked; with EtcdOptions::user the client
+// authenticates as that user and sends etcd's token with each request.
+//
 // Threads: every callback runs on the client's executor. The methods may be
 // called from any thread.
 #ifndef RDMARPC_NAMING_ETCD_CLIENT_H_
@@ -24,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +37,10 @@
 #include "rdmarpc/naming_options.h"
 #include "rdmarpc/status.h"
 #include "rdmarpc/unique_function.h"
+
+namespace rdmarpc::transport::tls {
+class TlsContext;
+}
 
 namespace rdmarpc::naming {
 
@@ -45,8 +54,9 @@ class EtcdClient : public std::enable_shared_from_this<EtcdClient> {
   using Callback = UniqueFunction<void(StatusOr<Response>)>;
 
   // `endpoints`: "host:port[,host:port...]", members of one etcd cluster
-  // (an "http://" in front of each is accepted). INVALID_ARGUMENT if empty
-  // or malformed.
+  // (an "http://" or "https://" in front of each is accepted).
+  // INVALID_ARGUMENT if empty or malformed, if "http://" meets TLS, or if
+  // the TLS files do not load.
   static StatusOr<std::shared_ptr<EtcdClient>> Create(
       boost::asio::any_io_executor executor, std::string_view endpoints,
       EtcdOptions options = {});
@@ -84,14 +94,25 @@ class EtcdClient : public std::enable_shared_from_this<EtcdClient> {
 
   // For the implementation (naming/etcd_client.cc).
   EtcdClient(boost::asio::any_io_executor executor,
-             std::vector<std::string> endpoints, EtcdOptions options);
+             std::vector<std::string> endpoints, EtcdOptions options,
+             std::shared_ptr<transport::tls::TlsContext> tls);
+  ~EtcdClient();
   struct Exchange;
 
  private:
-  // POSTs `body` to `path`, trying each member in turn; `done` gets the
+  // POSTs `body` to `path` with the token (if a user is configured; a
+  // refused one is renewed once when may_renew_token); `done` gets the
   // response body of a 200, else the gateway's error.
   void Post(std::string path, std::string body,
+            UniqueFunction<void(StatusOr<std::string>)> done,
+            bool may_renew_token = true);
+  // One POST, trying each member in turn.
+  void Send(std::string path, std::string body, std::string token,
             UniqueFunction<void(StatusOr<std::string>)> done);
+  // The token etcd gave, asked for first if there is none.
+  void WithToken(UniqueFunction<void(StatusOr<std::string>)> then);
+  // Forgets `token` if it is still the one held.
+  void ForgetToken(const std::string& token);
   template <typename Response, typename Request>
   void Unary(const std::string& path, const Request& request,
              Callback<Response> done);
@@ -99,6 +120,9 @@ class EtcdClient : public std::enable_shared_from_this<EtcdClient> {
   boost::asio::any_io_executor executor_;
   const std::vector<std::string> endpoints_;  // "host:port"
   const EtcdOptions options_;
+  const std::shared_ptr<transport::tls::TlsContext> tls_;  // Null: no TLS.
+  std::mutex token_mu_;
+  std::string token_;  // etcd's token for options_.user, once it gave one.
   // The member that answered last: where the next request goes first.
   std::shared_ptr<std::atomic<size_t>> preferred_;
 };

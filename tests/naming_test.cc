@@ -18,6 +18,7 @@
 #include "naming/registration.h"
 #include "naming/resolver.h"
 #include "tests/support/etcd_process.h"
+#include "tests/support/naming_support.h"
 #include "tests/support/test_support.h"
 
 namespace rdmarpc {
@@ -25,76 +26,13 @@ namespace {
 
 namespace asio = boost::asio;
 using naming::EtcdClient;
+using testing::Client;
 using testing::EtcdProcess;
+using testing::Loop;
+using testing::Wait;
+using testing::Watcher;
 using namespace std::chrono_literals;
 using Endpoints = std::vector<std::string>;
-
-// An io_context on a thread of its own.
-struct Loop {
-  Loop() : thread([this] { context.run(); }) {}
-  ~Loop() {
-    work.reset();
-    context.stop();
-    thread.join();
-  }
-  asio::io_context context;
-  asio::executor_work_guard<asio::io_context::executor_type> work =
-      asio::make_work_guard(context);
-  std::thread thread;
-};
-
-// Calls `start(callback)` and waits for the callback's value.
-template <typename Response, typename F>
-StatusOr<Response> Wait(F start) {
-  std::promise<StatusOr<Response>> promise;
-  auto future = promise.get_future();
-  start([&promise](StatusOr<Response> r) { promise.set_value(std::move(r)); });
-  return future.get();
-}
-
-std::shared_ptr<EtcdClient> Client(Loop& loop, std::string endpoints,
-                                   naming::EtcdOptions options = {}) {
-  auto client =
-      EtcdClient::Create(loop.context.get_executor(), endpoints, options);
-  REQUIRE(client.ok());
-  return *client;
-}
-
-// Records a resolver's updates; waits for one that satisfies a predicate.
-class Watcher {
- public:
-  naming::Resolver::Update Callback() {
-    return [this](StatusOr<Endpoints> update) {
-      std::lock_guard lock(mu_);
-      if (update.ok()) {
-        sets_.push_back(*update);
-      } else {
-        errors_.push_back(update.status());
-      }
-      changed_.notify_all();
-    };
-  }
-  // The latest set, once it equals `want` (empty optional on timeout).
-  bool WaitFor(const Endpoints& want, std::chrono::milliseconds limit = 10s) {
-    std::unique_lock lock(mu_);
-    return changed_.wait_for(
-        lock, limit, [&] { return !sets_.empty() && sets_.back() == want; });
-  }
-  size_t updates() const {
-    std::lock_guard lock(mu_);
-    return sets_.size();
-  }
-  size_t errors() const {
-    std::lock_guard lock(mu_);
-    return errors_.size();
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::vector<Endpoints> sets_;
-  std::vector<Status> errors_;
-};
 
 TEST_CASE("targets and prefixes parse") {
   CHECK(naming::PrefixRangeEnd("/a/") == "/a0");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "rdmarpc/naming_options.h"
 #include "rdmarpc/tls_options.h"
 
 namespace rdmarpc::examples {
@@ -56,6 +57,21 @@ class Flags {
     tls.server_name = name;
     tls.require_client_cert = server && !ca.empty();
     return tls;
+  }
+
+  // How to reach an etcd that wants credentials (docs/cluster.md): TLS from
+  // --etcd-ca FILE (with --etcd-cert FILE --etcd-key FILE for a client
+  // certificate), and etcd's user authentication as --etcd-user NAME, its
+  // password from --etcd-password-file FILE or $ETCD_PASSWORD.
+  EtcdOptions Etcd() const {
+    EtcdOptions etcd;
+    etcd.tls.ca_file = Get("etcd-ca", "");
+    etcd.tls.cert_file = Get("etcd-cert", "");
+    etcd.tls.key_file = Get("etcd-key", "");
+    etcd.user = Get("etcd-user", "");
+    if (!etcd.user.empty())
+      etcd.password = Secret("etcd-password", "ETCD_PASSWORD");
+    return etcd;
   }
 
   // A secret, never from the command line (where `ps` shows it): the file

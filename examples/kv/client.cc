@@ -22,7 +22,8 @@
 // URI may name a cluster (list://, etcd://: docs/cluster.md); --balance
 // round-robin|least-loaded|hash spreads the calls, hash by each call's key,
 // and a session then also takes `endpoints`, `wait-endpoints N` and
-// `lookup KEY` (a get for which an absent key is no failure).
+// `lookup KEY` (a get for which an absent key is no failure). An etcd that
+// wants credentials: the server's --etcd-* flags (server.cc).
 // With a token (the first line of --token-file FILE, or $KV_TOKEN), every
 // call carries "authorization: Bearer TOKEN" (the server's token). Over
 // tls:// --tls-ca FILE checks the server (--tls-cert and --tls-key prove the
@@ -87,6 +88,7 @@ class Cli {
                                  ? rpc::LoadBalancing::kLeastLoaded
                                  : rpc::LoadBalancing::kRoundRobin;
     options.retry.max_attempts = 3;
+    options.cluster.naming.etcd = flags.Etcd();
     channel_ = std::make_shared<rpc::Channel>(
         flags.Get("uri", "auto://127.0.0.1:5001"), options);
     stub_ = std::make_unique<KeyValue::Stub>(channel_);

@@ -1,6 +1,8 @@
 // The KV server: //examples/kv:server --uri URI [--capacity BYTES]
 //   [--token-file FILE] [--log-calls 1] [--admin http://HOST:PORT]
-//   [--register-at etcd://HOST:PORT/PREFIX [--registration-ttl-s N]]
+//   [--register-at etcd://HOST:PORT/PREFIX [--registration-ttl-s N]
+//    [--etcd-ca FILE [--etcd-cert FILE --etcd-key FILE]]
+//    [--etcd-user NAME (password: --etcd-password-file FILE)]]
 // With --admin it serves /metrics (Prometheus) and a status page there
 // (docs/admin.md).
 // With --register-at it registers in etcd while it serves, for clients
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
         std::make_shared<rpc::LoggingServerInterceptor>());
   }
   options.register_at = flags.Get("register-at", "");
+  options.registration.etcd = flags.Etcd();
   options.registration.ttl = std::chrono::seconds(
       flags.GetInt("registration-ttl-s", options.registration.ttl.count()));
   rpc::Server server(options);

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "rdmarpc/tls_options.h"
+
 namespace rdmarpc {
 
 struct EtcdOptions {
@@ -15,6 +17,21 @@ struct EtcdOptions {
   std::chrono::milliseconds request_timeout{2000};
   // A larger response (a Range over a huge prefix) fails RESOURCE_EXHAUSTED.
   uint64_t max_response_bytes = uint64_t{64} << 20;
+  // TLS to etcd (a member started with --cert-file and --key-file): on
+  // when tls.ca_file is set or an endpoint is written "https://", and then
+  // every member is reached over TLS, none in plaintext. tls.ca_file is
+  // the CA the members' certificates end in (required); tls.cert_file and
+  // tls.key_file, this client's certificate for a member that wants one
+  // (--client-cert-auth). A member's certificate must name the host of its
+  // endpoint, or tls.server_name.
+  TlsOptions tls;
+  // etcd's user authentication (etcdctl auth enable): the client asks for
+  // a token with `user` and `password` before its first request and sends
+  // it with every request; a token etcd no longer accepts is replaced
+  // once. Empty user: no authentication (etcd may still take the user
+  // from the client certificate's common name).
+  std::string user;
+  std::string password;
 };
 
 struct ResolverOptions {

@@ -168,7 +168,7 @@ void DnsmasqProcess::Set(const std::string& lines) {
   if (pid_ > 0) kill(pid_, SIGHUP);
 }
 
-EtcdProcess::EtcdProcess() {
+EtcdProcess::EtcdProcess(EtcdTls tls) : tls_(std::move(tls)) {
   if (access("/usr/bin/etcd", X_OK) != 0) {
     throw std::runtime_error(
         "/usr/bin/etcd is missing: tools/setup installs etcd-server");
@@ -176,6 +176,7 @@ EtcdProcess::EtcdProcess() {
   dir_ = TempDir("etcd");
   client_port_ = FreePort();
   peer_port_ = FreePort();
+  metrics_port_ = FreePort();
   Launch(/*new_ports_if_taken=*/true);
 }
 
@@ -199,14 +200,38 @@ void EtcdProcess::Launch(bool new_ports_if_taken) {
   constexpr int kTries = 20;
   for (int attempt = 1;; ++attempt) {
     const std::string client =
-        "http://127.0.0.1:" + std::to_string(client_port_);
+        (tls_.cert_file.empty() ? "http://127.0.0.1:" : "https://127.0.0.1:") +
+        std::to_string(client_port_);
     const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
-    pid_ = Spawn(
-        {"/usr/bin/etcd", "--name", "t", "--data-dir", dir_ + "/data",
-         "--listen-client-urls", client, "--advertise-client-urls", client,
-         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-         "--initial-cluster", "t=" + peer, "--log-level", "warn"},
-        dir_ + "/etcd.log");
+    std::vector<std::string> args = {
+        "/usr/bin/etcd",
+        "--name",
+        "t",
+        "--data-dir",
+        dir_ + "/data",
+        "--listen-client-urls",
+        client,
+        "--advertise-client-urls",
+        client,
+        "--listen-peer-urls",
+        peer,
+        "--initial-advertise-peer-urls",
+        peer,
+        "--initial-cluster",
+        "t=" + peer,
+        "--listen-metrics-urls",
+        "http://127.0.0.1:" + std::to_string(metrics_port_),
+        "--log-level",
+        "warn"};
+    if (!tls_.cert_file.empty()) {
+      args.insert(args.end(),
+                  {"--cert-file", tls_.cert_file, "--key-file", tls_.key_file});
+    }
+    if (!tls_.client_ca_file.empty()) {
+      args.insert(args.end(), {"--client-cert-auth", "--trusted-ca-file",
+                               tls_.client_ca_file});
+    }
+    pid_ = Spawn(args, dir_ + "/etcd.log");
     if (WaitReady()) return;
     if (attempt == kTries) {
       throw std::runtime_error("etcd exited at start " +
@@ -216,6 +241,7 @@ void EtcdProcess::Launch(bool new_ports_if_taken) {
     if (new_ports_if_taken) {
       client_port_ = FreePort();
       peer_port_ = FreePort();
+      metrics_port_ = FreePort();
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
     }
@@ -225,7 +251,7 @@ void EtcdProcess::Launch(bool new_ports_if_taken) {
 bool EtcdProcess::WaitReady() {
   const auto give_up =
       std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!Healthy(client_port_)) {
+  while (!Healthy(metrics_port_)) {
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
@@ -252,18 +278,45 @@ void EtcdProcess::Restart() {
   Launch(/*new_ports_if_taken=*/false);
 }
 
+std::string EtcdProcess::CtlPrefix() const {
+  std::string command = "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=" +
+                        std::string(tls_.cert_file.empty() ? "" : "https://") +
+                        endpoint();
+  if (!tls_.ctl_ca_file.empty()) command += " --cacert=" + tls_.ctl_ca_file;
+  if (!tls_.ctl_cert_file.empty()) {
+    command += " --cert=" + tls_.ctl_cert_file + " --key=" + tls_.ctl_key_file;
+  }
+  if (!ctl_user_.empty()) command += " --user=" + ctl_user_;
+  return command;
+}
+
 void EtcdProcess::Compact() {
   // etcdctl prints the revision it compacted to; "compact" needs a number:
   // the current revision, from "endpoint status".
-  const std::string command =
-      "rev=$(ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=" + endpoint() +
-      " endpoint status -w json | sed -n "
-      "'s/.*\"revision\":\\([0-9]*\\).*/\\1/p')"
-      " && ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=" +
-      endpoint() + " compact \"$rev\" >/dev/null";
+  const std::string command = "rev=$(" + CtlPrefix() +
+                              " endpoint status -w json | sed -n "
+                              "'s/.*\"revision\":\\([0-9]*\\).*/\\1/p')"
+                              " && " +
+                              CtlPrefix() + " compact \"$rev\" >/dev/null";
   if (std::system(command.c_str()) != 0) {
     throw std::runtime_error("etcdctl compact failed");
   }
+}
+
+void EtcdProcess::Ctl(const std::string& args) const {
+  const std::string command =
+      CtlPrefix() + " " + args + " >>" + dir_ + "/etcdctl.log 2>&1";
+  if (std::system(command.c_str()) != 0) {
+    throw std::runtime_error("etcdctl " + args + " failed; see " + dir_ +
+                             "/etcdctl.log");
+  }
+}
+
+void EtcdProcess::EnableAuth(const std::string& root_password) {
+  Ctl("user add root --new-user-password=" + root_password);
+  Ctl("user grant-role root root");
+  Ctl("auth enable");
+  ctl_user_ = "root:" + root_password;
 }
 
 }  // namespace rdmarpc::testing

@@ -32,12 +32,27 @@ class DnsmasqProcess {
   pid_t pid_ = -1;
 };
 
+// An etcd that serves its clients over TLS: its certificate and key, and
+// with client_ca_file the CA a client's certificate must end in
+// (--client-cert-auth).
+struct EtcdTls {
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;
+  // etcdctl's own credentials: the CA of etcd's certificate, and a client
+  // certificate when etcd wants one.
+  std::string ctl_ca_file;
+  std::string ctl_cert_file;
+  std::string ctl_key_file;
+};
+
 class EtcdProcess {
  public:
   // Starts etcd and waits until it serves requests, a leader elected
   // (throws std::runtime_error if it does not within 20 s, or if
-  // /usr/bin/etcd is missing).
-  EtcdProcess();
+  // /usr/bin/etcd is missing). With tls.cert_file set, clients reach it
+  // over https:// only.
+  explicit EtcdProcess(EtcdTls tls = {});
   ~EtcdProcess();
   EtcdProcess(const EtcdProcess&) = delete;
   EtcdProcess& operator=(const EtcdProcess&) = delete;
@@ -51,6 +66,12 @@ class EtcdProcess {
   void Restart();
   // Compacts its history up to the current revision (etcdctl).
   void Compact();
+  // Runs etcdctl against it with `args` (its endpoint and TLS flags come
+  // first); throws std::runtime_error if it fails.
+  void Ctl(const std::string& args) const;
+  // Turns on etcd's user authentication: a root user with
+  // `root_password`, then `etcdctl auth enable`.
+  void EnableAuth(const std::string& root_password);
 
  private:
   // Starts etcd; tries again while it exits at once (a port taken).
@@ -58,9 +79,15 @@ class EtcdProcess {
   // True once it serves (/health); false if it exited first.
   bool WaitReady();
 
+  // etcdctl's command line up to its arguments.
+  std::string CtlPrefix() const;
+
+  const EtcdTls tls_;
   std::string dir_;
   int client_port_ = 0;
   int peer_port_ = 0;
+  int metrics_port_ = 0;  // Plain HTTP: /health, whatever the client side.
+  std::string ctl_user_;  // "root:password" once auth is on.
   pid_t pid_ = -1;
 };
 

@@ -62,9 +62,11 @@ CertPtr NewCert(const std::string& common_name, EVP_PKEY* key, long serial,
   X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
                              reinterpret_cast<const unsigned char*>("rdmarpc"),
                              -1, -1, 0);
-  X509_NAME_add_entry_by_txt(
-      name, "CN", MBSTRING_ASC,
-      reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0);
+  if (!common_name.empty()) {
+    X509_NAME_add_entry_by_txt(
+        name, "CN", MBSTRING_ASC,
+        reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0);
+  }
   return cert;
 }
 

@@ -26,7 +26,8 @@ class TestPki {
 
   const std::string& ca_file() const { return ca_file_; }
 
-  // A certificate signed by this CA for `common_name` with `alt_names`
+  // A certificate signed by this CA for `common_name` (none if empty) with
+  // `alt_names`
   // ("DNS:localhost", "IP:127.0.0.1", "URI:spiffe://test/x", ...), valid
   // from now + not_before to now + not_after, written to dir/<file>.pem and
   // dir/<file>-key.pem.

@@ -155,6 +155,13 @@ class TlsContext {
   static StatusOr<std::shared_ptr<TlsContext>> Shared(const TlsOptions& options,
                                                       Role role);
 
+  // For a TLS stream that is not a TlsSession (Boost.Asio's ssl::stream,
+  // as the etcd client's): a reference of the caller's to the credentials
+  // a new session gets now (read again first if the files changed).
+  SslCtxPtr NativeContext();
+  // Makes a client's `ssl` check that the server's certificate names `host`
+  // (options.server_name wins if set) and name it in its hello (SNI).
+  Status NameServer(SSL* ssl, std::string_view host) const;
   // Reads the files again now. New sessions use them; sessions running go
   // on with what they began with. On failure the loaded ones stay.
   Status Reload();

@@ -244,14 +244,6 @@ uint64_t TlsContext::loads() const {
 StatusOr<std::unique_ptr<TlsSession>> TlsContext::NewSession(
     std::string_view host) {
   ReloadIfChanged();
-  std::string name =
-      options_.server_name.empty() ? std::string(host) : options_.server_name;
-  if (name.size() > 2 && name.front() == '[' && name.back() == ']') {
-    name = name.substr(1, name.size() - 2);  // "[::1]" from a URI.
-  }
-  if (role_ == Role::kClient && name.empty()) {
-    return Invalid("a TLS client needs the server's name to check");
-  }
   SslPtr ssl;
   {
     std::lock_guard lock(mu_);
@@ -268,16 +260,36 @@ StatusOr<std::unique_ptr<TlsSession>> TlsContext::NewSession(
     return session;
   }
   SSL_set_connect_state(raw);
+  if (Status named = NameServer(raw, host); !named.ok()) return named;
+  return session;
+}
+
+SslCtxPtr TlsContext::NativeContext() {
+  ReloadIfChanged();
+  std::lock_guard lock(mu_);
+  SSL_CTX_up_ref(ctx_.get());
+  return SslCtxPtr(ctx_.get());
+}
+
+Status TlsContext::NameServer(SSL* ssl, std::string_view host) const {
+  std::string name =
+      options_.server_name.empty() ? std::string(host) : options_.server_name;
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);  // "[::1]" from a URI.
+  }
+  if (name.empty()) {
+    return Invalid("a TLS client needs the server's name to check");
+  }
   const bool named = IsIpAddress(name)
-                         ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(raw),
+                         ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl),
                                                          name.c_str()) == 1
-                         : SSL_set1_host(raw, name.c_str()) == 1 &&
-                               SSL_set_tlsext_host_name(raw, name.c_str()) == 1;
+                         : SSL_set1_host(ssl, name.c_str()) == 1 &&
+                               SSL_set_tlsext_host_name(ssl, name.c_str()) == 1;
   if (!named) {
     TakeOpenSslErrors();
     return Invalid("'" + name + "' is not a name a certificate can carry");
   }
-  return session;
+  return Status();
 }
 
 }  // namespace rdmarpc::transport::tls
