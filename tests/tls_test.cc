@@ -127,6 +127,8 @@ TEST_CASE("tls: a client that trusts the CA authenticates the server") {
   REQUIRE(client->handshake_done());
   REQUIRE(server->handshake_done());
   CHECK(client->version() == "TLSv1.3");
+  // AES-128-GCM first by default (OpenSSL's own order has AES-256 first).
+  CHECK(client->cipher() == "TLS_AES_128_GCM_SHA256");
   CHECK(client->peer().common_name == "server");
   CHECK_THAT(client->peer().subject, ContainsSubstring("CN=server"));
   CHECK(client->peer().alt_names ==
@@ -368,6 +370,18 @@ TEST_CASE("tls: credentials are checked when loaded") {
     TlsOptions options = f.ServerOptions();
     options.require_client_cert = true;
     CHECK_FALSE(TlsContext::Create(options, TlsContext::Role::kServer).ok());
+  }
+  SECTION("the cipher suites asked for are the ones used") {
+    TlsOptions options = f.ClientOptions();
+    options.ciphersuites = "TLS_CHACHA20_POLY1305_SHA256";
+    auto client_context = MustCreate(options, TlsContext::Role::kClient);
+    auto server_context =
+        MustCreate(f.ServerOptions(), TlsContext::Role::kServer);
+    auto client = MustSession(*client_context, "localhost");
+    auto server = MustSession(*server_context);
+    REQUIRE(Handshake(*client, *server).client.ok());
+    CHECK(client->cipher() == "TLS_CHACHA20_POLY1305_SHA256");
+    CHECK(server->cipher() == "TLS_CHACHA20_POLY1305_SHA256");
   }
   SECTION("cipher suites OpenSSL does not have") {
     TlsOptions options = f.ClientOptions();

@@ -47,8 +47,12 @@ struct Payload {
 };
 
 // A received frame's payload cut into its message and its `attachment_size`
-// final bytes (at most payload.size()), without copying.
-inline Payload SplitPayload(Buffer payload, uint64_t attachment_size) {
+// final bytes (at most payload.size()), without copying. Always inlined: it
+// is on every call's path, and GCC's unit-growth budget otherwise decides
+// by how much else a translation unit holds (out of line it cost a server
+// 25 instructions a call).
+[[gnu::always_inline]] inline Payload SplitPayload(Buffer payload,
+                                                   uint64_t attachment_size) {
   if (attachment_size == 0) return Payload(std::move(payload));
   Buffer message = payload.Split(payload.size() - attachment_size);
   return Payload(std::move(message), std::move(payload));

@@ -37,9 +37,10 @@ struct TlsOptions {
   std::string server_name;
   // The oldest protocol accepted. TLS 1.2 is off unless asked for.
   TlsVersion min_version = TlsVersion::kTls13;
-  // TLS 1.3 cipher suites in OpenSSL's syntax
-  // ("TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"); empty:
-  // OpenSSL's default.
+  // TLS 1.3 cipher suites in OpenSSL's syntax, in order of preference
+  // ("TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"); empty: all
+  // three of TLS 1.3's, AES-128-GCM first (as BoringSSL and Go order them;
+  // OpenSSL's own order puts AES-256-GCM first).
   std::string ciphersuites;
   // TLS 1.2's cipher list, when min_version allows it; empty: OpenSSL's
   // default.

@@ -225,8 +225,9 @@ class TcpConnection final : public Connection,
   // ContinueBatch under TLS: encrypts the batch's pieces into records a
   // little ahead of the socket and writes their ciphertext.
   bool ContinueTlsBatch();
-  // Encrypts the batch's next pieces into one record of up to 16 KiB.
-  bool EncryptGather();
+  // Encrypts the batch's next pieces: one record of up to 16 KiB, or up to
+  // `ahead` bytes of a large piece.
+  bool EncryptGather(size_t ahead);
   // A control frame at once, best effort (HELLO, version announcement).
   void SendNow(std::span<const std::byte> bytes);
 

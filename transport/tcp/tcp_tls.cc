@@ -79,15 +79,16 @@ ssize_t TcpConnection::ReadBodyTls(std::byte* into, size_t space) {
   return static_cast<ssize_t>(got);
 }
 
-bool TcpConnection::EncryptGather() {
+bool TcpConnection::EncryptGather(size_t ahead) {
   // Small pieces (prefixes, headers, small payloads) are copied into one
-  // record; a piece of a record's size or more is encrypted where it is.
+  // record; a piece of a record's size or more is encrypted where it is,
+  // up to `ahead` bytes of it.
   std::array<std::byte, kTlsRecordPlaintext> record;
   size_t used = 0;
   while (gather_written_ < gather_total_ && used < record.size()) {
     const asio::const_buffer piece = gather_[gather_first_];
     if (used == 0 && piece.size() >= record.size()) {
-      const size_t n = std::min(piece.size(), kTlsCipherAhead);
+      const size_t n = std::min(piece.size(), ahead);
       if (!tls_->Write(
                    std::span(static_cast<const std::byte*>(piece.data()), n))
                .ok()) {
@@ -105,10 +106,14 @@ bool TcpConnection::EncryptGather() {
 }
 
 bool TcpConnection::ContinueTlsBatch() {
+  // The first record goes out alone, so that the peer decrypts it while
+  // the next are encrypted; each send after it may carry twice as much, up
+  // to kTlsCipherAhead. A 64 KiB call then costs 3 sends, not 1, and its
+  // round trip about a fifth less; a long batch only a few sends more.
+  size_t ahead = kTlsRecordPlaintext;
   for (;;) {
-    while (tls_->Outgoing().size() < kTlsCipherAhead &&
-           gather_written_ < gather_total_) {
-      if (!EncryptGather()) {
+    while (tls_->Outgoing().size() < ahead && gather_written_ < gather_total_) {
+      if (!EncryptGather(ahead)) {
         OnWritten(asio::error::fault, gather_written_);
         return false;
       }
@@ -123,6 +128,7 @@ bool TcpConnection::ContinueTlsBatch() {
                              MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       tls_->Consume(static_cast<size_t>(n));
+      ahead = std::min(2 * ahead, kTlsCipherAhead);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
