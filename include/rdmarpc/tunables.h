@@ -123,7 +123,8 @@ static_assert(kTcpCoalesceFrameMax >= kFramePrefixSize + 64 &&
 // TLS on TCP (transport/tcp/tcp_tls.cc). A batch's small pieces (prefixes,
 // headers, small payloads) are copied into records of kTlsRecordPlaintext
 // bytes, TLS's largest; ciphertext is made at most kTlsCipherAhead ahead of
-// what the socket has taken, and read kTlsReadChunk at a time.
+// what the socket has taken (a batch's first record is sent alone, and each
+// send after it may carry twice as much), and read kTlsReadChunk at a time.
 inline constexpr size_t kTlsRecordPlaintext = 16 << 10;
 inline constexpr size_t kTlsCipherAhead = 256 << 10;
 inline constexpr size_t kTlsReadChunk = 64 << 10;
