@@ -51,13 +51,10 @@ tcp::endpoint EndpointOf(const std::string& uri) {
   return {asio::ip::make_address(parsed->host), parsed->port};
 }
 
-// One request on a connection of its own.
-Reply Get(const std::string& uri, const std::string& target,
-          http::verb verb = http::verb::get,
-          const std::string& authorization = "") {
-  asio::io_context context;
-  beast::tcp_stream stream(context);
-  stream.connect(EndpointOf(uri));
+// One request on `stream`, and its reply.
+template <typename Stream>
+Reply Exchange(Stream& stream, http::verb verb, const std::string& target,
+               const std::string& authorization) {
   http::request<http::string_body> request{verb, target, 11};
   request.set(http::field::host, "localhost");
   if (!authorization.empty()) {
@@ -69,6 +66,16 @@ Reply Get(const std::string& uri, const std::string& target,
   http::read(stream, buffer, response);
   return {static_cast<int>(response.result_int()),
           std::string(response[http::field::content_type]), response.body()};
+}
+
+// One request on a connection of its own.
+Reply Get(const std::string& uri, const std::string& target,
+          http::verb verb = http::verb::get,
+          const std::string& authorization = "") {
+  asio::io_context context;
+  beast::tcp_stream stream(context);
+  stream.connect(EndpointOf(uri));
+  return Exchange(stream, verb, target, authorization);
 }
 
 // What the endpoint answers to `raw` bytes, up to the status line's code.
@@ -544,16 +551,7 @@ int HttpsGet(const std::string& uri, const std::string& target,
   beast::error_code error;
   stream.handshake(asio::ssl::stream_base::client, error);
   if (error) return -1;
-  http::request<http::string_body> request{http::verb::get, target, 11};
-  request.set(http::field::host, "localhost");
-  if (!authorization.empty()) {
-    request.set(http::field::authorization, authorization);
-  }
-  http::write(stream, request);
-  beast::flat_buffer buffer;
-  http::response<http::string_body> response;
-  http::read(stream, buffer, response);
-  return static_cast<int>(response.result_int());
+  return Exchange(stream, http::verb::get, target, authorization).status;
 }
 
 TEST_CASE("admin: https:// serves the pages over TLS, with the token") {

@@ -48,32 +48,11 @@ std::string RxeIp() {
   return ip;
 }
 
-struct Certs {
-  std::string ip = RxeIp();
-  TempDir dir;
-  TestPki pki{dir.path()};
-  IssuedCert server = pki.Issue("server", {"IP:" + ip}, "server");
-  IssuedCert client = pki.Issue("client", {"URI:spiffe://test/c"}, "client");
-
-  TransportOptions Server(bool require_client_cert = true) const {
-    TransportOptions options;
-    options.tls.emplace();
-    options.tls->cert_file = server.cert_file;
-    options.tls->key_file = server.key_file;
-    options.tls->ca_file = pki.ca_file();
-    options.tls->require_client_cert = require_client_cert;
-    return options;
-  }
-  TransportOptions Client(bool with_cert = true) const {
-    TransportOptions options;
-    options.tls.emplace();
-    options.tls->ca_file = pki.ca_file();
-    if (with_cert) {
-      options.tls->cert_file = client.cert_file;
-      options.tls->key_file = client.key_file;
-    }
-    return options;
-  }
+// Mutual TLS for a server at the VM's address.
+struct Certs : testing::TestCerts {
+  explicit Certs(std::string address = RxeIp())
+      : TestCerts({"IP:" + address}, /*mutual=*/true), ip(std::move(address)) {}
+  std::string ip;
 };
 
 // An RDMA listener on its own loop, counting the connections it is handed.

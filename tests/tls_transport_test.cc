@@ -30,35 +30,7 @@ using rdmarpc::testing::TempDir;
 using rdmarpc::testing::TestPki;
 using rdmarpc::testing::WaitFor;
 
-struct Certs {
-  TempDir dir;
-  TestPki pki{dir.path()};
-  IssuedCert server =
-      pki.Issue("server", {"DNS:localhost", "IP:127.0.0.1"}, "server");
-  IssuedCert client = pki.Issue("client", {"URI:spiffe://test/c"}, "client");
-
-  TransportOptions Server(bool require_client_cert = false) const {
-    TransportOptions options;
-    options.tls.emplace();
-    options.tls->cert_file = server.cert_file;
-    options.tls->key_file = server.key_file;
-    if (require_client_cert) {
-      options.tls->ca_file = pki.ca_file();
-      options.tls->require_client_cert = true;
-    }
-    return options;
-  }
-  TransportOptions Client(bool with_cert = false) const {
-    TransportOptions options;
-    options.tls.emplace();
-    options.tls->ca_file = pki.ca_file();
-    if (with_cert) {
-      options.tls->cert_file = client.cert_file;
-      options.tls->key_file = client.key_file;
-    }
-    return options;
-  }
-};
+using Certs = rdmarpc::testing::TestCerts;
 
 // A listener on its own loop; Connect() dials it.
 struct TlsEnds {

@@ -158,4 +158,32 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+TestCerts::TestCerts(const std::vector<std::string>& server_names, bool mutual)
+    : server(pki.Issue("server", server_names, "server")),
+      client(pki.Issue("client", {"URI:spiffe://test/c"}, "client")),
+      mutual_(mutual) {}
+
+TransportOptions TestCerts::Server(bool require_client_cert) const {
+  TransportOptions options;
+  options.tls.emplace();
+  options.tls->cert_file = server.cert_file;
+  options.tls->key_file = server.key_file;
+  if (require_client_cert) {
+    options.tls->ca_file = pki.ca_file();
+    options.tls->require_client_cert = true;
+  }
+  return options;
+}
+
+TransportOptions TestCerts::Client(bool with_cert) const {
+  TransportOptions options;
+  options.tls.emplace();
+  options.tls->ca_file = pki.ca_file();
+  if (with_cert) {
+    options.tls->cert_file = client.cert_file;
+    options.tls->key_file = client.key_file;
+  }
+  return options;
+}
+
 }  // namespace rdmarpc::testing

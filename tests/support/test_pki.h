@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "rdmarpc/transport_options.h"
+
 namespace rdmarpc::testing {
 
 struct IssuedCert {
@@ -54,6 +56,34 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// TLS credentials for a test: a CA, a server certificate (common name
+// "server") for `server_names`, a client certificate ("client",
+// URI:spiffe://test/c), and transport options that use them. With `mutual`
+// the server requires a client certificate and a client presents its own,
+// unless the call says otherwise.
+class TestCerts {
+ public:
+  explicit TestCerts(const std::vector<std::string>& server_names =
+                         {"DNS:localhost", "IP:127.0.0.1"},
+                     bool mutual = false);
+
+  // The server's certificate and key; with require_client_cert also the CA
+  // a client's must end in.
+  TransportOptions Server(bool require_client_cert) const;
+  TransportOptions Server() const { return Server(mutual_); }
+  // Trusting the CA; with_cert: also the client's certificate and key.
+  TransportOptions Client(bool with_cert) const;
+  TransportOptions Client() const { return Client(mutual_); }
+
+  TempDir dir;
+  TestPki pki{dir.path()};
+  IssuedCert server;
+  IssuedCert client;
+
+ private:
+  bool mutual_;
 };
 
 }  // namespace rdmarpc::testing
