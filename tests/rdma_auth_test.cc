@@ -27,7 +27,10 @@
 #include "tests/support/test_pki.h"
 #include "tests/support/test_support.h"
 #include "transport/factory/factory.h"
+#include "transport/rails/railed_connection.h"
+#include "transport/rdma/rdma_transport.h"
 #include "transport/tls/tls.h"
+#include "transport/uri.h"
 
 namespace rdmarpc::hostile {
 namespace {
@@ -210,6 +213,86 @@ TEST_CASE("rdma auth: each refusal names its fault and hands nothing over") {
   INFO(ok.ToString());
   CHECK(ok.ok());
   CHECK(WaitFor([&] { return ends.accepted == 1; }, kWait));
+}
+
+// One rdma_cm connection that says it is `hello`'s rail of a session.
+StatusOr<std::shared_ptr<transport::Connection>> ConnectRail(
+    rpc::EventLoop& loop, const std::string& ip, uint16_t port,
+    const TransportOptions& options, const transport::rdma::RailHello& hello) {
+  std::promise<StatusOr<std::shared_ptr<transport::Connection>>> done;
+  transport::rdma::Connect(
+      loop.context(), ip, port, options,
+      [&](StatusOr<std::shared_ptr<transport::Connection>> c) {
+        done.set_value(std::move(c));
+      },
+      hello);
+  return done.get_future().get();
+}
+
+TEST_CASE("rdma auth: a session's rails carry its identity, and no other") {
+  Certs certs;
+  RdmaEnds ends(certs.ip, certs.Server());
+  auto uri = transport::ParseUri(ends.listener->uri());
+  REQUIRE(uri.ok());
+  // The session the listener accepted (its primary reached on_accept).
+  auto session = [&]() -> std::shared_ptr<transport::rails::RailedConnection> {
+    std::lock_guard lock(ends.mu);
+    if (ends.connections.empty()) return nullptr;
+    return std::dynamic_pointer_cast<transport::rails::RailedConnection>(
+        ends.connections.back());
+  };
+
+  SECTION("the factory's rails: the server sees the client's identity") {
+    std::promise<StatusOr<std::shared_ptr<transport::Connection>>> done;
+    transport::Connect(ends.loop.context(),
+                       ends.listener->uri() + "?rails=" + certs.ip + ":" +
+                           std::to_string(uri->port),
+                       certs.Client(),
+                       [&](StatusOr<std::shared_ptr<transport::Connection>> c) {
+                         done.set_value(std::move(c));
+                       });
+    auto client = done.get_future().get();
+    INFO(client.status().ToString());
+    REQUIRE(client.ok());
+    REQUIRE(WaitFor([&] { return session() && session()->rails_up() == 2; },
+                    kWait));
+    const PeerIdentity* who = session()->peer_identity();
+    REQUIRE(who != nullptr);
+    CHECK(who->common_name == "client");
+    (*client)->Close(Status());
+  }
+
+  SECTION("a rail with another certificate of the CA does not join") {
+    transport::rdma::RailHello hello;
+    for (size_t i = 0; i < hello.session.size(); ++i) hello.session[i] = i + 1;
+    hello.primary = true;
+    auto primary =
+        ConnectRail(ends.loop, certs.ip, uri->port, certs.Client(), hello);
+    INFO(primary.status().ToString());
+    REQUIRE(primary.ok());
+    REQUIRE(WaitFor([&] { return session() != nullptr; }, kWait));
+    // Whoever read the session id off the wire, with a certificate of its
+    // own from the same CA.
+    const IssuedCert mallory =
+        certs.pki.Issue("mallory", {"URI:spiffe://test/m"}, "mallory");
+    TransportOptions as_mallory = certs.Client();
+    as_mallory.tls->cert_file = mallory.cert_file;
+    as_mallory.tls->key_file = mallory.key_file;
+    hello.rail = 1;
+    hello.primary = false;
+    auto impostor =
+        ConnectRail(ends.loop, certs.ip, uri->port, as_mallory, hello);
+    CHECK_FALSE(WaitFor([&] { return session()->rails_up() == 2; }, 1s));
+    // The same rail with the session's certificate joins.
+    auto rail =
+        ConnectRail(ends.loop, certs.ip, uri->port, certs.Client(), hello);
+    INFO(rail.status().ToString());
+    REQUIRE(rail.ok());
+    CHECK(WaitFor([&] { return session()->rails_up() == 2; }, kWait));
+    for (auto* c : {&primary, &impostor, &rail}) {
+      if (c->ok()) (**c)->Close(Status());
+    }
+  }
 }
 
 // A server that requires client certificates, and the counters a raw peer

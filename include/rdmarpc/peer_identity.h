@@ -20,6 +20,10 @@ struct PeerIdentity {
   std::string common_name;
 
   bool authenticated() const { return !subject.empty(); }
+  // The same subject and alternative names.
+  bool SameAs(const PeerIdentity& other) const {
+    return subject == other.subject && alt_names == other.alt_names;
+  }
 };
 
 }  // namespace rdmarpc

@@ -164,6 +164,18 @@ void ConnectRails(boost::asio::io_context& context,
   opening->TryPrimary(0);
 }
 
+namespace {
+
+// Both unauthenticated, or both the same identity.
+bool SameIdentity(const PeerIdentity* a, const PeerIdentity* b) {
+  const bool a_known = a != nullptr && a->authenticated();
+  const bool b_known = b != nullptr && b->authenticated();
+  if (!a_known || !b_known) return a_known == b_known;
+  return a->SameAs(*b);
+}
+
+}  // namespace
+
 AcceptHandler AcceptRails(AcceptHandler on_accept) {
   auto sessions = std::make_shared<Sessions>();
   return [sessions, on_accept = std::move(on_accept)](
@@ -180,6 +192,18 @@ AcceptHandler AcceptRails(AcceptHandler on_accept) {
       return on_accept(std::move(railed));
     }
     std::shared_ptr<RailedConnection> railed = sessions->Find(hello.session);
+    // The session id travels in the clear (rdma_cm's private data): over
+    // authenticated RDMA a rail must prove the primary's identity, or
+    // whoever read the id could join another peer's session.
+    if (railed &&
+        !SameIdentity(railed->peer_identity(), rdma->peer_identity())) {
+      Log().warn("{}: closing rail {}: its certificate is not its session's",
+                 connection->peer(), hello.rail);
+      connection->Close(Status(StatusCode::kPermissionDenied,
+                               "rail " + std::to_string(hello.rail) +
+                                   " is not authenticated as its session"));
+      return;
+    }
     if (railed && railed->AddRail(hello.rail, hello.rail_epoch, connection)) {
       return;
     }

@@ -99,6 +99,10 @@ class RailedConnection final
     return primary_->executor();
   }
   const std::string& peer() const override { return primary_->peer(); }
+  // The primary's: a rail joins only with the same identity (AcceptRails).
+  const PeerIdentity* peer_identity() const override {
+    return primary_->peer_identity();
+  }
   const ConnectionStats& stats() const override { return primary_->stats(); }
   uint64_t queued_bytes() const override { return primary_->queued_bytes(); }
   void RequireAdmission(uint64_t max_payload) override {
