@@ -20,11 +20,17 @@ void Expect(bool ok, const char* what) {
 
 int main() {
   GreeterImpl impl;
-  rdmarpc::Server server;
+  rdmarpc::ServerOptions options;
+  // The admin endpoint registers itself when linked in: a static link
+  // (CMake's rdmarpc::rdmarpc_static) keeps it too.
+  options.admin_listen = "http://127.0.0.1:0";
+  rdmarpc::Server server(options);
   server.RegisterService(&impl);
   auto uri = server.Listen("tcp://127.0.0.1:0");
   Expect(uri.ok(), "the server listens");
   if (!uri.ok()) return 1;
+  Expect(server.admin_uri().rfind("http://127.0.0.1:", 0) == 0,
+         "the server opens its admin endpoint");
 
   auto channel = std::make_shared<rdmarpc::Channel>(*uri);
   hello::Greeter::Stub stub(channel);
