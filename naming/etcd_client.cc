@@ -116,7 +116,8 @@ StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Create(
 
 void EtcdClient::Send(std::string path, std::string body, std::string token,
                       UniqueFunction<void(StatusOr<std::string>)> done) {
-  auto exchange = std::make_shared<Exchange>(executor_, *this);
+  auto exchange = std::make_shared<EtcdExchange>(executor_, endpoints_,
+                                                 options_, preferred_, tls_);
   exchange->path = std::move(path);
   exchange->request_body = std::move(body);
   exchange->token = std::move(token);
@@ -266,13 +267,13 @@ void EtcdClient::RevokeLease(int64_t lease,
 namespace {
 class WatchHandle final : public EtcdClient::Watch {
  public:
-  explicit WatchHandle(std::shared_ptr<EtcdClient::Exchange> exchange)
+  explicit WatchHandle(std::shared_ptr<EtcdExchange> exchange)
       : exchange_(std::move(exchange)) {}
   ~WatchHandle() override { Cancel(); }
   void Cancel() override;
 
  private:
-  std::shared_ptr<EtcdClient::Exchange> exchange_;
+  std::shared_ptr<EtcdExchange> exchange_;
 };
 void WatchHandle::Cancel() { exchange_->Cancel(); }
 }  // namespace
@@ -285,7 +286,8 @@ std::unique_ptr<EtcdClient::Watch> EtcdClient::WatchPrefix(
   create.set_range_end(PrefixRangeEnd(prefix));
   create.set_key(std::move(prefix));
   create.set_start_revision(start_revision);
-  auto exchange = std::make_shared<Exchange>(executor_, *this);
+  auto exchange = std::make_shared<EtcdExchange>(executor_, endpoints_,
+                                                 options_, preferred_, tls_);
   exchange->path = "/v3/watch";
   exchange->request_body = ToJson(request);
   // The token the watch was created with, set before it starts: one etcd

@@ -97,7 +97,6 @@ class EtcdClient : public std::enable_shared_from_this<EtcdClient> {
              std::vector<std::string> endpoints, EtcdOptions options,
              std::shared_ptr<transport::tls::TlsContext> tls);
   ~EtcdClient();
-  struct Exchange;
 
  private:
   // POSTs `body` to `path` with the token (if a user is configured; a

@@ -1,4 +1,4 @@
-// EtcdClient::Exchange (naming/etcd_exchange.h): one POST to etcd's
+// EtcdExchange (naming/etcd_exchange.h): one POST to etcd's
 // gateway over Boost.Beast, plain or TLS, failing over member to member.
 #include "naming/etcd_exchange.h"
 
@@ -12,6 +12,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <limits>
 
+#include "naming/etcd.pb.h"
 #include "transport/tls/tls.h"
 
 namespace rdmarpc::naming {
@@ -73,19 +74,21 @@ void EnableKeepalive(tcp::socket& socket) {
 
 }  // namespace
 
-EtcdClient::Exchange::Exchange(asio::any_io_executor executor,
-                               const EtcdClient& client)
+EtcdExchange::EtcdExchange(
+    asio::any_io_executor executor, const std::vector<std::string>& endpoints,
+    const EtcdOptions& options, std::shared_ptr<std::atomic<size_t>> preferred,
+    std::shared_ptr<transport::tls::TlsContext> credentials)
     : executor(executor),
-      endpoints(client.endpoints_),
-      options(client.options_),
-      preferred(client.preferred_),
-      first(preferred->load(std::memory_order_relaxed)),
-      credentials(client.tls_),
+      endpoints(endpoints),
+      options(options),
+      preferred(std::move(preferred)),
+      first(this->preferred->load(std::memory_order_relaxed)),
+      credentials(std::move(credentials)),
       resolver(executor),
       plain(executor) {}
 
 template <typename F>
-void EtcdClient::Exchange::OnStream(F&& f) {
+void EtcdExchange::OnStream(F&& f) {
   if (tls) {
     f(*tls);
   } else {
@@ -93,16 +96,16 @@ void EtcdClient::Exchange::OnStream(F&& f) {
   }
 }
 
-void EtcdClient::Exchange::CloseSocket() {
+void EtcdExchange::CloseSocket() {
   beast::error_code ignored;
   tcp().socket().close(ignored);
 }
 
-void EtcdClient::Exchange::Start() {
+void EtcdExchange::Start() {
   asio::dispatch(executor, [self = shared_from_this()] { self->TryNext(); });
 }
 
-void EtcdClient::Exchange::Cancel() {
+void EtcdExchange::Cancel() {
   cancelled.store(true);
   asio::dispatch(executor, [self = shared_from_this()] {
     self->resolver.cancel();
@@ -111,14 +114,14 @@ void EtcdClient::Exchange::Cancel() {
 }
 
 // Ends the exchange with `status` before it started (a token refused).
-void EtcdClient::Exchange::Fail(Status status) {
+void EtcdExchange::Fail(Status status) {
   asio::dispatch(executor,
                  [self = shared_from_this(), status = std::move(status)] {
                    self->Finish(status);
                  });
 }
 
-void EtcdClient::Exchange::TryNext() {
+void EtcdExchange::TryNext() {
   if (cancelled.load()) return;
   if (attempt == endpoints.size()) {
     return Finish(Status(
@@ -185,7 +188,7 @@ void EtcdClient::Exchange::TryNext() {
       });
 }
 
-void EtcdClient::Exchange::Send() {
+void EtcdExchange::Send() {
   OnStream([this](auto& stream) {
     http::async_write(
         stream, request,
@@ -196,7 +199,7 @@ void EtcdClient::Exchange::Send() {
   });
 }
 
-void EtcdClient::Exchange::ReadHeader() {
+void EtcdExchange::ReadHeader() {
   OnStream([this](auto& stream) {
     http::async_read_header(
         stream, buffer, *parser,
@@ -220,7 +223,7 @@ void EtcdClient::Exchange::ReadHeader() {
   });
 }
 
-void EtcdClient::Exchange::ReadBody() {
+void EtcdExchange::ReadBody() {
   if (parser->is_done()) return BodyDone();
   parser->get().body().data = chunk;
   parser->get().body().size = sizeof chunk;
@@ -228,7 +231,7 @@ void EtcdClient::Exchange::ReadBody() {
 }
 
 template <typename Stream>
-void EtcdClient::Exchange::ReadSome(Stream& stream) {
+void EtcdExchange::ReadSome(Stream& stream) {
   http::async_read_some(
       stream, buffer, *parser,
       [self = shared_from_this()](beast::error_code error, size_t) {
@@ -257,7 +260,7 @@ void EtcdClient::Exchange::ReadSome(Stream& stream) {
 
 // A streamed body: one JSON object per line. False once the receiver has
 // ended the exchange.
-bool EtcdClient::Exchange::DeliverLines() {
+bool EtcdExchange::DeliverLines() {
   size_t start = 0;
   for (size_t end; (end = body.find('\n', start)) != std::string::npos;
        start = end + 1) {
@@ -270,7 +273,7 @@ bool EtcdClient::Exchange::DeliverLines() {
   return true;
 }
 
-void EtcdClient::Exchange::BodyDone() {
+void EtcdExchange::BodyDone() {
   if (status != 200) return Finish(GatewayStatus(status, body));
   preferred->store(index, std::memory_order_relaxed);
   if (on_line) {
@@ -283,15 +286,14 @@ void EtcdClient::Exchange::BodyDone() {
 }
 
 // The receiver ended a stream: nothing more is delivered.
-bool EtcdClient::Exchange::Stop() {
+bool EtcdExchange::Stop() {
   cancelled.store(true);
   CloseSocket();
   return false;
 }
 
 // A failure before the member answered moves on to the next member.
-bool EtcdClient::Exchange::Failed(const beast::error_code& error,
-                                  const char* step) {
+bool EtcdExchange::Failed(const beast::error_code& error, const char* step) {
   if (cancelled.load()) return true;
   if (!error) return false;
   std::string why = std::string(step) + ": " +
@@ -310,12 +312,12 @@ bool EtcdClient::Exchange::Failed(const beast::error_code& error,
   return true;
 }
 
-void EtcdClient::Exchange::FailedBecause(const std::string& why) {
+void EtcdExchange::FailedBecause(const std::string& why) {
   last_error = Status(StatusCode::kUnavailable, endpoints[index] + ": " + why);
   TryNext();
 }
 
-void EtcdClient::Exchange::Finish(StatusOr<std::string> result) {
+void EtcdExchange::Finish(StatusOr<std::string> result) {
   CloseSocket();
   if (cancelled.exchange(true)) return;
   if (done) done(std::move(result));

@@ -1,8 +1,9 @@
-// EtcdClient::Exchange: one POST to etcd's HTTP/JSON gateway, sent to each
+// EtcdExchange: one POST to etcd's HTTP/JSON gateway, sent to each
 // member in turn until one answers, over a new TCP connection each (TLS
 // when the client has credentials). A streaming exchange (a watch) hands
 // over each line of the body as it comes, and never ends by itself.
-// Internal to naming/etcd_client.cc.
+// EtcdClient's (naming/etcd_client.cc); it includes nothing of the
+// client's.
 #ifndef RDMARPC_NAMING_ETCD_EXCHANGE_H_
 #define RDMARPC_NAMING_ETCD_EXCHANGE_H_
 
@@ -21,7 +22,13 @@
 #include <string_view>
 #include <vector>
 
-#include "naming/etcd_client.h"
+#include "rdmarpc/naming_options.h"
+#include "rdmarpc/status.h"
+#include "rdmarpc/unique_function.h"
+
+namespace rdmarpc::transport::tls {
+class TlsContext;
+}
 
 namespace rdmarpc::naming {
 
@@ -33,8 +40,16 @@ Status FromJson(std::string_view json, google::protobuf::Message* message);
 // first line.
 Status GatewayStatus(unsigned http_status, std::string_view body);
 
-struct EtcdClient::Exchange : std::enable_shared_from_this<Exchange> {
-  Exchange(boost::asio::any_io_executor executor, const EtcdClient& client);
+class EtcdExchange : public std::enable_shared_from_this<EtcdExchange> {
+ public:
+  // `endpoints` ("host:port" each) must outlive the exchange; `preferred`
+  // is the member tried first, and set to the one that answers;
+  // `credentials`, null for plaintext.
+  EtcdExchange(boost::asio::any_io_executor executor,
+               const std::vector<std::string>& endpoints,
+               const EtcdOptions& options,
+               std::shared_ptr<std::atomic<size_t>> preferred,
+               std::shared_ptr<transport::tls::TlsContext> credentials);
 
   // Sends it on the executor.
   void Start();
