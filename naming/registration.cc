@@ -22,7 +22,7 @@ class Registration::State : public std::enable_shared_from_this<State> {
       : etcd_(std::move(etcd)),
         key_(std::move(key)),
         uri_(std::move(uri)),
-        options_(options),
+        options_(std::move(options)),
         period_(std::max<std::chrono::milliseconds>(
             std::chrono::milliseconds(200),
             std::chrono::duration_cast<std::chrono::milliseconds>(options.ttl) /
@@ -205,7 +205,7 @@ StatusOr<std::unique_ptr<Registration>> Registration::Start(
   if (!etcd.ok()) return etcd.status();
   auto state = std::make_shared<State>(std::move(*etcd),
                                        RegistrationKey(parsed->prefix, uri),
-                                       std::move(uri), executor, options);
+                                       std::move(uri), executor, std::move(options));
   state->Begin();
   return std::unique_ptr<Registration>(new Registration(std::move(state)));
 }
