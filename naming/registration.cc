@@ -203,9 +203,9 @@ StatusOr<std::unique_ptr<Registration>> Registration::Start(
   StatusOr<std::shared_ptr<EtcdClient>> etcd =
       EtcdClient::Create(executor, parsed->endpoints, options.etcd);
   if (!etcd.ok()) return etcd.status();
-  auto state = std::make_shared<State>(std::move(*etcd),
-                                       RegistrationKey(parsed->prefix, uri),
-                                       std::move(uri), executor, std::move(options));
+  auto state = std::make_shared<State>(
+      std::move(*etcd), RegistrationKey(parsed->prefix, uri), std::move(uri),
+      executor, std::move(options));
   state->Begin();
   return std::unique_ptr<Registration>(new Registration(std::move(state)));
 }
