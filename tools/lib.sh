@@ -40,7 +40,14 @@ bazel_cmd() {
 # Its builds leave no bazel-* links in the tree (--symlink_prefix=/): links
 # into another output base would be walked by the next `bazel test //...` as
 # packages, and fail it.
-FUZZ_OUTPUT_BASE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/rdmarpc/bazel-fuzz-$(echo "$ROOT" | md5sum | cut -c1-8)
+# Build trees kept between runs, one set per checkout (outside /tmp, which
+# the Soft-RoCE VM does not see).
+RDMARPC_CACHE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/rdmarpc
+CHECKOUT_ID=$(echo "$ROOT" | md5sum | cut -c1-8)
+FUZZ_OUTPUT_BASE=$RDMARPC_CACHE/bazel-fuzz-$CHECKOUT_ID
+# tools/test's CMake phase (tools/cmake-test), whose build the VM suite's
+# Python tests use.
+CMAKE_TEST_DIR=$RDMARPC_CACHE/cmake-test-$CHECKOUT_ID
 bazel_fuzz() {
   local command=$1
   shift

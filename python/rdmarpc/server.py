@@ -152,6 +152,12 @@ class Server:
         await loop.run_in_executor(None, self._native.shutdown, grace)
         self._native.close()
 
+    def transport_counters(self):
+        """The transport's counters over every connection the server has had
+        ({name: count}, as /metrics shows them: include/rdmarpc/
+        connection_stats.h): what was sent, copied, staged, registered."""
+        return self._native.transport_counters()
+
     def _register(self, servicer, dispatcher, loop):
         descriptor = servicer.DESCRIPTOR
         classes = servicer._rdmarpc_request_classes

@@ -498,6 +498,21 @@ class PyServer {
     server_.reset();
   }
 
+  // Every transport counter (include/rdmarpc/connection_stats.h), summed
+  // over the server's connections, closed ones included: {name: count}.
+  py::dict TransportCounters() {
+    ConnectionStats sum;
+    Get().ForEachTransport(
+        [&sum](const std::string&, const Server::TransportTotals& totals) {
+          sum.Add(totals.counters);
+        });
+    py::dict counters;
+    for (const ConnectionCounter& counter : kConnectionCounters) {
+      counters[counter.name] = (sum.*counter.member).load();
+    }
+    return counters;
+  }
+
  private:
   Server& Get() {
     if (!server_) throw std::runtime_error("the server is closed");
@@ -597,5 +612,6 @@ PYBIND11_MODULE(_rdmarpc, m) {
       .def("add_method", &PyServer::AddMethod)
       .def("listen", &PyServer::Listen)
       .def("shutdown", &PyServer::Shutdown)
+      .def("transport_counters", &PyServer::TransportCounters)
       .def("close", &PyServer::Close);
 }

@@ -10,7 +10,7 @@ import numpy
 import pytest
 
 import rdmarpc
-from conftest import HERE, uri
+from conftest import HERE, TRANSPORT, uri
 from examples.kv import kv_pb2
 
 kv = rdmarpc.services(kv_pb2)
@@ -45,6 +45,9 @@ class Probe(kv.KeyValueServicer):
             context.abort(Code.FAILED_PRECONDITION, "aborted as asked")
         if key == "raise":
             raise ValueError("a handler's own bug")
+        if key == "source":
+            context.set_attachment(self.source)
+            return kv_pb2.GetReply()
         if key == "echo":
             # The request's attachment goes back as it came: no copy.
             context.set_attachment(context.attachment)
@@ -71,6 +74,7 @@ LIMIT = 65 << 20  # Room for a 64 MiB attachment and its message.
 async def serving(test):
     probe = Probe()
     server = rdmarpc.Server(max_payload_size=LIMIT)
+    probe.server = server
     server.add_service(probe)
     bound = await server.start(uri())
     try:
@@ -169,9 +173,15 @@ def test_streams(run):
     run(serving(test))
 
 
+def transport_growth(server, before):
+    after = server.transport_counters()
+    return {name: after[name] - before[name] for name in after}
+
+
 def test_registered_attachment_round_trip_is_not_copied(run):
-    """64 MiB from rdmarpc.allocate() goes out and comes back with no copy;
-    the same bytes from a plain numpy array are copied once, and counted."""
+    """64 MiB from rdmarpc.allocate() goes out and comes back with no copy
+    by the package; the same bytes from a plain numpy array are copied
+    once, and counted."""
     size = 64 << 20
 
     async def test(stub, probe):
@@ -199,6 +209,36 @@ def test_registered_attachment_round_trip_is_not_copied(run):
         assert rdmarpc.copies() == (copies[0] + 1, copies[1] + size)
         assert numpy.array_equal(
             numpy.frombuffer(result.attachment, dtype=numpy.uint8), plain)
+    run(serving(test))
+
+
+def test_transport_sends_registered_memory_in_place(run):
+    """Under the package, the transport too: 64 MiB from allocate() leaves
+    from where it is (RDMA: written from it, nothing staged); and a 1 MiB
+    round trip (request, then the received buffer sent back) is copied
+    nowhere over RDMA, and over TCP only in the first read's bytes."""
+    size = 64 << 20
+
+    async def test(stub, probe):
+        probe.source = rdmarpc.allocate(size)
+        before = probe.server.transport_counters()
+        reply, result = await stub.Get.with_call(get("source"))
+        grew = transport_growth(probe.server, before)
+        assert len(result.attachment) == size
+        if TRANSPORT == "rdma":
+            assert grew["zero_copy_bytes"] >= size
+            assert grew["staged_bytes"] < 4096
+        memory = rdmarpc.allocate(1 << 20)
+        memoryview(memory)[:] = bytes(range(256)) * 4096
+        before = probe.server.transport_counters()
+        reply, result = await stub.Get.with_call(get("echo"), attachment=memory)
+        grew = transport_growth(probe.server, before)
+        assert bytes(result.attachment) == bytes(memory)
+        if TRANSPORT == "rdma":
+            assert grew["zero_copy_bytes"] >= 1 << 20
+            assert grew["staged_bytes"] < 4096
+        else:
+            assert grew["received_copied_bytes"] <= 64 << 10
     run(serving(test))
 
 

@@ -31,8 +31,11 @@ async def serve_rdmarpc():
 
     class Store(kv.KeyValueServicer):
         async def Get(self, request, context):
-            if request.key == "copies":  # This process's count, for copies().
-                return kv_pb2.GetReply(value=repr(rdmarpc.copies()).encode())
+            if request.key == "copies":  # This process's counts, for copies().
+                counters = server.transport_counters()
+                return kv_pb2.GetReply(value=repr(
+                    rdmarpc.copies() + (counters["received_copied_bytes"],
+                                        counters["staged_bytes"])).encode())
             if request.value_as_attachment:  # The copies check: echo it.
                 context.set_attachment(context.attachment)
                 return kv_pb2.GetReply()
@@ -118,8 +121,12 @@ async def copies(uri):
             attachment=memory)
         after, server_after = rdmarpc.copies(), await server_copies()
         assert bytes(result.attachment) == bytes(memory)
-    print(f"copies client {after[0] - before[0]} "
-          f"server {server_after[0] - server_before[0]}")
+    print(f"1 MiB from rdmarpc.allocate() there and back: attachment copies: "
+          f"client {after[0] - before[0]}, server "
+          f"{server_after[0] - server_before[0]}; the server's transport "
+          f"copied {server_after[2] - server_before[2]} received bytes out of "
+          f"its staging area and staged {server_after[3] - server_before[3]} "
+          f"bytes to send")
 
 
 def main(argv):
