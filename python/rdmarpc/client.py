@@ -15,6 +15,8 @@ awaits a call cancels the call (the server sees CANCELLED).
 import asyncio
 import weakref
 
+from google.protobuf.message import DecodeError
+
 from . import _events
 from . import _rdmarpc
 from .status import RpcError, StatusCode
@@ -78,6 +80,16 @@ class CallResult:
         self.trailers = trailers
 
 
+def _parse(message_class, data):
+    """A response, or RpcError(INTERNAL) for bytes that do not parse."""
+    try:
+        return message_class.FromString(data)
+    except DecodeError as error:
+        raise RpcError(StatusCode.INTERNAL,
+                       f"the response does not parse as "
+                       f"{message_class.DESCRIPTOR.full_name}: {error}") from None
+
+
 def _raise(event):
     trailers = event[6][1] if event[6] is not None else ()
     raise RpcError(event[2], event[3], trailers)
@@ -102,7 +114,7 @@ class UnaryUnary(_Method):
                                   wait_for_ready, False)
         if event[2] != 0:
             _raise(event)
-        return self._response.FromString(event[4])
+        return _parse(self._response, event[4])
 
     async def with_call(self, request, *, timeout=None, metadata=None,
                         attachment=None, wait_for_ready=False):
@@ -112,7 +124,7 @@ class UnaryUnary(_Method):
         if event[2] != 0:
             _raise(event)
         headers, trailers = event[6]
-        return (self._response.FromString(event[4]),
+        return (_parse(self._response, event[4]),
                 CallResult(event[5], headers, trailers))
 
     def blocking(self, request, *, timeout=None, metadata=None,
@@ -124,7 +136,7 @@ class UnaryUnary(_Method):
                 timeout, metadata, wait_for_ready))
         if code != 0:
             raise RpcError(code, details, trailers)
-        reply = self._response.FromString(body)
+        reply = _parse(self._response, body)
         if with_call:
             return reply, CallResult(received, headers, trailers)
         return reply
@@ -191,7 +203,7 @@ class _StreamCall:
             await self._finish()
             return None
         self.last_attachment = event[5]
-        return self._response.FromString(event[4])
+        return _parse(self._response, event[4])
 
     def __aiter__(self):
         return self
@@ -221,7 +233,7 @@ class _StreamCall:
     async def _response_message(self):
         event = await self._finish()
         self.attachment = event[5]
-        return self._response.FromString(event[4] or b"")
+        return _parse(self._response, event[4] or b"")
 
 
 class UnaryStream(_Method):

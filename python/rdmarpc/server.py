@@ -25,6 +25,8 @@ import inspect
 import logging
 import weakref
 
+from google.protobuf.message import DecodeError
+
 from . import _events
 from . import _rdmarpc
 from .client import BIDI_STREAMING, CLIENT_STREAMING, SERVER_STREAMING, UNARY
@@ -96,7 +98,16 @@ class ServicerContext:
                 raise RpcError(event[2], event[3])
             if event[4] is None:
                 return
-            yield request_class.FromString(event[4])
+            yield _parse_request(request_class, event[4])
+
+
+def _parse_request(request_class, data):
+    try:
+        return request_class.FromString(data)
+    except DecodeError as error:
+        raise RpcError(StatusCode.INVALID_ARGUMENT,
+                       f"the request does not parse as "
+                       f"{request_class.DESCRIPTOR.full_name}: {error}") from None
 
 
 class _Method:
@@ -189,7 +200,7 @@ class Server:
             if entry.kind & CLIENT_STREAMING:
                 request = context._requests(entry.request_class)
             else:
-                request = entry.request_class.FromString(call.request())
+                request = _parse_request(entry.request_class, call.request())
                 context.attachment = call.take_attachment()
             if entry.kind & SERVER_STREAMING:
                 reply = None

@@ -118,6 +118,22 @@ def test_unknown_service_is_unimplemented(run):
     run(serving(test))
 
 
+def test_bytes_that_do_not_parse_are_refused(run):
+    """A request that is not the method's message ends INVALID_ARGUMENT,
+    and the server goes on serving."""
+    async def test(stub, probe):
+        channel = stub.Get._channel._native
+        get_method = rdmarpc._rdmarpc.Method(
+            "rdmarpc.examples.kv.KeyValue", "Get", False)
+        answer = await asyncio.get_running_loop().run_in_executor(
+            None, channel.call_blocking, get_method, b"\xff\xff\xff\xff",
+            None, 5.0, None, False)
+        assert answer[0] == Code.INVALID_ARGUMENT
+        assert "does not parse as rdmarpc.examples.kv.GetRequest" in answer[1]
+        assert (await stub.Get(get("still serving"))).value == b"still serving"
+    run(serving(test))
+
+
 def test_metadata_both_ways(run):
     async def test(stub, probe):
         reply, result = await stub.Get.with_call(
