@@ -271,6 +271,8 @@ import asyncio, os, sys
 sys.path.insert(0, sys.argv[1])
 import rdmarpc
 from test_calls import Probe, kv, get
+from examples.kv import kv_pb2
+KEEP = []
 
 async def main():
     server = rdmarpc.Server()
@@ -280,6 +282,10 @@ async def main():
     stub = kv.KeyValueStub(channel)
     for _ in range(20):
         asyncio.ensure_future(stub.Get(get("sleep")))
+    # A client stream left open, held until the interpreter finalizes.
+    stream = stub.PutStream()
+    await stream.write(kv_pb2.PutRequest(key="k", value=b"v"))
+    KEEP.append(stream)
     await asyncio.sleep(0.5)
     print("exiting with calls in flight", flush=True)
     os._exit(0) if len(sys.argv) > 3 else sys.exit(0)
@@ -289,8 +295,9 @@ asyncio.run(main())
 
 
 def test_interpreter_exits_with_calls_in_flight():
-    """sys.exit with calls outstanding on both sides: the library's threads
-    are stopped and joined before Python finalizes; no crash, no hang."""
+    """sys.exit with calls outstanding on both sides and a client stream
+    still held: the library's threads are stopped and joined before Python
+    finalizes; no crash, no hang."""
     done = subprocess.run([sys.executable, "-c", EXIT_WITH_CALLS_IN_FLIGHT,
                            HERE, uri()], capture_output=True, text=True,
                           timeout=60, env=os.environ)
