@@ -36,9 +36,11 @@ def _code(value):
 class RpcError(Exception):
     """A call that ended with a status other than OK.
 
-    A client gets it from a failed call; a handler raises it (or calls
-    context.abort) to end its call with `code`: anything else a handler
-    raises ends the call UNKNOWN.
+    A client gets it from a failed call: `code` (a StatusCode), `details`
+    (the server's message) and `trailers` ([(key, value bytes)], filled for
+    calls made with with_call and for streams). A handler raises it (or
+    calls context.abort) to end its call with `code`: anything else a
+    handler raises ends the call UNKNOWN.
     """
 
     def __init__(self, code, details="", trailers=()):
