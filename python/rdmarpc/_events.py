@@ -36,6 +36,12 @@ class Dispatcher:
         self.waiting[token] = future
         return token, future
 
+    async def complete(self, loop, start):
+        """Runs start(queue, token), and returns the event it ends with."""
+        token, future = self.wait(loop)
+        start(self.queue, token)
+        return await future
+
     def _drain(self):
         waiting = self.waiting
         for event in self.queue.drain():

@@ -15,11 +15,9 @@ awaits a call cancels the call (the server sees CANCELLED).
 import asyncio
 import weakref
 
-from google.protobuf.message import DecodeError
-
 from . import _events
 from . import _rdmarpc
-from .status import RpcError, StatusCode
+from .status import RpcError, StatusCode, parse
 
 _open = weakref.WeakSet()  # Closed at exit (rdmarpc/__init__.py).
 
@@ -81,13 +79,8 @@ class CallResult:
 
 
 def _parse(message_class, data):
-    """A response, or RpcError(INTERNAL) for bytes that do not parse."""
-    try:
-        return message_class.FromString(data)
-    except DecodeError as error:
-        raise RpcError(StatusCode.INTERNAL,
-                       f"the response does not parse as "
-                       f"{message_class.DESCRIPTOR.full_name}: {error}") from None
+    """A response; RpcError(INTERNAL) for bytes that do not parse."""
+    return parse(message_class, data, StatusCode.INTERNAL, "response")
 
 
 def _raise(event):
@@ -174,10 +167,8 @@ class _StreamCall:
         self.trailers = []
 
     async def _wait(self, start):
-        token, future = self._dispatcher.wait(self._loop)
-        start(self._dispatcher.queue, token)
         try:
-            return await future
+            return await self._dispatcher.complete(self._loop, start)
         except asyncio.CancelledError:
             self._native.cancel()
             raise

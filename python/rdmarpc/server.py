@@ -25,12 +25,10 @@ import inspect
 import logging
 import weakref
 
-from google.protobuf.message import DecodeError
-
 from . import _events
 from . import _rdmarpc
-from .client import BIDI_STREAMING, CLIENT_STREAMING, SERVER_STREAMING, UNARY
-from .status import RpcError, StatusCode
+from .client import CLIENT_STREAMING, SERVER_STREAMING
+from .status import RpcError, StatusCode, parse
 
 _open = weakref.WeakSet()  # Closed at exit (rdmarpc/__init__.py).
 _log = logging.getLogger("rdmarpc")
@@ -82,18 +80,16 @@ class ServicerContext:
 
     async def write(self, reply, *, attachment=None):
         """A streaming handler's next reply; returns once it went."""
-        token, future = self._dispatcher.wait(self._loop)
-        self._call.write(self._dispatcher.queue, token,
-                         reply.SerializeToString(), attachment)
-        event = await future
+        body = reply.SerializeToString()
+        event = await self._dispatcher.complete(
+            self._loop,
+            lambda queue, token: self._call.write(queue, token, body, attachment))
         if event[2] != 0:
             raise RpcError(event[2], event[3])
 
     async def _requests(self, request_class):
         while True:
-            token, future = self._dispatcher.wait(self._loop)
-            self._call.read(self._dispatcher.queue, token)
-            event = await future
+            event = await self._dispatcher.complete(self._loop, self._call.read)
             if event[2] != 0:
                 raise RpcError(event[2], event[3])
             if event[4] is None:
@@ -102,12 +98,8 @@ class ServicerContext:
 
 
 def _parse_request(request_class, data):
-    try:
-        return request_class.FromString(data)
-    except DecodeError as error:
-        raise RpcError(StatusCode.INVALID_ARGUMENT,
-                       f"the request does not parse as "
-                       f"{request_class.DESCRIPTOR.full_name}: {error}") from None
+    """A request; RpcError(INVALID_ARGUMENT) for bytes that do not parse."""
+    return parse(request_class, data, StatusCode.INVALID_ARGUMENT, "request")
 
 
 class _Method:
@@ -203,7 +195,6 @@ class Server:
                 request = _parse_request(entry.request_class, call.request())
                 context.attachment = call.take_attachment()
             if entry.kind & SERVER_STREAMING:
-                reply = None
                 result = entry.handler(request, context)
                 if inspect.isasyncgen(result):
                     async for message in result:

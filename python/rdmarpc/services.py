@@ -8,7 +8,6 @@ of protoc's Python output (`protoc --python_out`), so no plugin is needed:
 """
 import types
 
-from google.protobuf import descriptor_pb2  # noqa: F401  (loads descriptor support)
 from google.protobuf import symbol_database
 
 from . import client

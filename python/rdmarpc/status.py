@@ -5,6 +5,8 @@ same numbers and names on both sides of the wire, in C++ and in Python.
 """
 import enum
 
+from google.protobuf.message import DecodeError
+
 
 class StatusCode(enum.IntEnum):
     OK = 0
@@ -48,3 +50,13 @@ class RpcError(Exception):
         self.details = details
         self.trailers = list(trailers)
         super().__init__(f"{self.code.name}: {details}" if details else self.code.name)
+
+
+def parse(message_class, data, code, what):
+    """`data` parsed as `message_class`, or RpcError(code) naming `what`
+    ("request", "response") for bytes that do not parse."""
+    try:
+        return message_class.FromString(data)
+    except DecodeError as error:
+        raise RpcError(code, f"the {what} does not parse as "
+                             f"{message_class.DESCRIPTOR.full_name}: {error}") from None

@@ -197,6 +197,22 @@ ResponseCallback DoneInto(Queue queue, uint64_t token,
   };
 }
 
+// A stream's Read and Write, as events.
+StreamReadCallback ReadInto(Queue queue, uint64_t token) {
+  return [queue = std::move(queue), token](const Status& status,
+                                           std::optional<Payload> message) {
+    queue->Push(Event{token, EventKind::kMessage, status, std::move(message),
+                      nullptr, nullptr});
+  };
+}
+
+StreamWriteCallback WrittenInto(Queue queue, uint64_t token) {
+  return [queue = std::move(queue), token](const Status& status) {
+    queue->Push(Event{token, EventKind::kWritten, status, std::nullopt, nullptr,
+                      nullptr});
+  };
+}
+
 class PyClientStream {
  public:
   PyClientStream(std::unique_ptr<ClientStream> stream,
@@ -205,29 +221,14 @@ class PyClientStream {
 
   void Write(const Queue& queue, uint64_t token, const py::bytes& message,
              py::handle attachment) {
-    Stream().Write(PayloadOf(message, attachment),
-                   [queue, token](const Status& status) {
-                     queue->Push(Event{token, EventKind::kWritten, status,
-                                       std::nullopt, nullptr, nullptr});
-                   });
+    Stream().Write(PayloadOf(message, attachment), WrittenInto(queue, token));
   }
   void WritesDone() { Stream().WritesDone(); }
   void Read(const Queue& queue, uint64_t token) {
-    Stream().Read(
-        [queue, token](const Status& status, std::optional<Payload> message) {
-          queue->Push(Event{token, EventKind::kMessage, status,
-                            std::move(message), nullptr, nullptr});
-        });
+    Stream().Read(ReadInto(queue, token));
   }
   void Finish(const Queue& queue, uint64_t token) {
-    Stream().Finish([queue, token, metadata = metadata_](const Status& status,
-                                                         Payload response) {
-      queue->Push(Event{token, EventKind::kDone, status,
-                        status.ok()
-                            ? std::optional<Payload>(std::move(response))
-                            : std::nullopt,
-                        metadata, nullptr});
-    });
+    Stream().Finish(DoneInto(queue, token, metadata_));
   }
   void Cancel() {
     if (stream_) stream_->Cancel();
@@ -389,19 +390,11 @@ class PyServerCall {
     call_->Finish(status, std::move(payload));
   }
   void Read(const Queue& queue, uint64_t token) {
-    call_->Read(
-        [queue, token](const Status& status, std::optional<Payload> message) {
-          queue->Push(Event{token, EventKind::kMessage, status,
-                            std::move(message), nullptr, nullptr});
-        });
+    call_->Read(ReadInto(queue, token));
   }
   void Write(const Queue& queue, uint64_t token, const py::bytes& message,
              py::handle attachment) {
-    call_->Write(PayloadOf(message, attachment),
-                 [queue, token](const Status& status) {
-                   queue->Push(Event{token, EventKind::kWritten, status,
-                                     std::nullopt, nullptr, nullptr});
-                 });
+    call_->Write(PayloadOf(message, attachment), WrittenInto(queue, token));
   }
 
  private:

@@ -1,5 +1,4 @@
 """Python and C++ on either side of the KV example's calls."""
-import asyncio
 import os
 import subprocess
 import sys
