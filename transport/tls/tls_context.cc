@@ -80,6 +80,27 @@ Status SetProtocol(SSL_CTX* ctx, const TlsOptions& options) {
   return Status();
 }
 
+// OpenSSL 3.0 works out a certificate's extensions on its first use and
+// caches them in the X509 object, testing its "done" flag without the lock
+// it writes them under: two handshakes on two threads verifying against the
+// same CA certificate of one shared context race on that cache
+// (ThreadSanitizer caught it in tls_transport_test). Worked out here, before
+// the context is shared, they are only read afterwards.
+void CacheExtensions(SSL_CTX* ctx) {
+  STACK_OF(X509_OBJECT)* objects =
+      X509_STORE_get0_objects(SSL_CTX_get_cert_store(ctx));
+  for (int i = 0; i < sk_X509_OBJECT_num(objects); ++i) {
+    X509* cert = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(objects, i));
+    if (cert != nullptr) X509_check_purpose(cert, -1, 0);
+  }
+  if (X509* own = SSL_CTX_get0_certificate(ctx)) X509_check_purpose(own, -1, 0);
+  STACK_OF(X509)* chain = nullptr;
+  SSL_CTX_get0_chain_certs(ctx, &chain);
+  for (int i = 0; i < sk_X509_num(chain); ++i) {
+    X509_check_purpose(sk_X509_value(chain, i), -1, 0);
+  }
+}
+
 }  // namespace
 
 TlsContext::TlsContext(const TlsOptions& options, Role role)
@@ -199,6 +220,7 @@ StatusOr<SslCtxPtr> TlsContext::Load() const {
     mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
   }
   SSL_CTX_set_verify(ctx.get(), mode, nullptr);
+  CacheExtensions(ctx.get());
   ERR_clear_error();
   return ctx;
 }
